@@ -1,0 +1,44 @@
+"""resumable: a suspend-and-resume job queue for long-running AI agents."""
+
+from resumable.agent import Agent, AgentRegistry, Complete, Next
+from resumable.client import Client
+from resumable.context import StepContext
+from resumable.errors import (
+    AgentDefinitionError,
+    ConfigurationError,
+    IdempotencyConflictError,
+    InvalidStepResultError,
+    LeaseLostError,
+    NotSerializableError,
+    ResumableError,
+    SessionNotFoundError,
+    UnknownAgentError,
+    UnknownStepError,
+)
+from resumable.models.status import SessionStatus
+from resumable.settings import Settings, load_settings
+
+__all__ = [
+    # Defining agents
+    "Agent",
+    "AgentRegistry",
+    "Complete",
+    "Next",
+    "StepContext",
+    # Running them
+    "Client",
+    "SessionStatus",
+    "Settings",
+    "load_settings",
+    # Errors
+    "AgentDefinitionError",
+    "ConfigurationError",
+    "IdempotencyConflictError",
+    "InvalidStepResultError",
+    "LeaseLostError",
+    "NotSerializableError",
+    "ResumableError",
+    "SessionNotFoundError",
+    "UnknownAgentError",
+    "UnknownStepError",
+]

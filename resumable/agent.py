@@ -1,0 +1,151 @@
+"""Defining agents: an agent is a set of named steps.
+
+A step is a function that takes a :class:`StepContext` and returns what comes
+next: the name of the next step (or ``Next(name)``) or ``Complete(result)``.
+Between steps everything the agent knows lives in ``ctx.state``, which is
+committed to PostgreSQL after every step; so a step must keep nothing it
+needs later in local variables or globals.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from resumable.errors import AgentDefinitionError, UnknownAgentError, UnknownStepError
+
+if TYPE_CHECKING:
+    from resumable.context import StepContext
+
+
+@dataclass(frozen=True)
+class Next:
+    """Go on with the named step."""
+
+    step: str
+
+
+@dataclass(frozen=True)
+class Complete:
+    """Finish the session with this (JSON-serializable) result."""
+
+    result: Any = None
+
+
+StepOutcome: TypeAlias = Next | Complete | str
+StepFunction: TypeAlias = Callable[["StepContext"], StepOutcome]
+
+
+class Agent:
+    """A named agent made of steps; the first step registered runs first
+    unless ``start`` names another."""
+
+    def __init__(self, name: str, *, start: str | None = None, description: str = "") -> None:
+        if not name or not isinstance(name, str):
+            raise AgentDefinitionError("an agent needs a non-empty string name")
+        self.name = name
+        self.description = description
+        self._start = start
+        self._steps: dict[str, StepFunction] = {}
+
+    def step(self, func: StepFunction | None = None, /, *, name: str | None = None) -> Any:
+        """Register a step, as ``@agent.step`` or ``@agent.step(name="...")``.
+
+        Returns the function itself (or a decorator that does), so steps stay
+        plain functions that tests can call directly.
+        """
+
+        def register(fn: StepFunction) -> StepFunction:
+            step_name = name or fn.__name__
+            if step_name in self._steps:
+                raise AgentDefinitionError(
+                    f"agent {self.name!r} already has a step named {step_name!r}"
+                )
+            self._steps[step_name] = fn
+            return fn
+
+        return register(func) if func is not None else register
+
+    @property
+    def start_step(self) -> str:
+        if not self._steps:
+            raise AgentDefinitionError(f"agent {self.name!r} has no steps")
+        start = self._start or next(iter(self._steps))
+        if start not in self._steps:
+            raise AgentDefinitionError(f"agent {self.name!r} starts at unknown step {start!r}")
+        return start
+
+    @property
+    def step_names(self) -> list[str]:
+        return list(self._steps)
+
+    def get_step(self, name: str) -> StepFunction:
+        try:
+            return self._steps[name]
+        except KeyError:
+            raise UnknownStepError(
+                f"agent {self.name!r} has no step {name!r} (steps: {', '.join(self._steps)})"
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r}, steps={self.step_names!r})"
+
+
+class AgentRegistry:
+    """The agents one process knows, by name. Built in an entry point from the
+    configured modules and passed down, never a hidden global."""
+
+    def __init__(self, agents: Iterable[Agent] = ()) -> None:
+        self._agents: dict[str, Agent] = {}
+        for agent in agents:
+            self.add(agent)
+
+    def add(self, agent: Agent) -> None:
+        existing = self._agents.get(agent.name)
+        if existing is not None and existing is not agent:
+            raise AgentDefinitionError(f"two different agents are named {agent.name!r}")
+        agent.start_step  # noqa: B018 - validates the definition early
+        self._agents[agent.name] = agent
+
+    def get(self, name: str) -> Agent:
+        try:
+            return self._agents[name]
+        except KeyError:
+            known = ", ".join(sorted(self._agents)) or "none"
+            raise UnknownAgentError(f"unknown agent {name!r} (known: {known})") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._agents
+
+    def __iter__(self) -> Iterator[Agent]:
+        return iter(self._agents.values())
+
+    def __len__(self) -> int:
+        return len(self._agents)
+
+    @classmethod
+    def from_modules(cls, modules: Iterable[str]) -> AgentRegistry:
+        """Import each module (``pkg.mod`` or ``pkg.mod:attr``) and collect its agents."""
+        registry = cls()
+        for spec in modules:
+            module_name, _, attr = spec.partition(":")
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                raise AgentDefinitionError(
+                    f"cannot import agent module {module_name!r}: {exc}"
+                ) from exc
+            if attr:
+                value = getattr(module, attr, None)
+                if not isinstance(value, Agent):
+                    raise AgentDefinitionError(f"{spec!r} is not an Agent")
+                registry.add(value)
+                continue
+            found = [value for value in vars(module).values() if isinstance(value, Agent)]
+            if not found:
+                raise AgentDefinitionError(f"module {module_name!r} defines no Agent")
+            for agent in found:
+                registry.add(agent)
+        return registry

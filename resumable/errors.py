@@ -1,0 +1,87 @@
+"""The package's exceptions, rooted in one class so callers can catch them all.
+
+A subclass's docstring is its default message. Control flow that is not a
+failure (a lost lease) has its own type and is never logged as an error.
+"""
+
+from __future__ import annotations
+
+
+class ResumableError(Exception):
+    """An error raised by resumable."""
+
+    code = "resumable_error"
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or (self.__doc__ or self.code).strip()
+        super().__init__(self.message)
+
+
+class ConfigurationError(ResumableError):
+    """The configuration is invalid."""
+
+    code = "configuration_error"
+
+
+class EmbeddedServiceError(ResumableError):
+    """An embedded PostgreSQL or Redis server could not be started or stopped."""
+
+    code = "embedded_service_error"
+
+
+class UnknownAgentError(ResumableError):
+    """No agent is registered under this name."""
+
+    code = "unknown_agent"
+
+
+class UnknownStepError(ResumableError):
+    """The agent has no step with this name."""
+
+    code = "unknown_step"
+
+
+class AgentDefinitionError(ResumableError):
+    """The agent is defined incorrectly."""
+
+    code = "agent_definition_error"
+
+
+class NotSerializableError(ResumableError):
+    """A value that must be stored is not JSON-serializable."""
+
+    code = "not_serializable"
+
+
+class InvalidStepResultError(ResumableError):
+    """A step returned something that is neither a next step nor a completion."""
+
+    code = "invalid_step_result"
+
+
+class SessionNotFoundError(ResumableError):
+    """No session has this id."""
+
+    code = "session_not_found"
+
+
+class IdempotencyConflictError(ResumableError):
+    """The idempotency key was already used for a different request."""
+
+    code = "idempotency_conflict"
+
+
+class LeaseLostError(ResumableError):
+    """Another worker took over this session; this worker must stop touching it.
+
+    Not a failure of the session: it is how fencing tells a stale worker
+    (paused, partitioned, or handling a duplicate message) to back off.
+    """
+
+    code = "lease_lost"
+
+
+class StepFailedError(ResumableError):
+    """A step raised an exception."""
+
+    code = "step_failed"

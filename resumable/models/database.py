@@ -1,0 +1,69 @@
+"""Connections to PostgreSQL: a psycopg pool for the named hot-path SQL and a
+SQLAlchemy engine for SQLModel reads and migrations, built once per process in
+an entry point and handed down."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+import sqlalchemy as sa
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+from sqlalchemy.engine import make_url
+
+from resumable.errors import ConfigurationError
+
+
+def sqlalchemy_url(url: str) -> str:
+    """Force the psycopg 3 driver whatever scheme the user wrote."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        raise ConfigurationError(
+            f"DATABASE_URL must be a PostgreSQL URL, got {parsed.drivername!r}"
+        )
+    return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+
+
+def libpq_url(url: str) -> str:
+    """The same URL in the form libpq (and so psycopg) accepts."""
+    return (
+        make_url(sqlalchemy_url(url))
+        .set(drivername="postgresql")
+        .render_as_string(hide_password=False)
+    )
+
+
+class Database:
+    """Both connection kinds to one database; close() releases them."""
+
+    def __init__(self, url: str, pool_size: int = 10) -> None:
+        self.url = sqlalchemy_url(url)
+        self.engine = sa.create_engine(self.url, pool_pre_ping=True, pool_size=pool_size)
+        self.pool: ConnectionPool[psycopg.Connection[dict[str, object]]] = ConnectionPool(
+            libpq_url(url),
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            connection_class=psycopg.Connection[dict[str, object]],
+            # After a server restart, pooled connections are dead: test before lending.
+            check=ConnectionPool.check_connection,
+            open=True,
+        )
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[dict[str, object]]]:
+        """A pooled autocommit connection: one statement is one transaction."""
+        with self.pool.connection() as conn:
+            yield conn
+
+    def close(self) -> None:
+        self.pool.close()
+        self.engine.dispose()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,160 @@
+"""The tables. Definitions and simple reads go through SQLModel; the hot path
+(claiming leases, committing steps) uses the named SQL in ``queries.py``."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlmodel import Field, SQLModel
+
+# Deterministic constraint names, so the schema built by the migrations and
+# the one built from these models can be compared name for name.
+SQLModel.metadata.naming_convention = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+_STATUSES = (
+    "'pending','running','suspended','retrying','compensating','completed','failed','cancelled'"
+)
+
+
+def _now() -> sa.TextClause:
+    return sa.text("now()")
+
+
+def _timestamp(nullable: bool = False, default_now: bool = False) -> Any:
+    return sa.Column(
+        sa.DateTime(timezone=True),
+        nullable=nullable,
+        server_default=_now() if default_now else None,
+    )
+
+
+def _jsonb(nullable: bool = True) -> Any:
+    return sa.Column(JSONB, nullable=nullable)
+
+
+class SessionRow(SQLModel, table=True):
+    """One run of an agent: its current state is materialised here so loading
+    it for the next step is a single-row read, whatever the history holds."""
+
+    __tablename__ = "sessions"
+    __table_args__ = (
+        sa.CheckConstraint(f"status IN ({_STATUSES})", name="status"),
+        sa.Index("ix_sessions_status_updated_at", "status", "updated_at"),
+        sa.Index("ix_sessions_agent_created_at", "agent", "created_at"),
+        sa.Index(
+            "ix_sessions_lease_expires_at",
+            "lease_expires_at",
+            postgresql_where=sa.text("status = 'running'"),
+        ),
+        sa.Index("ix_sessions_wake_at", "wake_at", postgresql_where=sa.text("wake_at IS NOT NULL")),
+    )
+
+    id: uuid.UUID = Field(primary_key=True)
+    agent: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    status: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    cursor: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    step_seq: int = Field(
+        default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
+    )
+    state: dict[str, Any] = Field(sa_column=_jsonb(nullable=False))
+    input: Any = Field(default=None, sa_column=_jsonb())
+    result: Any = Field(default=None, sa_column=_jsonb())
+    error: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
+    attempts: int = Field(
+        default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
+    )
+    lease_epoch: int = Field(
+        default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0")
+    )
+    lease_owner: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    lease_expires_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    wake_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    idempotency_key: str | None = Field(
+        default=None, sa_column=sa.Column(sa.Text, nullable=True, unique=True)
+    )
+    created_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    updated_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    finished_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+
+
+class CheckpointRow(SQLModel, table=True):
+    """Append-only history: the state after each committed step."""
+
+    __tablename__ = "checkpoints"
+
+    session_id: uuid.UUID = Field(
+        sa_column=sa.Column(
+            sa.Uuid, sa.ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+        )
+    )
+    seq: int = Field(sa_column=sa.Column(sa.Integer, primary_key=True))
+    step: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    next_step: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    state: dict[str, Any] = Field(sa_column=_jsonb(nullable=False))
+    created_at: datetime = Field(sa_column=_timestamp(default_now=True))
+
+
+class AuditEventRow(SQLModel, table=True):
+    """Append-only audit log (the seed's ``agent_audit_logs``): every step,
+    transition and operator action, in order."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (sa.Index("ix_audit_events_session_id_id", "session_id", "id"),)
+
+    id: int | None = Field(
+        default=None, sa_column=sa.Column(sa.BigInteger, sa.Identity(), primary_key=True)
+    )
+    session_id: uuid.UUID = Field(
+        sa_column=sa.Column(
+            sa.Uuid, sa.ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False
+        )
+    )
+    seq: int | None = Field(default=None, sa_column=sa.Column(sa.Integer, nullable=True))
+    step: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    event_type: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    payload: dict[str, Any] = Field(
+        sa_column=sa.Column(JSONB, nullable=False, server_default=sa.text("'{}'::jsonb"))
+    )
+    created_at: datetime = Field(sa_column=_timestamp(default_now=True))
+
+
+class ToolCallRow(SQLModel, table=True):
+    """The tool-call cache (the seed's ``tool_execution_cache``): one row per
+    logical call, keyed by its deterministic idempotency key."""
+
+    __tablename__ = "tool_execution_cache"
+    __table_args__ = (
+        sa.CheckConstraint("status IN ('started','completed','failed')", name="status"),
+        sa.Index("ix_tool_execution_cache_session_id_step_seq", "session_id", "step_seq"),
+    )
+
+    idempotency_key: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    session_id: uuid.UUID = Field(
+        sa_column=sa.Column(
+            sa.Uuid, sa.ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False
+        )
+    )
+    step_seq: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    step: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    call_index: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    tool: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    request: Any = Field(sa_column=_jsonb(nullable=False))
+    status: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    response: Any = Field(default=None, sa_column=_jsonb())
+    error: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
+    lease_epoch: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    attempts: int = Field(
+        default=1, sa_column=sa.Column(sa.Integer, nullable=False, server_default="1")
+    )
+    created_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    updated_at: datetime = Field(sa_column=_timestamp(default_now=True))

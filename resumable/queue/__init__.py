@@ -1,0 +1,1 @@
+"""Running sessions: the dramatiq broker, the session actor and the step loop."""

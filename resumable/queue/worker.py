@@ -1,0 +1,110 @@
+"""A worker process: the session actor on a dramatiq Worker, in-process.
+
+``resumable worker`` builds everything here explicitly (settings, database,
+broker, agent registry) instead of relying on dramatiq's global broker, and
+stops cleanly on SIGTERM/SIGINT: dramatiq finishes the messages in flight, so
+the sessions they run commit their current step and the rest stay pending in
+PostgreSQL for any other worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import dataclass
+from types import FrameType
+
+import dramatiq
+from dramatiq.brokers.redis import RedisBroker
+
+from resumable.agent import AgentRegistry
+from resumable.models.database import Database
+from resumable.queue.broker import SESSION_ACTOR, build_broker
+from resumable.queue.lease import LeaseKeeper
+from resumable.queue.runner import SessionRunner
+from resumable.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+# dramatiq's TimeLimit injects an exception into a running step; per-step
+# limits belong to the retry policy, so the message-level limit is a day.
+_MESSAGE_TIME_LIMIT_MS = 24 * 3600 * 1000
+
+
+@dataclass
+class WorkerRuntime:
+    """Everything a worker process needs, built once in its entry point."""
+
+    settings: Settings
+    db: Database
+    broker: RedisBroker
+    runner: SessionRunner
+    keeper: LeaseKeeper
+    actor: dramatiq.Actor[[str], str]
+
+    def close(self) -> None:
+        self.keeper.stop()
+        self.broker.close()
+        self.db.close()
+
+
+def build_runtime(
+    settings: Settings, database_url: str, redis_url: str, registry: AgentRegistry
+) -> WorkerRuntime:
+    db = Database(database_url, pool_size=settings.db_pool_size)
+    broker = build_broker(settings, redis_url)
+    keeper = LeaseKeeper(db, settings.lease_seconds)
+    runner = SessionRunner(settings, db, broker, registry, keeper)
+
+    def run_session(session_id: str) -> str:
+        return runner.run(session_id)
+
+    actor: dramatiq.Actor[[str], str] = dramatiq.actor(
+        broker=broker,
+        actor_name=SESSION_ACTOR,
+        queue_name=settings.queue_name,
+        # Sessions have their own retry policy; a failed message is never retried
+        # by dramatiq. A message whose run crashed (e.g. the database dropped) is
+        # recovered from PostgreSQL by the reconciler once the lease expires.
+        max_retries=0,
+        time_limit=_MESSAGE_TIME_LIMIT_MS,
+    )(run_session)
+    return WorkerRuntime(settings, db, broker, runner, keeper, actor)
+
+
+def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None) -> None:
+    """Consume until SIGTERM/SIGINT (or `stop_event`), then shut down cleanly."""
+    settings = runtime.settings
+    stop = stop_event or threading.Event()
+
+    def _on_signal(signum: int, _frame: FrameType | None) -> None:
+        logger.info("received %s; finishing messages in flight", signal.Signals(signum).name)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
+
+    worker = dramatiq.Worker(
+        runtime.broker,
+        queues={settings.queue_name},
+        worker_threads=settings.worker_threads,
+        worker_timeout=100,
+    )
+    if settings.worker_prefetch:
+        worker.queue_prefetch = settings.worker_prefetch
+    runtime.keeper.start()
+    worker.start()
+    logger.info(
+        "worker started: %d threads on queue %r",
+        settings.worker_threads,
+        settings.queue_name,
+        extra={"action": "worker_started"},
+    )
+    try:
+        stop.wait()
+    finally:
+        worker.stop(timeout=int(settings.lease_seconds * 1000))
+        runtime.close()
+        logger.info("worker stopped", extra={"action": "worker_stopped"})

@@ -1,0 +1,99 @@
+"""Configuration, read from the environment (prefix-free names for the URLs,
+``RESUMABLE_`` for everything else) so the same code runs under a Procfile,
+in tests and on a laptop without a config file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob resumable reads. Each field documents itself in README.md."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RESUMABLE_", extra="ignore", populate_by_name=True
+    )
+
+    database_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("DATABASE_URL", "RESUMABLE_DATABASE_URL"),
+        description="PostgreSQL URL. Unset: an embedded server is started under `home`.",
+    )
+    redis_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("REDIS_URL", "RESUMABLE_REDIS_URL"),
+        description="Redis URL. Unset: an embedded Valkey server is started under `home`.",
+    )
+    home: Path = Field(
+        default=Path(".resumable"),
+        description="Directory for local data: embedded servers' data, pid files, logs.",
+    )
+    agents: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Modules that define agents, imported by workers (comma-separated).",
+    )
+    queue_name: str = Field(default="resumable", description="dramatiq queue for session runs.")
+    lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a worker owns a session without renewing its lease.",
+    )
+    max_steps_per_run: int = Field(
+        default=50,
+        gt=0,
+        description="Steps one message may run before the session is re-enqueued (fairness).",
+    )
+    max_seconds_per_run: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds one message may run before the session is re-enqueued (fairness).",
+    )
+    worker_threads: int = Field(default=8, gt=0, description="Threads per worker process.")
+    worker_prefetch: int = Field(
+        default=0,
+        ge=0,
+        description="Messages a worker process prefetches; 0 means twice the thread count.",
+    )
+    heartbeat_timeout_ms: int = Field(
+        default=10_000,
+        gt=0,
+        description="After this long without a worker heartbeat, its unacked messages "
+        "are redelivered by another worker (dramatiq's default is 60 s).",
+    )
+    maintenance_chance: int = Field(
+        default=100_000,
+        gt=0,
+        le=1_000_000,
+        description="dramatiq's maintenance lottery, out of 1,000,000 broker calls "
+        "(its default is 1,000); 100,000 means 10%, so an idle worker polling every "
+        "100 ms notices a dead worker's messages within about a second.",
+    )
+    db_pool_size: int = Field(default=10, gt=0, description="Database connections per process.")
+    reconcile_grace_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="A pending session untouched this long is assumed to have lost its "
+        "queue message and is re-enqueued by the reconciler.",
+    )
+
+    @field_validator("agents", mode="before")
+    @classmethod
+    def _split_agents(cls, value: object) -> object:
+        """Accept `a.b,c.d` from the environment as well as a list from code."""
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @property
+    def home_dir(self) -> Path:
+        """The home directory as an absolute path (processes may change directory)."""
+        return self.home.expanduser().resolve()
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment, with explicit overrides on top."""
+    return Settings(**overrides)  # type: ignore[arg-type]

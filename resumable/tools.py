@@ -1,0 +1,111 @@
+"""Idempotent tool calls: a side effect happens once per logical call.
+
+Each call made through ``ctx.tool`` gets a deterministic key from the session,
+the step's sequence number and name, the call's index within the step and the
+canonical JSON of its arguments. Before the tool runs, the key is claimed in
+``tool_execution_cache`` under the worker's lease epoch (a worker that lost its
+lease cannot start a new side effect); as soon as the tool returns, its result
+is committed. A replay of the step after a crash finds the recorded result and
+returns it without calling the tool. The one window left, a crash after the
+external effect and before our record, is closed by handing the key to the
+tool, so the external API can dedupe on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import traceback
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from resumable import serialization
+from resumable.errors import LeaseLostError
+from resumable.models import queries
+from resumable.models.database import Database
+
+
+def idempotency_key(
+    session_id: uuid.UUID, step_seq: int, step: str, call_index: int, tool: str, request: str
+) -> str:
+    """The key of one logical call: same inputs, same key, on every replay."""
+    material = "\x1f".join([str(session_id), str(step_seq), step, str(call_index), tool, request])
+    return "rsm_" + hashlib.sha256(material.encode()).hexdigest()
+
+
+def _accepts_key(fn: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "idempotency_key" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+
+
+class ToolCalls:
+    """The tool calls of one step execution, fenced by the worker's lease epoch."""
+
+    def __init__(
+        self, db: Database, session_id: uuid.UUID, epoch: int, step_seq: int, step: str
+    ) -> None:
+        self._db = db
+        self._session_id = session_id
+        self._epoch = epoch
+        self._step_seq = step_seq
+        self._step = step
+        self._next_index = 0
+        self.replayed = 0
+        self.executed = 0
+
+    def call(
+        self, tool: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        index = self._next_index
+        self._next_index += 1
+        request = serialization.canonical(
+            {"args": list(args), "kwargs": kwargs}, f"tool {tool!r} arguments"
+        )
+        key = idempotency_key(self._session_id, self._step_seq, self._step, index, tool, request)
+        with self._db.connection() as conn:
+            row = conn.execute(
+                queries.CLAIM_TOOL_CALL,
+                {
+                    "session_id": self._session_id,
+                    "epoch": self._epoch,
+                    "key": key,
+                    "step_seq": self._step_seq,
+                    "step": self._step,
+                    "call_index": index,
+                    "tool": tool,
+                    "request": request,
+                },
+            ).fetchone()
+        assert row is not None
+        if not row["owned"]:
+            raise LeaseLostError(f"lease lost before tool call {tool!r}")
+        if row["status"] is None and row["recorded_status"] == "completed":
+            self.replayed += 1
+            return row["recorded_response"]
+
+        if _accepts_key(fn):
+            kwargs = {**kwargs, "idempotency_key": key}
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            error = {
+                "type": type(exc).__name__,
+                "message": str(exc),
+                "traceback": traceback.format_exc(),
+            }
+            with self._db.connection() as conn:
+                conn.execute(
+                    queries.FAIL_TOOL_CALL, {"key": key, "error": serialization.dumps(error)}
+                )
+            raise
+        encoded = serialization.dumps(result, f"result of tool {tool!r}")
+        with self._db.connection() as conn:
+            conn.execute(queries.COMPLETE_TOOL_CALL, {"key": key, "response": encoded})
+        self.executed += 1
+        return result

@@ -1,0 +1,124 @@
+"""Agents used by the tests; worker subprocesses import this module."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from resumable import Agent, Complete, StepContext
+
+
+def post_json(url: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
+    """A tool: POST to the fake external API, passing our idempotency key on."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        result: dict[str, Any] = json.loads(response.read())
+        return result
+
+
+def hold_while_flagged(ctx: StepContext, name: str) -> None:
+    """Announce that this step is running, then wait while the test's hold file exists."""
+    gate = Path(ctx.input["gate_dir"])
+    (gate / f"entered-{name}-{ctx.seq}").touch()
+    deadline = time.monotonic() + 120
+    while (gate / "hold").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+# -- five steps, in order ------------------------------------------------------------
+
+five = Agent("five")
+
+
+def _append(ctx: StepContext, name: str) -> None:
+    ctx.state.setdefault("progress", []).append(name)
+
+
+@five.step
+def one(ctx: StepContext) -> str:
+    _append(ctx, "one")
+    return "two"
+
+
+@five.step
+def two(ctx: StepContext) -> str:
+    _append(ctx, "two")
+    return "three"
+
+
+@five.step
+def three(ctx: StepContext) -> str:
+    _append(ctx, "three")
+    return "four"
+
+
+@five.step
+def four(ctx: StepContext) -> str:
+    _append(ctx, "four")
+    return "five"
+
+
+@five.step(name="five")
+def five_(ctx: StepContext) -> Complete:
+    _append(ctx, "five")
+    return Complete({"progress": ctx.state["progress"]})
+
+
+# -- counting steps, each with one charge (crash and duplicate tests) ----------------
+
+counter = Agent("counter")
+
+
+@counter.step
+def count(ctx: StepContext) -> str | Complete:
+    n = ctx.state.get("n", 0) + 1
+    if ctx.input.get("api"):
+        ctx.tool("charge", post_json, f"{ctx.input['api']}/charge", {"n": n})
+    if ctx.input.get("gate_dir") and n == ctx.input.get("hold_at"):
+        hold_while_flagged(ctx, "count")
+    if ctx.input.get("sleep"):
+        time.sleep(float(ctx.input["sleep"]))
+    ctx.state["n"] = n
+    if n >= int(ctx.input.get("steps", 10)):
+        return Complete({"n": n})
+    return "count"
+
+
+# -- bad behaviour -------------------------------------------------------------------
+
+bad = Agent("bad")
+
+
+@bad.step
+def dispatch(ctx: StepContext) -> str:
+    ctx.state["touched"] = True
+    return str(ctx.input["go"])
+
+
+@bad.step
+def raises(ctx: StepContext) -> str:
+    raise RuntimeError("the step broke")
+
+
+@bad.step
+def unserializable(ctx: StepContext) -> str:
+    ctx.state["when"] = object()
+    return "raises"
+
+
+@bad.step
+def unknown_next(ctx: StepContext) -> str:
+    return "no_such_step"
+
+
+@bad.step
+def wrong_type(ctx: StepContext) -> Any:
+    return 42

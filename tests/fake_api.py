@@ -1,0 +1,62 @@
+"""A small real HTTP server standing in for the outside world (a payment API).
+
+It records every request and every distinct effect by idempotency key, so a
+test can tell "called twice" (raw calls) from "charged twice" (effects).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class FakeAPI:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls: Counter[str] = Counter()  # raw requests per idempotency key
+        self.effects: dict[str, dict[str, Any]] = {}  # first request body per key
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                key = self.headers.get("Idempotency-Key") or f"nokey-{id(body)}"
+                with api.lock:
+                    api.calls[key] += 1
+                    first = key not in api.effects
+                    if first:
+                        api.effects[key] = body
+                    response = {"id": key[-12:], "replayed": not first, **api.effects[key]}
+                data = json.dumps(response).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeAPI:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def total_calls(self) -> int:
+        with self.lock:
+            return sum(self.calls.values())
+
+    def effect_count(self) -> int:
+        with self.lock:
+            return len(self.effects)
