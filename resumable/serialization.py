@@ -38,20 +38,21 @@ def _find_bad_value(value: Any, path: str) -> str | None:
 
 
 def dumps(value: Any, what: str = "value") -> str:
-    """Encode for storage; raise NotSerializableError naming the offending part."""
-    try:
-        return json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        where = _find_bad_value(value, what) or what
-        raise NotSerializableError(f"{what} is not JSON-serializable at {where}") from exc
+    """Encode for storage; raise NotSerializableError naming the offending part.
+
+    The walk before encoding catches what json would silently change (an int
+    key becomes a string, a tuple a list is fine), so that a state read back
+    after a crash is exactly the state the step left.
+    """
+    bad = _find_bad_value(value, what)
+    if bad is not None:
+        raise NotSerializableError(f"{what} is not JSON-serializable at {bad}")
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def canonical(value: Any, what: str = "value") -> str:
     """Deterministic encoding (sorted keys), used to derive idempotency keys."""
-    try:
-        return json.dumps(
-            value, allow_nan=False, sort_keys=True, ensure_ascii=False, separators=(",", ":")
-        )
-    except (TypeError, ValueError) as exc:
-        where = _find_bad_value(value, what) or what
-        raise NotSerializableError(f"{what} is not JSON-serializable at {where}") from exc
+    bad = _find_bad_value(value, what)
+    if bad is not None:
+        raise NotSerializableError(f"{what} is not JSON-serializable at {bad}")
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))

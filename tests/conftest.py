@@ -71,9 +71,7 @@ def settings(urls: ServiceURLs) -> Settings:
 def db(settings: Settings) -> Iterator[Database]:
     database = Database(settings.database_url or "", pool_size=4)
     with database.connection() as conn:
-        conn.execute(
-            "TRUNCATE sessions, checkpoints, audit_events, tool_execution_cache CASCADE"
-        )
+        conn.execute("TRUNCATE sessions, checkpoints, audit_events, tool_execution_cache CASCADE")
     yield database
     database.close()
 
@@ -162,3 +160,23 @@ def start_worker(
     yield start
     for worker in started:
         worker.stop()
+
+
+@pytest.fixture
+def reconciler(settings: Settings, db: Database, client: Client) -> Iterator[None]:
+    """Runs the reconcile function every 200 ms, as the scheduler process will."""
+    import threading
+
+    from resumable.reconcile import reconcile
+
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(0.2):
+            reconcile(settings, db, client.broker, grace_seconds=settings.reconcile_grace_seconds)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    yield
+    stop.set()
+    thread.join(timeout=5)
