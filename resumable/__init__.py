@@ -17,6 +17,7 @@ from resumable.errors import (
 )
 from resumable.models.status import SessionStatus
 from resumable.settings import Settings, load_settings
+from resumable.waits import Callback, Poll, Signal, Timer, Wait, Wake
 
 __all__ = [
     # Defining agents
@@ -25,6 +26,13 @@ __all__ = [
     "Complete",
     "Next",
     "StepContext",
+    # Waiting
+    "Callback",
+    "Poll",
+    "Signal",
+    "Timer",
+    "Wait",
+    "Wake",
     # Running them
     "Client",
     "SessionStatus",

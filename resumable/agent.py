@@ -14,7 +14,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from resumable.errors import AgentDefinitionError, UnknownAgentError, UnknownStepError
+from resumable.errors import (
+    AgentDefinitionError,
+    UnknownAgentError,
+    UnknownCheckError,
+    UnknownStepError,
+)
 
 if TYPE_CHECKING:
     from resumable.context import StepContext
@@ -36,6 +41,8 @@ class Complete:
 
 StepOutcome: TypeAlias = Next | Complete | str
 StepFunction: TypeAlias = Callable[["StepContext"], StepOutcome]
+# A poll check: given the Poll's arguments, a value when ready, else None.
+CheckFunction: TypeAlias = Callable[[dict[str, Any]], Any]
 
 
 class Agent:
@@ -49,6 +56,7 @@ class Agent:
         self.description = description
         self._start = start
         self._steps: dict[str, StepFunction] = {}
+        self._checks: dict[str, CheckFunction] = {}
 
     def step(self, func: StepFunction | None = None, /, *, name: str | None = None) -> Any:
         """Register a step, as ``@agent.step`` or ``@agent.step(name="...")``.
@@ -67,6 +75,36 @@ class Agent:
             return fn
 
         return register(func) if func is not None else register
+
+    def check(self, func: CheckFunction | None = None, /, *, name: str | None = None) -> Any:
+        """Register a poll check, as ``@agent.check`` or ``@agent.check(name=...)``.
+
+        Checks run on workers, each interval, until they return a value other
+        than ``None``; keep them quick and free of side effects.
+        """
+
+        def register(fn: CheckFunction) -> CheckFunction:
+            check_name = name or fn.__name__
+            if check_name in self._checks:
+                raise AgentDefinitionError(
+                    f"agent {self.name!r} already has a check named {check_name!r}"
+                )
+            self._checks[check_name] = fn
+            return fn
+
+        return register(func) if func is not None else register
+
+    def get_check(self, name: str) -> CheckFunction:
+        try:
+            return self._checks[name]
+        except KeyError:
+            raise UnknownCheckError(
+                f"agent {self.name!r} has no check {name!r} (checks: {', '.join(self._checks)})"
+            ) from None
+
+    @property
+    def check_names(self) -> list[str]:
+        return list(self._checks)
 
     @property
     def start_step(self) -> str:

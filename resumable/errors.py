@@ -85,3 +85,33 @@ class StepFailedError(ResumableError):
     """A step raised an exception."""
 
     code = "step_failed"
+
+
+class UnknownCheckError(ResumableError):
+    """The agent has no poll check with this name."""
+
+    code = "unknown_check"
+
+
+class WaitDefinitionError(ResumableError):
+    """A step asked to wait in a way that cannot work."""
+
+    code = "invalid_wait"
+
+
+class SessionExistsError(ResumableError):
+    """A session with this id already exists."""
+
+    code = "session_exists"
+
+
+class SessionStateError(ResumableError):
+    """The session is not in a state that allows this."""
+
+    code = "invalid_session_state"
+
+
+class InvalidCursorError(ResumableError):
+    """The pagination cursor is not one this API handed out."""
+
+    code = "invalid_cursor"

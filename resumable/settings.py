@@ -80,9 +80,35 @@ class Settings(BaseSettings):
         "queue message and is re-enqueued by the reconciler.",
     )
 
-    @field_validator("agents", mode="before")
+    public_url: str = Field(
+        default="http://127.0.0.1:8000",
+        description="Base URL external systems use to reach the web process; callback URLs "
+        "handed to them start with it.",
+    )
+    api_tokens: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Bearer tokens accepted by the HTTP API (comma-separated). Unset: a "
+        "token is generated once and kept in `<home>/api-token` for local use.",
+    )
+    webhook_secret: str | None = Field(
+        default=None,
+        description="Standard Webhooks secret (`whsec_...`) that callbacks must be signed "
+        "with. Unset: callbacks are authenticated by their unguessable token alone.",
+    )
+    max_body_bytes: int = Field(
+        default=1_048_576, gt=0, description="Largest request body the web process accepts."
+    )
+    web_host: str = Field(default="127.0.0.1", description="Address `resumable web` binds.")
+    web_port: int = Field(default=8000, description="Port `resumable web` binds.")
+    scheduler_interval_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often the scheduler wakes due timers and polls and reconciles.",
+    )
+
+    @field_validator("agents", "api_tokens", mode="before")
     @classmethod
-    def _split_agents(cls, value: object) -> object:
+    def _split_list(cls, value: object) -> object:
         """Accept `a.b,c.d` from the environment as well as a list from code."""
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]

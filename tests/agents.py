@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from resumable import Agent, Complete, StepContext
+from resumable.waits import Poll, Signal, Wait
 
 
 def post_json(url: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
@@ -122,3 +123,85 @@ def unknown_next(ctx: StepContext) -> str:
 @bad.step
 def wrong_type(ctx: StepContext) -> Any:
     return 42
+
+
+# -- waits ---------------------------------------------------------------------------
+
+approval = Agent("approval")
+
+
+@approval.step
+def ask(ctx: StepContext) -> Wait:
+    callback = ctx.callback("approval")
+    ctx.state["callback_url"] = callback.url
+    if ctx.input.get("gate_dir"):
+        # The early-delivery race: publish the URL, then keep the step running.
+        gate = Path(ctx.input["gate_dir"])
+        (gate / "callback_url.tmp").write_text(callback.url)
+        (gate / "callback_url.tmp").rename(gate / "callback_url")
+        hold_while_flagged(ctx, "ask")
+    return ctx.wait(callback, then="decide", timeout=ctx.input.get("timeout"))
+
+
+@approval.step
+def decide(ctx: StepContext) -> Complete:
+    assert ctx.wake is not None
+    ctx.state["decision"] = {"kind": ctx.wake.kind, "payload": ctx.wake.payload}
+    return Complete(ctx.state["decision"])
+
+
+signalled = Agent("signalled")
+
+
+@signalled.step
+def await_signal(ctx: StepContext) -> Wait:
+    return ctx.wait(
+        Signal(ctx.input.get("topic", "approve")),
+        then="signalled_done",
+        timeout=ctx.input.get("timeout"),
+    )
+
+
+@signalled.step
+def signalled_done(ctx: StepContext) -> Complete:
+    assert ctx.wake is not None
+    return Complete({"kind": ctx.wake.kind, "topic": ctx.wake.topic, "payload": ctx.wake.payload})
+
+
+sleeper = Agent("sleeper")
+
+
+@sleeper.step
+def nap(ctx: StepContext) -> Wait:
+    ctx.state["slept_at"] = time.time()
+    return ctx.sleep(float(ctx.input["seconds"]), then="woke")
+
+
+@sleeper.step
+def woke(ctx: StepContext) -> Complete:
+    assert ctx.wake is not None
+    return Complete({"kind": ctx.wake.kind, "late_by": time.time() - ctx.state["slept_at"]})
+
+
+poller = Agent("poller")
+
+
+@poller.check
+def file_ready(args: dict[str, Any]) -> str | None:
+    path = Path(args["path"])
+    return path.read_text() if path.exists() else None
+
+
+@poller.step
+def start_polling(ctx: StepContext) -> Wait:
+    return ctx.wait(
+        Poll("file_ready", {"path": ctx.input["path"]}, every=float(ctx.input.get("every", 0.3))),
+        then="polled",
+        timeout=ctx.input.get("timeout"),
+    )
+
+
+@poller.step
+def polled(ctx: StepContext) -> Complete:
+    assert ctx.wake is not None
+    return Complete({"kind": ctx.wake.kind, "payload": ctx.wake.payload})

@@ -3,8 +3,10 @@ are set), a clean schema per test, and real worker subprocesses."""
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -91,10 +93,28 @@ def client(settings: Settings, db: Database, redis_client: redis.Redis) -> Itera
     broker.close()
 
 
-class WorkerProcess:
-    """A real `resumable worker` subprocess."""
+WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"resumable-test-secret-0123456789").decode()
+API_TOKEN = "test-token-" + "x" * 20
 
-    def __init__(self, settings: Settings, log_path: Path, env: dict[str, str]) -> None:
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ManagedProcess:
+    """A real `resumable ...` subprocess (worker, web, scheduler), logging to a file."""
+
+    def __init__(
+        self,
+        command: list[str],
+        settings: Settings,
+        log_path: Path,
+        env: dict[str, str],
+        ready_text: str,
+    ) -> None:
         self.log_path = log_path
         full_env = {
             **os.environ,
@@ -106,18 +126,19 @@ class WorkerProcess:
         }
         self.log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "resumable.cli", "worker", "--agents", "tests.agents"],
+            [sys.executable, "-m", "resumable.cli", *command],
             cwd=ROOT,
             env=full_env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
-        wait_until(self._ready, timeout=30, what=f"worker to start (log {log_path})")
+        self.ready_text = ready_text
+        wait_until(self._ready, timeout=30, what=f"{command[0]} to start (log {log_path})")
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:
-            raise AssertionError(f"worker exited early:\n{self.log_path.read_text()}")
-        return "worker started" in self.log_path.read_text()
+            raise AssertionError(f"process exited early:\n{self.log_path.read_text()}")
+        return self.ready_text in self.log_path.read_text()
 
     @property
     def pid(self) -> int:
@@ -146,20 +167,71 @@ class WorkerProcess:
         return self.proc.returncode
 
 
-@pytest.fixture
-def start_worker(
-    settings: Settings, tmp_path: Path, db: Database, redis_client: redis.Redis
-) -> Iterator[Callable[..., WorkerProcess]]:
-    started: list[WorkerProcess] = []
+WorkerProcess = ManagedProcess
 
-    def start(**env: str) -> WorkerProcess:
-        worker = WorkerProcess(settings, tmp_path / f"worker-{len(started)}.log", env)
-        started.append(worker)
-        return worker
+
+@pytest.fixture
+def web_port() -> int:
+    return free_port()
+
+
+@pytest.fixture
+def process_env(web_port: int) -> dict[str, str]:
+    """Environment shared by every process of one test's deployment."""
+    return {
+        "RESUMABLE_PUBLIC_URL": f"http://127.0.0.1:{web_port}",
+        "RESUMABLE_API_TOKENS": API_TOKEN,
+        "RESUMABLE_WEBHOOK_SECRET": WEBHOOK_SECRET,
+        "RESUMABLE_SCHEDULER_INTERVAL_SECONDS": "0.25",
+        "RESUMABLE_RECONCILE_GRACE_SECONDS": "2",
+    }
+
+
+@pytest.fixture
+def start_process(
+    settings: Settings,
+    tmp_path: Path,
+    db: Database,
+    redis_client: redis.Redis,
+    process_env: dict[str, str],
+) -> Iterator[Callable[..., ManagedProcess]]:
+    started: list[ManagedProcess] = []
+
+    def start(command: list[str], ready_text: str, **env: str) -> ManagedProcess:
+        log = tmp_path / f"{command[0]}-{len(started)}.log"
+        process = ManagedProcess(command, settings, log, {**process_env, **env}, ready_text)
+        started.append(process)
+        return process
 
     yield start
-    for worker in started:
-        worker.stop()
+    for process in reversed(started):
+        process.stop()
+
+
+@pytest.fixture
+def start_worker(start_process: Callable[..., ManagedProcess]) -> Callable[..., ManagedProcess]:
+    def start(**env: str) -> ManagedProcess:
+        return start_process(["worker", "--agents", "tests.agents"], "worker started", **env)
+
+    return start
+
+
+@pytest.fixture
+def start_web(
+    start_process: Callable[..., ManagedProcess], web_port: int
+) -> Callable[..., ManagedProcess]:
+    def start(**env: str) -> ManagedProcess:
+        return start_process(["web", "--port", str(web_port)], "Uvicorn running", **env)
+
+    return start
+
+
+@pytest.fixture
+def start_scheduler(start_process: Callable[..., ManagedProcess]) -> Callable[..., ManagedProcess]:
+    def start(**env: str) -> ManagedProcess:
+        return start_process(["scheduler"], "scheduler started", **env)
+
+    return start
 
 
 @pytest.fixture

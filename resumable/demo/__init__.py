@@ -84,7 +84,7 @@ def run_demo(settings: Settings, console: Console) -> int:
                     idempotency_key=f"demo-{time.time_ns()}",
                 )
                 console.print(f"session {session_id} enqueued")
-                _wait(lambda: (gate / "refund-issued").exists(), 30, "the refund step")
+                _wait((gate / "refund-issued").exists, 30, "the refund step")
                 console.print(
                     "[yellow]refund API called; killing worker 1 with SIGKILL mid-step[/yellow]"
                 )

@@ -45,8 +45,8 @@ WITH old AS (
     FROM old
     WHERE sessions.id = old.id
     RETURNING sessions.id, sessions.agent, sessions.cursor, sessions.state, sessions.input,
-              sessions.step_seq, sessions.lease_epoch, old.status AS previous_status,
-              old.lease_owner AS previous_owner
+              sessions.step_seq, sessions.lease_epoch, sessions.wait, sessions.wake,
+              old.status AS previous_status, old.lease_owner AS previous_owner
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
     SELECT id, step_seq, cursor,
@@ -64,8 +64,9 @@ WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
 RETURNING id
 """
 
-# A step's outcome: new state, cursor and status, a checkpoint row and the audit
-# events, in one statement. No row back means the epoch moved on: another
+# A step's outcome: new state, cursor and status, the wait it suspends on (if
+# any), a checkpoint row, the audit events, and the consumption of the delivery
+# that woke it, in one statement. No row back means the epoch moved on: another
 # worker owns the session and nothing was written.
 COMMIT_STEP = """
 WITH s AS (
@@ -75,6 +76,9 @@ WITH s AS (
         status = %(status)s,
         result = %(result)s::jsonb,
         step_seq = step_seq + 1,
+        wait = %(wait)s::jsonb,
+        wake = NULL,
+        wake_at = %(wake_at)s::timestamptz,
         lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,
         lease_expires_at = CASE WHEN %(release)s THEN NULL
                                 ELSE now() + make_interval(secs => %(lease_seconds)s) END,
@@ -89,6 +93,14 @@ WITH s AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
     SELECT s.id, s.step_seq, ev.step, ev.type, ev.payload
     FROM s, jsonb_to_recordset(%(events)s::jsonb) AS ev(step text, type text, payload jsonb)
+), d AS (
+    UPDATE deliveries SET status = 'consumed', consumed_at = now(), consumed_seq = s.step_seq
+    FROM s WHERE deliveries.id = %(delivery_id)s AND deliveries.status = 'pending'
+), k AS (
+    -- The first step after a wake closes what is left of the wait it ended.
+    UPDATE callbacks SET status = 'closed', closed_at = now()
+    FROM s WHERE %(after_wake)s AND callbacks.session_id = s.id AND callbacks.status = 'open'
+                 AND callbacks.step_seq < s.step_seq
 )
 SELECT step_seq FROM s
 """

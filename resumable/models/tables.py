@@ -57,6 +57,7 @@ class SessionRow(SQLModel, table=True):
             postgresql_where=sa.text("status = 'running'"),
         ),
         sa.Index("ix_sessions_wake_at", "wake_at", postgresql_where=sa.text("wake_at IS NOT NULL")),
+        sa.Index("ix_sessions_created_at_id", "created_at", "id"),
     )
 
     id: uuid.UUID = Field(primary_key=True)
@@ -85,6 +86,9 @@ class SessionRow(SQLModel, table=True):
     created_at: datetime = Field(sa_column=_timestamp(default_now=True))
     updated_at: datetime = Field(sa_column=_timestamp(default_now=True))
     finished_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    # Added in migration 0002 (PostgreSQL appends new columns; keep the order).
+    wait: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
+    wake: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
 
 
 class CheckpointRow(SQLModel, table=True):
@@ -157,4 +161,92 @@ class ToolCallRow(SQLModel, table=True):
         default=1, sa_column=sa.Column(sa.Integer, nullable=False, server_default="1")
     )
     created_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    updated_at: datetime = Field(sa_column=_timestamp(default_now=True))
+
+
+class CallbackRow(SQLModel, table=True):
+    """A single-use callback token created by a step for an external system.
+
+    ``open`` until a delivery arrives (``received``) or the wait it belongs to
+    ends (``closed``); a delivery to a closed token is answered 409.
+    """
+
+    __tablename__ = "callbacks"
+    __table_args__ = (
+        sa.CheckConstraint("status IN ('open','received','closed')", name="status"),
+        sa.UniqueConstraint("session_id", "step_seq", "call_index"),
+    )
+
+    token: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    session_id: uuid.UUID = Field(
+        sa_column=sa.Column(
+            sa.Uuid, sa.ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False
+        )
+    )
+    step_seq: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    call_index: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    topic: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    status: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    created_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    closed_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+
+
+class DeliveryRow(SQLModel, table=True):
+    """An inbound event (callback or signal), durable before it is acknowledged
+    and consumed exactly once, in the transaction of the step that uses it."""
+
+    __tablename__ = "deliveries"
+    __table_args__ = (
+        sa.CheckConstraint("kind IN ('callback','signal')", name="kind"),
+        sa.CheckConstraint("status IN ('pending','consumed')", name="status"),
+        sa.Index(
+            "uq_deliveries_token",
+            "token",
+            unique=True,
+            postgresql_where=sa.text("kind = 'callback'"),
+        ),
+        sa.Index(
+            "uq_deliveries_signal_dedupe",
+            "session_id",
+            "topic",
+            "dedupe_key",
+            unique=True,
+            postgresql_where=sa.text("kind = 'signal' AND dedupe_key IS NOT NULL"),
+        ),
+        sa.Index(
+            "ix_deliveries_pending",
+            "session_id",
+            "id",
+            postgresql_where=sa.text("status = 'pending'"),
+        ),
+    )
+
+    id: int | None = Field(
+        default=None, sa_column=sa.Column(sa.BigInteger, sa.Identity(), primary_key=True)
+    )
+    session_id: uuid.UUID = Field(
+        sa_column=sa.Column(
+            sa.Uuid, sa.ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False
+        )
+    )
+    kind: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    token: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    topic: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    dedupe_key: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    payload: Any = Field(sa_column=_jsonb())
+    status: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    received_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    consumed_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    consumed_seq: int | None = Field(default=None, sa_column=sa.Column(sa.Integer, nullable=True))
+
+
+class AgentInfoRow(SQLModel, table=True):
+    """Agents that workers have announced, so the web process can refuse an
+    unknown agent name without importing any agent code."""
+
+    __tablename__ = "agents"
+
+    name: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    steps: list[str] = Field(sa_column=_jsonb(nullable=False))
+    checks: list[str] = Field(sa_column=_jsonb(nullable=False))
     updated_at: datetime = Field(sa_column=_timestamp(default_now=True))

@@ -19,28 +19,29 @@ import time
 import traceback
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dramatiq
 
 from resumable import serialization
 from resumable.agent import Agent, AgentRegistry, Complete, Next
+from resumable.callbacks import CallbackFactory
 from resumable.context import StepContext
 from resumable.errors import (
     InvalidStepResultError,
     LeaseLostError,
     NotSerializableError,
     ResumableError,
-    UnknownAgentError,
-    UnknownStepError,
 )
 from resumable.logs import session_context
-from resumable.models import queries
+from resumable.models import queries, wait_queries
 from resumable.models.database import Database
 from resumable.queue.broker import enqueue_session
 from resumable.queue.lease import LeaseKeeper
 from resumable.settings import Settings
 from resumable.tools import ToolCalls
+from resumable.waits import Wait, Wake
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +57,39 @@ class Claim:
     input: Any
     step_seq: int
     epoch: int
+    wait: dict[str, Any] | None
+    wake: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class StepRun:
+    """A step that ran and returned something valid, ready to commit."""
+
+    name: str
+    ctx: StepContext
+    tools: ToolCalls
+    decision: Decision
+    wake: Wake | None
+    state: str
+    result: str
+    ms: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A step's return value, validated: where to go next and how."""
+
+    next_step: str | None
+    result: Any = None
+    done: bool = False
+    wait: dict[str, Any] | None = None
 
 
 class RunOutcome:
     """How one run of the loop ended (returned for tests and logs)."""
 
     NOT_CLAIMED = "not_claimed"
+    SUSPENDED = "suspended"
     COMPLETED = "completed"
     FAILED = "failed"
     YIELDED = "yielded"
@@ -120,6 +148,8 @@ class SessionRunner:
             input=row["input"],
             step_seq=int(row["step_seq"]),  # type: ignore[call-overload]
             epoch=int(row["lease_epoch"]),  # type: ignore[call-overload]
+            wait=row["wait"],  # type: ignore[arg-type]
+            wake=row["wake"],  # type: ignore[arg-type]
         )
 
     def run(self, session_id: uuid.UUID | str) -> str:
@@ -141,35 +171,20 @@ class SessionRunner:
         try:
             agent = self.registry.get(claim.agent)
             cursor = claim.cursor or agent.start_step
-        except (UnknownAgentError, ResumableError) as exc:
+            wake = self._resolve_wake(claim, agent)
+        except LeaseLostError:
+            return RunOutcome.LEASE_LOST
+        except Exception as exc:
             return self._fail(claim, exc, claim.cursor)
+        if wake is not None and wake.kind == "poll_check":
+            return RunOutcome.SUSPENDED  # the check found nothing; suspended again
 
         started = time.monotonic()
         steps_run = 0
-        state = claim.state
-        seq = claim.step_seq
+        state, seq = claim.state, claim.step_seq
         while True:
             try:
-                step_fn = agent.get_step(cursor)
-            except UnknownStepError as exc:
-                return self._fail(claim, exc, cursor)
-            tools = ToolCalls(self.db, claim.session_id, claim.epoch, seq + 1, cursor)
-            ctx = StepContext(
-                session_id=claim.session_id,
-                agent=agent.name,
-                step=cursor,
-                seq=seq + 1,
-                input=claim.input,
-                state=state,
-                tools=tools,
-                logger=logger,
-            )
-            step_started = time.monotonic()
-            try:
-                outcome = step_fn(ctx)
-                next_step, result, done = self._interpret(agent, outcome)
-                encoded_state = serialization.dumps(ctx.state, "state")
-                encoded_result = serialization.dumps(result, "result") if done else "null"
+                step = self._execute(claim, agent, cursor, seq, state, wake)
             except LeaseLostError:
                 logger.info(
                     "lease lost during step %s; stopping", cursor, extra={"action": "lease_lost"}
@@ -177,49 +192,14 @@ class SessionRunner:
                 return RunOutcome.LEASE_LOST
             except Exception as exc:
                 return self._fail(claim, exc, cursor)
-            if not isinstance(ctx.state, dict):
-                return self._fail(
-                    claim, NotSerializableError("state must be a JSON object (a dict)"), cursor
-                )
 
             steps_run += 1
-            elapsed = time.monotonic() - started
             out_of_budget = (
                 steps_run >= self.settings.max_steps_per_run
-                or elapsed >= self.settings.max_seconds_per_run
+                or time.monotonic() - started >= self.settings.max_seconds_per_run
             )
-            events: list[dict[str, Any]] = [
-                {
-                    "step": cursor,
-                    "type": "step_completed",
-                    "payload": {
-                        "next": next_step,
-                        "ms": round((time.monotonic() - step_started) * 1000, 3),
-                        "tool_calls": tools.executed,
-                        "tool_calls_replayed": tools.replayed,
-                    },
-                }
-            ]
-            if done:
-                status = "completed"
-                events.append({"step": cursor, "type": "session_completed", "payload": {}})
-            elif out_of_budget:
-                status = "pending"
-                events.append(
-                    {"step": next_step, "type": "run_yielded", "payload": {"steps": steps_run}}
-                )
-            else:
-                status = "running"
-
-            committed = self._commit(
-                claim,
-                step=cursor,
-                cursor=None if done else next_step,
-                status=status,
-                state=encoded_state,
-                result=encoded_result,
-                events=events,
-            )
+            status, events = self._transition(step, out_of_budget, steps_run)
+            committed = self._commit(claim, step, status, events)
             if committed is None:
                 logger.warning(
                     "step %s not committed: another worker owns the session",
@@ -227,58 +207,178 @@ class SessionRunner:
                     extra={"action": "lease_lost"},
                 )
                 return RunOutcome.LEASE_LOST
-            seq = committed
-            if done:
+            decision = step.decision
+            if decision.done:
                 logger.info(
                     "session completed after step %s", cursor, extra={"action": "completed"}
                 )
                 return RunOutcome.COMPLETED
+            if decision.wait is not None:
+                self._wake_if_delivered(claim.session_id)
+                return RunOutcome.SUSPENDED
             if out_of_budget:
                 enqueue_session(self.broker, self.settings, claim.session_id)
                 return RunOutcome.YIELDED
-            assert next_step is not None
-            cursor = next_step
-            state = ctx.state
+            assert decision.next_step is not None
+            cursor, state, seq, wake = decision.next_step, step.ctx.state, committed, None
+
+    def _resolve_wake(self, claim: Claim, agent: Agent) -> Wake | None:
+        """The wake the first step sees; a due poll check runs here first."""
+        wake = Wake.from_json(claim.wake)
+        if wake is not None and wake.kind == "poll_check":
+            return self._check_poll(claim, agent) or wake
+        return wake
+
+    def _execute(
+        self,
+        claim: Claim,
+        agent: Agent,
+        cursor: str,
+        seq: int,
+        state: dict[str, Any],
+        wake: Wake | None,
+    ) -> StepRun:
+        """Run one step with no transaction open; validate and encode its outcome."""
+        step_fn = agent.get_step(cursor)
+        tools = ToolCalls(self.db, claim.session_id, claim.epoch, seq + 1, cursor)
+        ctx = StepContext(
+            session_id=claim.session_id,
+            agent=agent.name,
+            step=cursor,
+            seq=seq + 1,
+            input=claim.input,
+            state=state,
+            tools=tools,
+            callbacks=CallbackFactory(
+                self.db, claim.session_id, claim.epoch, seq + 1, self.settings.public_url
+            ),
+            wake=wake,
+            logger=logger,
+        )
+        step_started = time.monotonic()
+        decision = self._interpret(agent, step_fn(ctx))
+        if not isinstance(ctx.state, dict):
+            raise NotSerializableError("state must be a JSON object (a dict)")
+        return StepRun(
+            name=cursor,
+            ctx=ctx,
+            tools=tools,
+            decision=decision,
+            wake=wake,
+            state=serialization.dumps(ctx.state, "state"),
+            result=serialization.dumps(decision.result, "result"),
+            ms=round((time.monotonic() - step_started) * 1000, 3),
+        )
 
     @staticmethod
-    def _interpret(agent: Agent, outcome: object) -> tuple[str | None, Any, bool]:
-        """(next step, result, done) from what a step returned."""
+    def _transition(
+        step: StepRun, out_of_budget: bool, steps_run: int
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """The status a step leaves the session in, and its audit events."""
+        decision = step.decision
+        payload: dict[str, Any] = {
+            "next": decision.next_step,
+            "ms": step.ms,
+            "tool_calls": step.tools.executed,
+            "tool_calls_replayed": step.tools.replayed,
+        }
+        if step.wake is not None:
+            payload["woken_by"] = step.wake.kind
+        events: list[dict[str, Any]] = [
+            {"step": step.name, "type": "step_completed", "payload": payload}
+        ]
+        if decision.done:
+            events.append({"step": step.name, "type": "session_completed", "payload": {}})
+            return "completed", events
+        if decision.wait is not None:
+            events.append(
+                {"step": decision.next_step, "type": "suspended", "payload": decision.wait}
+            )
+            return "suspended", events
+        if out_of_budget:
+            events.append(
+                {"step": decision.next_step, "type": "run_yielded", "payload": {"steps": steps_run}}
+            )
+            return "pending", events
+        return "running", events
+
+    def _check_poll(self, claim: Claim, agent: Agent) -> Wake | None:
+        """Run a due poll check: the wake for the `then` step, or None after
+        suspending again until the next check."""
+        wait = claim.wait or {}
+        poll = wait["poll"]
+        value = agent.get_check(poll["check"])(poll["args"])
+        if value is not None:
+            serialization.dumps(value, f"value of check {poll['check']!r}")
+            return Wake(kind="poll", topic=poll["check"], payload=value)
+        now = datetime.now(UTC)
+        deadline = _parse_time(wait.get("deadline"))
+        if deadline is not None and now >= deadline:
+            return Wake(kind="timeout")
+        candidates = [now + timedelta(seconds=float(poll["every"]))]
+        candidates += [t for t in (deadline, _parse_time(wait.get("timer_at"))) if t is not None]
+        with self.db.connection() as conn:
+            row = conn.execute(
+                wait_queries.RESUSPEND_AFTER_POLL,
+                {"id": claim.session_id, "epoch": claim.epoch, "wake_at": min(candidates)},
+            ).fetchone()
+        if row is None:
+            raise LeaseLostError("lease lost during a poll check")
+        self._wake_if_delivered(claim.session_id)
+        return None
+
+    def _wake_if_delivered(self, session_id: uuid.UUID) -> None:
+        """After suspending: a delivery that arrived early wakes the session now."""
+        with self.db.connection() as conn:
+            woke = conn.execute(wait_queries.WAKE_FROM_DELIVERIES, {"id": session_id}).fetchone()
+        if woke is not None:
+            logger.info(
+                "woken at once by a %s delivered while suspending",
+                woke["kind"],
+                extra={"action": "early_delivery"},
+            )
+            enqueue_session(self.broker, self.settings, session_id)
+
+    @staticmethod
+    def _interpret(agent: Agent, outcome: object) -> Decision:
+        """What a step's return value asks for."""
         if isinstance(outcome, Complete):
-            return None, outcome.result, True
+            return Decision(next_step=None, result=outcome.result, done=True)
         if isinstance(outcome, str):
             outcome = Next(outcome)
         if isinstance(outcome, Next):
             agent.get_step(outcome.step)  # raises UnknownStepError
-            return outcome.step, None, False
+            return Decision(next_step=outcome.step)
+        if isinstance(outcome, Wait):
+            agent.get_step(outcome.then)
+            return Decision(next_step=outcome.then, wait=outcome.spec())
         raise InvalidStepResultError(
-            "a step must return a step name, Next(...) or Complete(...), "
+            "a step must return a step name, Next(...), Complete(...) or a wait, "
             f"got {type(outcome).__name__}"
         )
 
     def _commit(
-        self,
-        claim: Claim,
-        *,
-        step: str,
-        cursor: str | None,
-        status: str,
-        state: str,
-        result: str,
-        events: list[dict[str, Any]],
+        self, claim: Claim, step: StepRun, status: str, events: list[dict[str, Any]]
     ) -> int | None:
+        """Commit a step's outcome; the new sequence number, or None if fenced out."""
+        wait = step.decision.wait
         with self.db.connection() as conn:
             row = conn.execute(
                 queries.COMMIT_STEP,
                 {
                     "id": claim.session_id,
                     "epoch": claim.epoch,
-                    "state": state,
-                    "cursor": cursor,
+                    "state": step.state,
+                    "cursor": step.decision.next_step,
                     "status": status,
-                    "result": result,
+                    "result": step.result,
                     "release": status != "running",
+                    "wait": serialization.dumps(wait, "wait") if wait else None,
+                    "wake_at": wait.get("wake_at") if wait else None,
+                    "delivery_id": step.wake.delivery_id if step.wake else None,
+                    "after_wake": step.wake is not None,
                     "lease_seconds": self.settings.lease_seconds,
-                    "step": step,
+                    "step": step.name,
                     "events": serialization.dumps(events, "audit events"),
                 },
                 prepare=True,
@@ -305,3 +405,7 @@ class SessionRunner:
                 },
             ).fetchone()
         return RunOutcome.FAILED if row is not None else RunOutcome.LEASE_LOST
+
+
+def _parse_time(value: object) -> datetime | None:
+    return datetime.fromisoformat(str(value)) if value else None

@@ -9,6 +9,7 @@ PostgreSQL for any other worker.
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -19,6 +20,7 @@ import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
 from resumable.agent import AgentRegistry
+from resumable.models import wait_queries
 from resumable.models.database import Database
 from resumable.queue.broker import SESSION_ACTOR, build_broker
 from resumable.queue.lease import LeaseKeeper
@@ -73,6 +75,20 @@ def build_runtime(
     return WorkerRuntime(settings, db, broker, runner, keeper, actor)
 
 
+def announce_agents(runtime: WorkerRuntime) -> None:
+    """Record this worker's agents so the web process can validate agent names."""
+    with runtime.db.connection() as conn:
+        for agent in runtime.runner.registry:
+            conn.execute(
+                wait_queries.REGISTER_AGENT,
+                {
+                    "name": agent.name,
+                    "steps": json.dumps(agent.step_names),
+                    "checks": json.dumps(agent.check_names),
+                },
+            )
+
+
 def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None) -> None:
     """Consume until SIGTERM/SIGINT (or `stop_event`), then shut down cleanly."""
     settings = runtime.settings
@@ -94,6 +110,7 @@ def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None
     )
     if settings.worker_prefetch:
         worker.queue_prefetch = settings.worker_prefetch
+    announce_agents(runtime)
     runtime.keeper.start()
     worker.start()
     logger.info(

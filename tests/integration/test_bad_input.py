@@ -114,6 +114,7 @@ def test_cli_reports_errors_with_a_message_and_nonzero_exit(client: Client) -> N
     }
     bad_json = subprocess.run(
         [*env_cmd, "enqueue", "five", "--input", "{nope"],
+        check=False,
         capture_output=True,
         text=True,
         env=env,
@@ -123,6 +124,7 @@ def test_cli_reports_errors_with_a_message_and_nonzero_exit(client: Client) -> N
     assert "--input is not valid JSON" in bad_json.stderr
     unknown = subprocess.run(
         [*env_cmd, "enqueue", "nope", "--agents", "tests.agents"],
+        check=False,
         capture_output=True,
         text=True,
         env=env,
@@ -132,6 +134,7 @@ def test_cli_reports_errors_with_a_message_and_nonzero_exit(client: Client) -> N
     assert "unknown agent 'nope'" in unknown.stdout
     missing = subprocess.run(
         [*env_cmd, "sessions", "show", str(uuid.uuid4())],
+        check=False,
         capture_output=True,
         text=True,
         env=env,

@@ -47,7 +47,7 @@ def test_sigkill_mid_step_after_tool_call_recovers_without_repeating_it(
             {"api": api.url, "steps": 5, "hold_at": 3, "gate_dir": str(tmp_path)},
         )
         # Step 3 has made its charge and is now blocked: kill the worker there.
-        wait_until(lambda: (tmp_path / "entered-count-3").exists(), what="step 3 to start")
+        wait_until((tmp_path / "entered-count-3").exists, what="step 3 to start")
         assert api.total_calls() == 3
         victim.kill()
         (tmp_path / "hold").unlink()
@@ -79,7 +79,7 @@ def test_paused_worker_is_fenced_out_after_its_lease_expires(
             "counter",
             {"api": api.url, "steps": 6, "hold_at": 2, "gate_dir": str(tmp_path)},
         )
-        wait_until(lambda: (tmp_path / "entered-count-2").exists(), what="step 2 to start")
+        wait_until((tmp_path / "entered-count-2").exists, what="step 2 to start")
         paused.signal(signal.SIGSTOP)
         (tmp_path / "hold").unlink()
         first_epoch = client.get(session_id).lease_epoch

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import context
-
 from sqlmodel import SQLModel
 
 from resumable.models import tables as _tables  # noqa: F401 - registers the tables

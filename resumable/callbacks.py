@@ -1,0 +1,53 @@
+"""Creating callback tokens from inside a step.
+
+A token must exist before the step hands its URL to an external system,
+because that system may answer before the step has even returned; so it is
+committed at once (fenced by the lease epoch), and a delivery that arrives
+before the session suspends is kept until the wait takes it. Tokens are
+random and unguessable, but a replay of the same step finds the same token
+(by session, step and call index), so a URL already handed out stays valid.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+
+from resumable.errors import LeaseLostError
+from resumable.models import wait_queries
+from resumable.models.database import Database
+from resumable.waits import Callback
+
+
+class CallbackFactory:
+    """The callbacks of one step execution."""
+
+    def __init__(
+        self, db: Database, session_id: uuid.UUID, epoch: int, step_seq: int, public_url: str
+    ) -> None:
+        self._db = db
+        self._session_id = session_id
+        self._epoch = epoch
+        self._step_seq = step_seq
+        self._public_url = public_url.rstrip("/")
+        self._next_index = 0
+
+    def create(self, topic: str) -> Callback:
+        index = self._next_index
+        self._next_index += 1
+        with self._db.connection() as conn:
+            row = conn.execute(
+                wait_queries.CREATE_CALLBACK,
+                {
+                    "session_id": self._session_id,
+                    "epoch": self._epoch,
+                    "token": secrets.token_urlsafe(32),
+                    "step_seq": self._step_seq,
+                    "call_index": index,
+                    "topic": topic,
+                },
+            ).fetchone()
+        if row is None or not row["owned"] or row["token"] is None:
+            raise LeaseLostError("lease lost before creating a callback")
+        token = str(row["token"])
+        return Callback(token=token, topic=topic, url=f"{self._public_url}/v1/callbacks/{token}")

@@ -1,0 +1,187 @@
+"""Recording inbound events: callbacks from external systems and signals.
+
+A delivery is committed before it is acknowledged, deduplicated by the
+sender's id, and only then offered to the session: the wake-up is a separate
+statement after the commit, so that it either sees the session suspended or
+the worker, suspending later, sees the delivery (see ``wait_queries``).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import dramatiq
+
+from resumable import serialization
+from resumable.models import wait_queries
+from resumable.models.database import Database
+from resumable.models.status import TERMINAL_STATUSES
+from resumable.queue.broker import enqueue_session
+from resumable.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+class Verdict(StrEnum):
+    """What became of a delivery; the web layer maps each to an HTTP status."""
+
+    ACCEPTED = "accepted"  # stored; will be (or was just) consumed by the session
+    DUPLICATE = "duplicate"  # the same delivery id was seen before; nothing new stored
+    UNKNOWN = "unknown"  # no such callback token or session
+    CLOSED = "closed"  # the wait or the session is over; recorded in the audit log
+
+
+@dataclass(frozen=True)
+class Receipt:
+    verdict: Verdict
+    message: str
+    session_id: uuid.UUID | None = None
+    delivery_id: int | None = None
+    woke: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "status": self.verdict.value,
+            "message": self.message,
+            "session_id": None if self.session_id is None else str(self.session_id),
+            "delivery_id": self.delivery_id,
+        }
+
+
+class Inbox:
+    """Stores deliveries and wakes the sessions waiting for them."""
+
+    def __init__(self, settings: Settings, db: Database, broker: dramatiq.Broker) -> None:
+        self.settings = settings
+        self.db = db
+        self.broker = broker
+
+    def wake(self, session_id: uuid.UUID) -> bool:
+        """Offer pending deliveries to the session; enqueue it if one woke it."""
+        with self.db.connection() as conn:
+            woke = conn.execute(wait_queries.WAKE_FROM_DELIVERIES, {"id": session_id}).fetchone()
+        if woke is not None:
+            enqueue_session(self.broker, self.settings, session_id)
+        return woke is not None
+
+    def callback(self, token: str, payload: Any, dedupe_key: str | None) -> Receipt:
+        encoded = serialization.dumps(payload, "callback payload")
+        with self.db.connection() as conn, conn.transaction():
+            target = conn.execute(wait_queries.LOCK_CALLBACK, {"token": token}).fetchone()
+            if target is None:
+                return Receipt(Verdict.UNKNOWN, "no callback with this token")
+            session_id = uuid.UUID(str(target["session_id"]))
+            previous = conn.execute(wait_queries.CALLBACK_DELIVERY, {"token": token}).fetchone()
+            if previous is not None and dedupe_key and previous["dedupe_key"] == dedupe_key:
+                return Receipt(
+                    Verdict.DUPLICATE,
+                    "this delivery was already received",
+                    session_id,
+                    int(previous["id"]),  # type: ignore[call-overload]
+                )
+            reason = _closed_reason(target, already_delivered=previous is not None)
+            if reason:
+                conn.execute(
+                    wait_queries.REJECTED_DELIVERY,
+                    {
+                        "session_id": session_id,
+                        "step_seq": target["step_seq"],
+                        "step": target["cursor"],
+                        "event": "callback_rejected",
+                        "payload": serialization.dumps(
+                            {"topic": target["topic"], "reason": reason, "dedupe_key": dedupe_key}
+                        ),
+                    },
+                )
+                return Receipt(Verdict.CLOSED, reason, session_id)
+            row = conn.execute(
+                wait_queries.INSERT_CALLBACK_DELIVERY,
+                {
+                    "session_id": session_id,
+                    "token": token,
+                    "topic": target["topic"],
+                    "dedupe_key": dedupe_key,
+                    "payload": encoded,
+                    "step_seq": target["step_seq"],
+                    "step": target["cursor"],
+                },
+            ).fetchone()
+            assert row is not None
+            delivery_id = int(row["id"])  # type: ignore[call-overload]
+        woke = self.wake(session_id)
+        return Receipt(Verdict.ACCEPTED, "callback accepted", session_id, delivery_id, woke)
+
+    def signal(
+        self,
+        session_id: uuid.UUID,
+        topic: str,
+        payload: Any,
+        dedupe_key: str | None,
+        actor: str,
+    ) -> Receipt:
+        encoded = serialization.dumps(payload, "signal payload")
+        with self.db.connection() as conn, conn.transaction():
+            session = conn.execute(
+                wait_queries.LOCK_SESSION_FOR_SIGNAL, {"session_id": session_id}
+            ).fetchone()
+            if session is None:
+                return Receipt(Verdict.UNKNOWN, "no such session")
+            if dedupe_key:
+                previous = conn.execute(
+                    wait_queries.SIGNAL_DELIVERY,
+                    {"session_id": session_id, "topic": topic, "dedupe_key": dedupe_key},
+                ).fetchone()
+                if previous is not None:
+                    return Receipt(
+                        Verdict.DUPLICATE,
+                        "this signal was already received",
+                        session_id,
+                        int(previous["id"]),  # type: ignore[call-overload]
+                    )
+            if session["status"] in TERMINAL_STATUSES:
+                reason = f"the session is {session['status']}; it takes no more signals"
+                conn.execute(
+                    wait_queries.REJECTED_DELIVERY,
+                    {
+                        "session_id": session_id,
+                        "step_seq": session["step_seq"],
+                        "step": session["cursor"],
+                        "event": "signal_rejected",
+                        "payload": serialization.dumps(
+                            {"topic": topic, "reason": reason, "by": actor}
+                        ),
+                    },
+                )
+                return Receipt(Verdict.CLOSED, reason, session_id)
+            row = conn.execute(
+                wait_queries.INSERT_SIGNAL_DELIVERY,
+                {
+                    "session_id": session_id,
+                    "topic": topic,
+                    "dedupe_key": dedupe_key,
+                    "payload": encoded,
+                    "step_seq": session["step_seq"],
+                    "step": session["cursor"],
+                    "actor": actor,
+                },
+            ).fetchone()
+            if row is None:  # a concurrent duplicate won the unique index
+                return Receipt(Verdict.DUPLICATE, "this signal was already received", session_id)
+            delivery_id = int(row["id"])  # type: ignore[call-overload]
+        woke = self.wake(session_id)
+        return Receipt(Verdict.ACCEPTED, "signal accepted", session_id, delivery_id, woke)
+
+
+def _closed_reason(target: dict[str, Any], *, already_delivered: bool) -> str | None:
+    """Why a callback can no longer be delivered, or None if it can."""
+    if target["session_status"] in TERMINAL_STATUSES:
+        return f"the session is {target['session_status']}; its callbacks are closed"
+    if already_delivered:
+        return "this single-use callback was already delivered"
+    if target["callback_status"] == "closed":
+        return "the wait for this callback has ended (it already fired or timed out)"
+    return None

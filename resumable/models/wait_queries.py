@@ -1,0 +1,221 @@
+"""Named SQL for suspending and waking sessions, and for inbound deliveries.
+
+The wake-up rule, shared by every path: a suspended session becomes pending
+when a pending delivery matches its wait (a callback token or a signal topic
+it names), or when its timer, deadline or next poll comes due. Each wake is a
+single UPDATE guarded by ``status = 'suspended'``, so however many receivers,
+workers and schedulers race, a session wakes once per wait.
+"""
+
+from __future__ import annotations
+
+# Create (or, when the step is replayed, find again) a callback token. Fenced:
+# a worker that lost its lease cannot hand out new tokens.
+CREATE_CALLBACK = """
+WITH owner AS (
+    SELECT id FROM sessions
+    WHERE id = %(session_id)s AND lease_epoch = %(epoch)s AND status = 'running'
+), ins AS (
+    INSERT INTO callbacks (token, session_id, step_seq, call_index, topic, status)
+    SELECT %(token)s, id, %(step_seq)s, %(call_index)s, %(topic)s, 'open' FROM owner
+    ON CONFLICT (session_id, step_seq, call_index) DO NOTHING
+    RETURNING token
+)
+SELECT (SELECT count(*) FROM owner) AS owned,
+       coalesce((SELECT token FROM ins),
+                (SELECT token FROM callbacks WHERE session_id = %(session_id)s
+                   AND step_seq = %(step_seq)s AND call_index = %(call_index)s)) AS token
+"""
+
+# Wake a suspended session with its oldest pending delivery that the wait names.
+# Run after every delivery commits and after every suspension commits: whichever
+# runs second sees the other's committed row, so no wake-up is lost.
+WAKE_FROM_DELIVERIES = """
+WITH d AS (
+    SELECT d.id, d.kind, d.topic, d.payload
+    FROM deliveries d JOIN sessions s ON s.id = d.session_id
+    WHERE d.session_id = %(id)s AND d.status = 'pending' AND s.status = 'suspended'
+      AND ((d.kind = 'callback' AND coalesce(s.wait -> 'callbacks', '[]'::jsonb) ? d.token)
+        OR (d.kind = 'signal' AND coalesce(s.wait -> 'signals', '[]'::jsonb) ? d.topic))
+    ORDER BY d.id
+    LIMIT 1
+), s AS (
+    UPDATE sessions SET
+        status = 'pending',
+        wake = jsonb_build_object('kind', d.kind, 'topic', d.topic, 'payload', d.payload,
+                                  'delivery_id', d.id),
+        wake_at = NULL,
+        updated_at = now()
+    FROM d
+    WHERE sessions.id = %(id)s AND sessions.status = 'suspended'
+    RETURNING sessions.id, sessions.step_seq, sessions.cursor, d.id AS delivery_id, d.kind,
+              d.topic
+), c AS (
+    UPDATE callbacks SET status = 'closed', closed_at = now()
+    FROM s WHERE callbacks.session_id = s.id AND callbacks.status = 'open'
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT id, step_seq, cursor, 'resumed',
+           jsonb_build_object('by', kind, 'topic', topic, 'delivery_id', delivery_id)
+    FROM s
+)
+SELECT id, delivery_id, kind FROM s
+"""
+
+# Suspended sessions that a pending delivery should already have woken (a
+# receiver that died between its commit and its wake attempt). The scheduler
+# runs WAKE_FROM_DELIVERIES for each.
+STRANDED_DELIVERIES = """
+SELECT DISTINCT s.id
+FROM deliveries d JOIN sessions s ON s.id = d.session_id
+WHERE d.status = 'pending' AND s.status = 'suspended'
+  AND ((d.kind = 'callback' AND coalesce(s.wait -> 'callbacks', '[]'::jsonb) ? d.token)
+    OR (d.kind = 'signal' AND coalesce(s.wait -> 'signals', '[]'::jsonb) ? d.topic))
+LIMIT %(limit)s
+"""
+
+# Timers, deadlines and polls that have come due. SKIP LOCKED plus the status
+# guard make two schedulers hand each due session out once.
+WAKE_DUE = """
+WITH due AS (
+    SELECT id, wait FROM sessions
+    WHERE status = 'suspended' AND wake_at <= now()
+    ORDER BY wake_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), s AS (
+    UPDATE sessions SET
+        status = 'pending',
+        wake_at = NULL,
+        updated_at = now(),
+        wake = CASE
+            WHEN (due.wait ->> 'timer_at')::timestamptz <= now()
+                THEN jsonb_build_object('kind', 'timer')
+            WHEN (due.wait ->> 'deadline')::timestamptz <= now()
+                THEN jsonb_build_object('kind', 'timeout')
+            ELSE jsonb_build_object('kind', 'poll_check')
+        END
+    FROM due
+    WHERE sessions.id = due.id AND sessions.status = 'suspended'
+    RETURNING sessions.id, sessions.step_seq, sessions.cursor, sessions.wake ->> 'kind' AS kind
+), c AS (
+    UPDATE callbacks SET status = 'closed', closed_at = now()
+    FROM s WHERE callbacks.session_id = s.id AND callbacks.status = 'open'
+                 AND s.kind <> 'poll_check'
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT id, step_seq, cursor, 'resumed', jsonb_build_object('by', kind)
+    FROM s WHERE kind <> 'poll_check'
+)
+SELECT id, kind FROM s
+"""
+
+# A poll check found nothing yet: back to sleep until the next check, without
+# a checkpoint (the state did not change).
+RESUSPEND_AFTER_POLL = """
+UPDATE sessions SET
+    status = 'suspended',
+    wake = NULL,
+    wake_at = %(wake_at)s,
+    wait = jsonb_set(wait, '{polls}', to_jsonb(coalesce((wait ->> 'polls')::int, 0) + 1)),
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    updated_at = now()
+WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
+RETURNING id
+"""
+
+# -- inbound deliveries (run inside one transaction by the receiver) -----------------
+
+LOCK_CALLBACK = """
+SELECT c.token, c.session_id, c.topic, c.status AS callback_status,
+       s.status AS session_status, s.step_seq, s.cursor
+FROM callbacks c JOIN sessions s ON s.id = c.session_id
+WHERE c.token = %(token)s
+FOR UPDATE OF c
+"""
+
+CALLBACK_DELIVERY = """
+SELECT id, dedupe_key, status FROM deliveries WHERE kind = 'callback' AND token = %(token)s
+"""
+
+INSERT_CALLBACK_DELIVERY = """
+WITH d AS (
+    INSERT INTO deliveries (session_id, kind, token, topic, dedupe_key, payload, status)
+    VALUES (%(session_id)s, 'callback', %(token)s, %(topic)s, %(dedupe_key)s,
+            %(payload)s::jsonb, 'pending')
+    RETURNING id
+), c AS (
+    UPDATE callbacks SET status = 'received' WHERE token = %(token)s
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT %(session_id)s, %(step_seq)s, %(step)s, 'callback_received',
+           jsonb_build_object('delivery_id', id, 'topic', %(topic)s::text,
+                              'dedupe_key', %(dedupe_key)s::text)
+    FROM d
+)
+SELECT id FROM d
+"""
+
+LOCK_SESSION_FOR_SIGNAL = """
+SELECT id, status, step_seq, cursor FROM sessions WHERE id = %(session_id)s FOR SHARE
+"""
+
+INSERT_SIGNAL_DELIVERY = """
+WITH d AS (
+    INSERT INTO deliveries (session_id, kind, topic, dedupe_key, payload, status)
+    VALUES (%(session_id)s, 'signal', %(topic)s, %(dedupe_key)s, %(payload)s::jsonb, 'pending')
+    ON CONFLICT (session_id, topic, dedupe_key)
+        WHERE kind = 'signal' AND dedupe_key IS NOT NULL DO NOTHING
+    RETURNING id
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT %(session_id)s, %(step_seq)s, %(step)s, 'signal_received',
+           jsonb_build_object('delivery_id', id, 'topic', %(topic)s::text,
+                              'dedupe_key', %(dedupe_key)s::text, 'by', %(actor)s::text)
+    FROM d
+)
+SELECT id FROM d
+"""
+
+SIGNAL_DELIVERY = """
+SELECT id, status FROM deliveries
+WHERE kind = 'signal' AND session_id = %(session_id)s AND topic = %(topic)s
+  AND dedupe_key = %(dedupe_key)s
+"""
+
+REJECTED_DELIVERY = """
+INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+VALUES (%(session_id)s, %(step_seq)s, %(step)s, %(event)s, %(payload)s::jsonb)
+"""
+
+CANCEL_SESSION = """
+WITH s AS (
+    UPDATE sessions SET
+        status = 'cancelled',
+        lease_epoch = lease_epoch + 1,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        wake_at = NULL,
+        finished_at = now(),
+        updated_at = now()
+    WHERE id = %(id)s AND status NOT IN ('completed', 'failed', 'cancelled')
+    RETURNING id, step_seq, cursor
+), c AS (
+    UPDATE callbacks SET status = 'closed', closed_at = now()
+    FROM s WHERE callbacks.session_id = s.id AND callbacks.status = 'open'
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT id, step_seq, cursor, 'session_cancelled',
+           jsonb_build_object('by', %(actor)s::text, 'reason', %(reason)s::text)
+    FROM s
+)
+SELECT id FROM s
+"""
+
+REGISTER_AGENT = """
+INSERT INTO agents (name, steps, checks, updated_at)
+VALUES (%(name)s, %(steps)s::jsonb, %(checks)s::jsonb, now())
+ON CONFLICT (name) DO UPDATE SET steps = EXCLUDED.steps, checks = EXCLUDED.checks,
+                                 updated_at = now()
+"""

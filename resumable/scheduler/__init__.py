@@ -1,0 +1,1 @@
+"""The poller: wakes due timers, polls and timeouts, and reconciles."""

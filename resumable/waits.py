@@ -1,0 +1,161 @@
+"""What a step can wait for, and what it finds when it wakes.
+
+A step that must wait ends with ``return ctx.wait(*conditions, then="step")``.
+The session is committed as ``suspended`` and the worker lets go of it; the
+first condition to fire (or the deadline) makes it ``pending`` again, and the
+``then`` step runs with ``ctx.wake`` telling which condition fired and what
+arrived with it.
+
+Conditions:
+
+- ``ctx.callback(topic)``: an external system POSTs to a single-use URL.
+- ``Signal(topic)``: an internal system or a human posts a named signal.
+- ``Timer(seconds=...)`` / ``Timer(at=...)``: a durable sleep.
+- ``Poll(check, args, every=...)``: a registered check function is run every
+  interval, on a worker, until it returns something other than ``None``.
+
+``timeout`` bounds the whole wait; when it passes first, the ``then`` step
+runs with ``ctx.wake.kind == "timeout"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from resumable.errors import WaitDefinitionError
+
+WakeKind = Literal["callback", "signal", "timer", "poll", "timeout", "poll_check"]
+
+
+def _seconds(value: float | timedelta | None) -> float | None:
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds < 0:
+        raise WaitDefinitionError(f"a wait duration cannot be negative ({seconds} s)")
+    return seconds
+
+
+@dataclass(frozen=True)
+class Callback:
+    """A single-use callback URL created by ``ctx.callback``; hand ``url`` to
+    the external system, then wait on this object."""
+
+    token: str
+    topic: str
+    url: str
+
+
+@dataclass(frozen=True)
+class Signal:
+    """Wait for a signal posted to ``/v1/sessions/{id}/signals/{topic}``.
+
+    A signal posted before the session waits for it is kept and consumed by
+    the first wait that names its topic.
+    """
+
+    topic: str
+
+
+@dataclass(frozen=True)
+class Timer:
+    """Fire after ``seconds`` (from when the session suspends) or at ``at``."""
+
+    seconds: float | timedelta | None = None
+    at: datetime | None = None
+
+    def due(self, now: datetime) -> datetime:
+        if self.at is not None:
+            if self.at.tzinfo is None:
+                raise WaitDefinitionError("Timer(at=...) needs a timezone-aware datetime")
+            return self.at
+        seconds = _seconds(self.seconds)
+        if seconds is None:
+            raise WaitDefinitionError("Timer needs seconds= or at=")
+        return now + timedelta(seconds=seconds)
+
+
+@dataclass(frozen=True)
+class Poll:
+    """Run the agent's check function ``check`` with ``args`` every ``every``
+    seconds until it returns a value other than ``None``."""
+
+    check: str
+    args: dict[str, Any] = field(default_factory=dict)
+    every: float | timedelta = 5.0
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A step's outcome: suspend until one condition fires, then run ``then``."""
+
+    conditions: tuple[Callback | Signal | Timer | Poll, ...]
+    then: str
+    timeout: float | timedelta | None = None
+
+    def spec(self, now: datetime | None = None) -> dict[str, Any]:
+        """The JSON stored on the session while it waits."""
+        now = now or datetime.now(UTC)
+        spec: dict[str, Any] = {
+            "then": self.then,
+            "callbacks": [],
+            "signals": [],
+            "since": now.isoformat(),
+        }
+        due: list[datetime] = []
+        for condition in self.conditions:
+            if isinstance(condition, Callback):
+                spec["callbacks"].append(condition.token)
+            elif isinstance(condition, Signal):
+                spec["signals"].append(condition.topic)
+            elif isinstance(condition, Timer):
+                at = condition.due(now)
+                if "timer_at" not in spec or at.isoformat() < spec["timer_at"]:
+                    spec["timer_at"] = at.isoformat()
+                due.append(at)
+            elif isinstance(condition, Poll):
+                if "poll" in spec:
+                    raise WaitDefinitionError("a wait can hold at most one Poll")
+                every = _seconds(condition.every) or 0.0
+                if every <= 0:
+                    raise WaitDefinitionError("Poll(every=...) must be positive")
+                spec["poll"] = {"check": condition.check, "args": condition.args, "every": every}
+                due.append(now + timedelta(seconds=every))
+            else:
+                raise WaitDefinitionError(f"cannot wait on {condition!r}")
+        timeout = _seconds(self.timeout)
+        if timeout is not None:
+            deadline = now + timedelta(seconds=timeout)
+            spec["deadline"] = deadline.isoformat()
+            due.append(deadline)
+        if not self.conditions and timeout is None:
+            raise WaitDefinitionError("a wait needs at least one condition or a timeout")
+        spec["wake_at"] = min(due).isoformat() if due else None
+        return spec
+
+
+@dataclass(frozen=True)
+class Wake:
+    """Why the session woke up, as the ``then`` step sees it in ``ctx.wake``."""
+
+    kind: WakeKind
+    topic: str | None = None
+    payload: Any = None
+    delivery_id: int | None = None
+
+    @property
+    def timed_out(self) -> bool:
+        return self.kind == "timeout"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Wake | None:
+        if not data:
+            return None
+        return cls(
+            kind=data["kind"],
+            topic=data.get("topic"),
+            payload=data.get("payload"),
+            delivery_id=data.get("delivery_id"),
+        )

@@ -1,0 +1,1 @@
+"""The HTTP side: a Starlette app for sessions, callbacks, signals and health."""

@@ -1,0 +1,61 @@
+"""The Starlette application served by ``resumable web``.
+
+Everything it needs (database pool, broker, settings) is built in the
+lifespan, from explicit settings, and closed on shutdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+
+from resumable.agent import AgentRegistry
+from resumable.client import Client
+from resumable.inbox import Inbox
+from resumable.models.database import Database
+from resumable.queue.broker import build_broker
+from resumable.settings import Settings
+from resumable.webhooks import callback_routes, health_routes, session_routes
+from resumable.webhooks.auth import BearerAuth, accepted_tokens
+from resumable.webhooks.errors import EXCEPTION_HANDLERS
+from resumable.webhooks.signatures import CallbackVerifier
+from resumable.webhooks.state import WebState
+
+
+def create_app(
+    settings: Settings,
+    database_url: str,
+    redis_url: str,
+    registry: AgentRegistry | None = None,
+) -> Starlette:
+    verifier = CallbackVerifier(settings.webhook_secret)  # fail fast on a bad secret
+    auth = BearerAuth(accepted_tokens(settings))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        db = Database(database_url, pool_size=settings.db_pool_size)
+        broker = build_broker(settings, redis_url)
+        app.state.resumable = WebState(
+            settings=settings,
+            db=db,
+            broker=broker,
+            client=Client(settings, db, broker, registry),
+            inbox=Inbox(settings, db, broker),
+            auth=auth,
+            verifier=verifier,
+            redis_url=redis_url,
+        )
+        try:
+            yield
+        finally:
+            broker.close()
+            db.close()
+
+    return Starlette(
+        routes=[*callback_routes.routes, *session_routes.routes, *health_routes.routes],
+        exception_handlers=EXCEPTION_HANDLERS,
+        lifespan=lifespan,
+        max_body_size=settings.max_body_bytes,
+    )

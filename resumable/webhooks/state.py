@@ -1,0 +1,32 @@
+"""What the web process builds once (in its lifespan) and hands to every route."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dramatiq
+from starlette.requests import Request
+
+from resumable.client import Client
+from resumable.inbox import Inbox
+from resumable.models.database import Database
+from resumable.settings import Settings
+from resumable.webhooks.auth import BearerAuth
+from resumable.webhooks.signatures import CallbackVerifier
+
+
+@dataclass
+class WebState:
+    settings: Settings
+    db: Database
+    broker: dramatiq.Broker
+    client: Client
+    inbox: Inbox
+    auth: BearerAuth
+    verifier: CallbackVerifier
+    redis_url: str
+
+
+def web_state(request: Request) -> WebState:
+    state: WebState = request.app.state.resumable
+    return state
