@@ -284,6 +284,7 @@ class RunResult:
     latencies: list[float] = field(default_factory=list)
     extra: dict[str, str] = field(default_factory=dict)
     cpu: CpuSample | None = None
+    statements_per_commit: int = 1  # by construction, for the estimate without pg_stat_statements
 
     @property
     def cpu_per_step(self) -> float:
@@ -301,7 +302,9 @@ class RunResult:
         if stats.precise:
             excluded = {"CREATE_SESSION"}
             return sum(s.calls for s in self.statements if s.name not in excluded) / self.steps
-        return self.commits  # autocommit: one statement, one transaction
+        if self.commits is None:
+            return None
+        return self.commits * self.statements_per_commit
 
 
 class WorkerProcess:
@@ -642,6 +645,7 @@ def step_params(session_id: str, index: int, steps: int) -> dict[str, Any]:
     return {
         "id": session_id,
         "epoch": 1,
+        "expected_seq": index,
         "state": json.dumps({"counter": index + 1}),
         "cursor": following,
         "status": "completed" if done else "running",
@@ -805,6 +809,8 @@ def run_raw(
         rows=_row_deltas(before, after),
         extra={"cpu": cpu.describe(steps, "raw clients")},
         cpu=cpu,
+        # autocommit: a statement is a transaction; raw-tx: BEGIN, 3 statements, COMMIT
+        statements_per_commit=5 if variant == "raw-tx" else 1,
     )
 
 
@@ -837,6 +843,11 @@ def report(
     print(f"machine: {os.cpu_count()} CPUs, load average now {load} (other processes share them)")
     count_note = f" ({stats.note})" if stats.note else ""
     print(f"statement count method: {stats.method}{count_note}")
+    if not stats.precise:
+        print(
+            "  estimate: statements/step = commits/step (autocommit: one statement per"
+            " transaction; raw-tx: 5 per transaction), so the pool's empty check queries count"
+        )
     print(
         "commit count method: pg_stat_database.xact_commit delta, the benchmark's own"
         f" transactions subtracted (an empty query counts {empty_query_commits} commit)"

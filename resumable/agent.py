@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 from resumable.errors import (
     AgentDefinitionError,
@@ -23,6 +23,7 @@ from resumable.errors import (
 
 if TYPE_CHECKING:
     from resumable.context import StepContext
+    from resumable.waits import Wait
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,14 @@ class Complete:
     result: Any = None
 
 
-StepOutcome: TypeAlias = Next | Complete | str
-StepFunction: TypeAlias = Callable[["StepContext"], StepOutcome]
+StepOutcome: TypeAlias = "Next | Complete | Wait | str"
+# A step returns a step name, Next(...), Complete(...) or a Wait; the runner
+# validates it, so the static type stays loose enough for every form.
+StepFunction: TypeAlias = Callable[["StepContext"], object]
 # A poll check: given the Poll's arguments, a value when ready, else None.
 CheckFunction: TypeAlias = Callable[[dict[str, Any]], Any]
+S = TypeVar("S", bound=StepFunction)
+C = TypeVar("C", bound=CheckFunction)
 
 
 class Agent:
@@ -58,14 +63,20 @@ class Agent:
         self._steps: dict[str, StepFunction] = {}
         self._checks: dict[str, CheckFunction] = {}
 
-    def step(self, func: StepFunction | None = None, /, *, name: str | None = None) -> Any:
+    @overload
+    def step(self, func: S, /, *, name: str | None = None) -> S: ...
+
+    @overload
+    def step(self, func: None = None, /, *, name: str | None = None) -> Callable[[S], S]: ...
+
+    def step(self, func: S | None = None, /, *, name: str | None = None) -> S | Callable[[S], S]:
         """Register a step, as ``@agent.step`` or ``@agent.step(name="...")``.
 
         Returns the function itself (or a decorator that does), so steps stay
         plain functions that tests can call directly.
         """
 
-        def register(fn: StepFunction) -> StepFunction:
+        def register(fn: S) -> S:
             step_name = name or fn.__name__
             if step_name in self._steps:
                 raise AgentDefinitionError(
@@ -76,14 +87,20 @@ class Agent:
 
         return register(func) if func is not None else register
 
-    def check(self, func: CheckFunction | None = None, /, *, name: str | None = None) -> Any:
+    @overload
+    def check(self, func: C, /, *, name: str | None = None) -> C: ...
+
+    @overload
+    def check(self, func: None = None, /, *, name: str | None = None) -> Callable[[C], C]: ...
+
+    def check(self, func: C | None = None, /, *, name: str | None = None) -> C | Callable[[C], C]:
         """Register a poll check, as ``@agent.check`` or ``@agent.check(name=...)``.
 
         Checks run on workers, each interval, until they return a value other
         than ``None``; keep them quick and free of side effects.
         """
 
-        def register(fn: CheckFunction) -> CheckFunction:
+        def register(fn: C) -> C:
             check_name = name or fn.__name__
             if check_name in self._checks:
                 raise AgentDefinitionError(

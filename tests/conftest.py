@@ -73,7 +73,10 @@ def settings(urls: ServiceURLs) -> Settings:
 def db(settings: Settings) -> Iterator[Database]:
     database = Database(settings.database_url or "", pool_size=4)
     with database.connection() as conn:
-        conn.execute("TRUNCATE sessions, checkpoints, audit_events, tool_execution_cache CASCADE")
+        conn.execute(
+            "TRUNCATE sessions, checkpoints, audit_events, tool_execution_cache, callbacks, "
+            "deliveries, agents CASCADE"
+        )
     yield database
     database.close()
 

@@ -24,6 +24,7 @@ from resumable.client import Client
 from resumable.embedded import service_urls
 from resumable.models import migrate
 from resumable.models.database import Database
+from resumable.models.tables import AuditEventRow
 from resumable.queue.broker import build_broker
 from resumable.reconcile import reconcile
 from resumable.settings import Settings
@@ -56,6 +57,27 @@ def _wait(predicate: object, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def _timeline(events: list[AuditEventRow]) -> Table:
+    table = Table("time", "seq", "step", "event", "detail", title="timeline")
+    t0 = events[0].created_at
+    for event in events:
+        detail = ""
+        if event.event_type == "step_completed":
+            calls = event.payload.get("tool_calls", 0)
+            replayed = event.payload.get("tool_calls_replayed", 0)
+            detail = f"tool calls: {calls} made, {replayed} from cache"
+        elif event.event_type in {"run_started", "lease_recovered"}:
+            detail = f"worker {event.payload.get('worker')}"
+        table.add_row(
+            f"+{(event.created_at - t0).total_seconds():.3f}s",
+            "" if event.seq is None else str(event.seq),
+            event.step or "",
+            event.event_type,
+            detail,
+        )
+    return table
 
 
 def run_demo(settings: Settings, console: Console) -> int:
@@ -114,24 +136,7 @@ def run_demo(settings: Settings, console: Console) -> int:
 
             session = client.get(session_id)
             events = client.events(session_id)
-            table = Table("time", "seq", "step", "event", "detail", title="timeline")
-            t0 = events[0].created_at
-            for event in events:
-                detail = ""
-                if event.event_type == "step_completed":
-                    calls = event.payload.get("tool_calls", 0)
-                    replayed = event.payload.get("tool_calls_replayed", 0)
-                    detail = f"tool calls: {calls} made, {replayed} from cache"
-                elif event.event_type in {"run_started", "lease_recovered"}:
-                    detail = f"worker {event.payload.get('worker')}"
-                table.add_row(
-                    f"+{(event.created_at - t0).total_seconds():.3f}s",
-                    "" if event.seq is None else str(event.seq),
-                    event.step or "",
-                    event.event_type,
-                    detail,
-                )
-            console.print(table)
+            console.print(_timeline(events))
             refunds_issued = len(shop.refunds)
             refund_requests = sum(shop.requests.values())
             recovered = any(e.event_type == "lease_recovered" for e in events)

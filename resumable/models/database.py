@@ -4,8 +4,10 @@ an entry point and handed down."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 import sqlalchemy as sa
@@ -40,6 +42,7 @@ class Database:
 
     def __init__(self, url: str, pool_size: int = 10) -> None:
         self.url = sqlalchemy_url(url)
+        self._returned_at: dict[int, float] = {}
         self.engine = sa.create_engine(self.url, pool_pre_ping=True, pool_size=pool_size)
         self.pool: ConnectionPool[psycopg.Connection[dict[str, object]]] = ConnectionPool(
             libpq_url(url),
@@ -47,10 +50,24 @@ class Database:
             max_size=pool_size,
             kwargs={"autocommit": True, "row_factory": dict_row},
             connection_class=psycopg.Connection[dict[str, object]],
-            # After a server restart, pooled connections are dead: test before lending.
-            check=ConnectionPool.check_connection,
+            check=self._check_if_idle,
+            reset=self._note_returned,
             open=True,
         )
+
+    # After a server restart, pooled connections are dead and the first query on
+    # each would fail. Pinging on every borrow costs a round trip per step, so
+    # only connections that sat idle in the pool get checked; one in steady use
+    # proves itself with every statement (and a broken one is discarded).
+    _IDLE_CHECK_SECONDS = 2.0
+
+    def _note_returned(self, conn: psycopg.Connection[Any]) -> None:
+        self._returned_at[id(conn)] = time.monotonic()
+
+    def _check_if_idle(self, conn: psycopg.Connection[Any]) -> None:
+        returned = self._returned_at.get(id(conn))
+        if returned is None or time.monotonic() - returned > self._IDLE_CHECK_SECONDS:
+            ConnectionPool.check_connection(conn)
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[dict[str, object]]]:

@@ -66,8 +66,8 @@ RETURNING id
 
 # A step's outcome: new state, cursor and status, the wait it suspends on (if
 # any), a checkpoint row, the audit events, and the consumption of the delivery
-# that woke it, in one statement. No row back means the epoch moved on: another
-# worker owns the session and nothing was written.
+# that woke it, in one statement. No row back means the epoch moved on (another
+# worker owns the session) or the step was already committed; nothing was written.
 COMMIT_STEP = """
 WITH s AS (
     UPDATE sessions SET
@@ -85,6 +85,7 @@ WITH s AS (
         finished_at = CASE WHEN %(status)s = 'completed' THEN now() END,
         updated_at = now()
     WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
+      AND step_seq = %(expected_seq)s
     RETURNING id, step_seq, state
 ), c AS (
     INSERT INTO checkpoints (session_id, seq, step, next_step, state)

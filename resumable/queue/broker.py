@@ -5,6 +5,7 @@ dramatiq's defaults a SIGKILLed worker's unacked messages come back after the
 60 s heartbeat timeout plus a 0.1 % maintenance lottery (measured: minutes).
 We shorten both (settings ``heartbeat_timeout_ms``, ``maintenance_chance``),
 and the reconciler re-enqueues from PostgreSQL whatever Redis loses anyway.
+Idle consumers block on a wake-up list instead of polling (``wakeup.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import uuid
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
+from resumable.queue.wakeup import WakingRedisBroker
 from resumable.settings import Settings
 
 SESSION_ACTOR = "resumable_run_session"
@@ -21,7 +23,7 @@ NAMESPACE = "resumable"
 
 
 def build_broker(settings: Settings, redis_url: str) -> RedisBroker:
-    return RedisBroker(  # type: ignore[no-untyped-call]
+    return WakingRedisBroker(  # type: ignore[no-untyped-call]
         url=redis_url,
         namespace=NAMESPACE,
         heartbeat_timeout=settings.heartbeat_timeout_ms,

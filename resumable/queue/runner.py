@@ -368,6 +368,7 @@ class SessionRunner:
                 {
                     "id": claim.session_id,
                     "epoch": claim.epoch,
+                    "expected_seq": step.ctx.seq - 1,
                     "state": step.state,
                     "cursor": step.decision.next_step,
                     "status": status,

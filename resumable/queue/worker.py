@@ -106,7 +106,9 @@ def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None
         runtime.broker,
         queues={settings.queue_name},
         worker_threads=settings.worker_threads,
-        worker_timeout=100,
+        # How long an idle consumer blocks before it looks at its delay queue and
+        # shutdown flag; wake-ups themselves arrive at once (see wakeup.py).
+        worker_timeout=1000,
     )
     if settings.worker_prefetch:
         worker.queue_prefetch = settings.worker_prefetch

@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from resumable.agent import AgentRegistry
 from resumable.client import Client
@@ -22,6 +23,14 @@ from resumable.webhooks.auth import BearerAuth, accepted_tokens
 from resumable.webhooks.errors import EXCEPTION_HANDLERS
 from resumable.webhooks.signatures import CallbackVerifier
 from resumable.webhooks.state import WebState
+from resumable.webhooks.too_large import JsonTooLarge
+
+
+class _App(Starlette):
+    """Starlette, with its plain-text 413 turned into the API's JSON error."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return JsonTooLarge(super().build_middleware_stack())
 
 
 def create_app(
@@ -53,7 +62,7 @@ def create_app(
             broker.close()
             db.close()
 
-    return Starlette(
+    return _App(
         routes=[*callback_routes.routes, *session_routes.routes, *health_routes.routes],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,

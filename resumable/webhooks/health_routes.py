@@ -76,7 +76,8 @@ async def openapi(request: Request) -> Response:
     security: []
     responses: {200: {description: OpenAPI 3 document}}
     """
-    return schemas.OpenAPIResponse(request)
+    # Starlette's OpenAPIResponse renders YAML; the contract is /openapi.json.
+    return JSONResponse(schemas.get_schema(routes=request.app.routes))
 
 
 routes = [

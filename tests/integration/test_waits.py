@@ -33,7 +33,9 @@ def _count(db: Database, sql: str, *params: object) -> int:
     with db.connection() as conn:
         row = conn.execute(sql, params).fetchone()
     assert row is not None
-    return int(next(iter(row.values())))  # type: ignore[call-overload]
+    value = next(iter(row.values()))
+    assert isinstance(value, int)
+    return value
 
 
 def test_two_hundred_suspended_sessions_on_one_thread_each_resumed_by_a_signed_post(

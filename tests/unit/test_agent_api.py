@@ -63,7 +63,7 @@ def test_definition_errors_are_clear() -> None:
 
 def test_registry_collects_agents_from_modules() -> None:
     registry = AgentRegistry.from_modules(["tests.agents"])
-    assert sorted(a.name for a in registry) == ["bad", "counter", "five"]
+    assert {"bad", "counter", "five", "approval", "poller"} <= {a.name for a in registry}
     only = AgentRegistry.from_modules(["tests.agents:five"])
     assert [a.name for a in only] == ["five"]
 
