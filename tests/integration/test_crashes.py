@@ -179,12 +179,12 @@ def test_long_step_keeps_its_lease(
     """A step three times longer than the lease is not taken over."""
     start_worker()
     start_worker()
-    session_id = client.start("counter", {"steps": 2, "sleep": 6})
+    session_id = client.start("counter", {"steps": 1, "sleep": 6})
     wait_until(lambda: _completed(client, session_id), timeout=40, what="completion")
     events = [e.event_type for e in client.events(session_id)]
     assert "lease_recovered" not in events
     assert events.count("run_started") == 1
-    _assert_each_step_once(client, session_id, 2)
+    _assert_each_step_once(client, session_id, 1)
 
 
 def test_long_session_yields_to_others(
