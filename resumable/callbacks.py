@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from datetime import timedelta
 
 from resumable.errors import LeaseLostError
 from resumable.models import wait_queries
@@ -32,7 +33,7 @@ class CallbackFactory:
         self._public_url = public_url.rstrip("/")
         self._next_index = 0
 
-    def create(self, topic: str) -> Callback:
+    def create(self, topic: str, timeout: float | timedelta | None = None) -> Callback:
         index = self._next_index
         self._next_index += 1
         with self._db.connection() as conn:
@@ -50,4 +51,9 @@ class CallbackFactory:
         if row is None or not row["owned"] or row["token"] is None:
             raise LeaseLostError("lease lost before creating a callback")
         token = str(row["token"])
-        return Callback(token=token, topic=topic, url=f"{self._public_url}/v1/callbacks/{token}")
+        return Callback(
+            token=token,
+            topic=topic,
+            url=f"{self._public_url}/v1/callbacks/{token}",
+            timeout=timeout,
+        )

@@ -62,13 +62,15 @@ class StepContext:
         result: T = self._tools.call(name, fn, args, kwargs)
         return result
 
-    def callback(self, topic: str = "callback") -> Callback:
+    def callback(
+        self, topic: str = "callback", *, timeout: float | timedelta | None = None
+    ) -> Callback:
         """Create a single-use callback URL for an external system to POST to.
 
         The token is committed at once, so a delivery that arrives before this
         step returns is kept and wakes the wait that names this callback.
         """
-        return self._callbacks.create(topic)
+        return self._callbacks.create(topic, timeout)
 
     @staticmethod
     def wait(

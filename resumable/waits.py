@@ -14,8 +14,9 @@ Conditions:
 - ``Poll(check, args, every=...)``: a registered check function is run every
   interval, on a worker, until it returns something other than ``None``.
 
-``timeout`` bounds the whole wait; when it passes first, the ``then`` step
-runs with ``ctx.wake.kind == "timeout"``.
+``timeout`` bounds the whole wait, and a callback, signal or poll may carry
+its own ``timeout`` too; the earliest one is the wait's deadline. When it
+passes first, the ``then`` step runs with ``ctx.wake.kind == "timeout"``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Callback:
     token: str
     topic: str
     url: str
+    timeout: float | timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class Signal:
     """
 
     topic: str
+    timeout: float | timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class Poll:
     check: str
     args: dict[str, Any] = field(default_factory=dict)
     every: float | timedelta = 5.0
+    timeout: float | timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,11 @@ class Wait:
                 due.append(now + timedelta(seconds=every))
             else:
                 raise WaitDefinitionError(f"cannot wait on {condition!r}")
-        timeout = _seconds(self.timeout)
+        timeouts = [_seconds(self.timeout)] + [
+            _seconds(c.timeout) for c in self.conditions if not isinstance(c, Timer)
+        ]
+        given = [t for t in timeouts if t is not None]
+        timeout = min(given) if given else None
         if timeout is not None:
             deadline = now + timedelta(seconds=timeout)
             spec["deadline"] = deadline.isoformat()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from resumable import Agent, Complete, StepContext
-from resumable.waits import Poll, Signal, Wait
+from resumable.waits import Poll, Signal, Timer, Wait
 
 
 def post_json(url: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
@@ -203,5 +203,22 @@ def start_polling(ctx: StepContext) -> Wait:
 
 @poller.step
 def polled(ctx: StepContext) -> Complete:
+    assert ctx.wake is not None
+    return Complete({"kind": ctx.wake.kind, "payload": ctx.wake.payload})
+
+
+either = Agent("either")
+
+
+@either.step
+def race(ctx: StepContext) -> Wait:
+    """A callback or a timer, whichever comes first."""
+    callback = ctx.callback("reply", timeout=ctx.input.get("callback_timeout"))
+    ctx.state["callback_url"] = callback.url
+    return ctx.wait(callback, Timer(seconds=float(ctx.input["timer"])), then="raced")
+
+
+@either.step
+def raced(ctx: StepContext) -> Complete:
     assert ctx.wake is not None
     return Complete({"kind": ctx.wake.kind, "payload": ctx.wake.payload})

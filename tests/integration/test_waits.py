@@ -15,7 +15,7 @@ import redis
 from resumable.client import Client
 from resumable.models.database import Database
 from tests.conftest import API_TOKEN, ManagedProcess, wait_until
-from tests.signing import signed
+from tests.signing import signed, signed_headers
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
 
@@ -260,3 +260,37 @@ def test_redis_flushed_while_sessions_wait_and_others_are_pending(
         client.get(s).result == {"kind": "callback", "payload": {"ok": True}} for s in waiting
     )
     assert all(client.get(s).step_seq == 5 for s in pending)
+
+
+def test_a_callback_or_a_timer_whichever_comes_first(
+    client: Client,
+    start_web: Callable[..., ManagedProcess],
+    start_worker: Callable[..., ManagedProcess],
+    start_scheduler: Callable[..., ManagedProcess],
+) -> None:
+    start_web()
+    start_worker()
+    start_scheduler()
+    by_timer = client.start("either", {"timer": 0.5})
+    by_callback = client.start("either", {"timer": 3600})
+    by_timeout = client.start("either", {"timer": 3600, "callback_timeout": 0.5})
+    wait_until(lambda: _status(client, by_callback) == "suspended", what="suspension")
+    body, headers = signed({"answer": 42})
+    assert (
+        httpx.post(_callback_url(client, by_callback), content=body, headers=headers).status_code
+        == 202
+    )
+
+    def all_completed() -> bool:
+        return all(_status(client, s) == "completed" for s in (by_timer, by_callback, by_timeout))
+
+    wait_until(all_completed, what="completion")
+    assert client.get(by_timer).result == {"kind": "timer", "payload": None}
+    assert client.get(by_callback).result == {"kind": "callback", "payload": {"answer": 42}}
+    assert client.get(by_timeout).result == {"kind": "timeout", "payload": None}
+    # The timer won: its callback is closed.
+    late = httpx.post(_callback_url(client, by_timer), content=body, headers=signed_headers(body))
+    assert late.status_code == 409
+    assert (
+        "ended" in late.json()["error"]["message"] or "completed" in late.json()["error"]["message"]
+    )
