@@ -40,7 +40,6 @@ import multiprocessing
 import os
 import queue
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -52,24 +51,38 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import psycopg
 import redis
 
+if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.harness import (
+    ROOT,
+    ManagedProcess,
+    bench_services,
+    connect,
+    log_dir_for,
+    percentile,
+    reset_data,
+    scalar,
+    start_worker,
+    wait_for,
+)
 from resumable.client import Client
-from resumable.embedded import service_urls
-from resumable.models import migrate, queries
-from resumable.models.database import Database, libpq_url
+from resumable.models import queries
+from resumable.models.database import Database
 from resumable.queue.broker import build_broker
 from resumable.settings import Settings
 
-ROOT = Path(__file__).resolve().parent.parent
 AGENT_MODULE = "benchmarks.noop_agent"
 AGENT_NAME = "bench_noop"  # noop_agent.AGENT_NAME (not imported: the script runs from benchmarks/)
 STEP_NAMES = [f"step_{index:03d}" for index in range(100)]  # as in noop_agent
 RAW_AGENT = "bench_raw"
 TABLES = ("sessions", "checkpoints", "audit_events")
+TRUNCATED = (*TABLES, "tool_execution_cache")  # emptied (CASCADE) before each run
 BENCH_TAG = "/* bench */"  # marks the benchmark's own statements in pg_stat_statements
 DEFAULT_POOL_SIZE = Settings.model_fields["db_pool_size"].default
 
@@ -84,27 +97,6 @@ STATEMENT_NAMES = {  # a distinctive fragment of each hot-path statement
 
 
 # -- database helpers --------------------------------------------------------------------
-
-
-def connect(url: str, *, autocommit: bool = True) -> psycopg.Connection[tuple[Any, ...]]:
-    return psycopg.connect(url, autocommit=autocommit)
-
-
-def scalar(url: str, sql: str) -> Any:
-    with connect(url) as conn:
-        row = conn.execute(sql).fetchone()
-    return None if row is None else row[0]
-
-
-def reset_data(url: str, redis_url: str) -> None:
-    with connect(url) as conn:
-        conn.execute("TRUNCATE sessions, checkpoints, audit_events, tool_execution_cache CASCADE")
-        conn.execute("VACUUM ANALYZE sessions, checkpoints, audit_events")
-    client = redis.Redis.from_url(redis_url)
-    try:
-        client.flushdb()
-    finally:
-        client.close()
 
 
 @dataclass
@@ -307,52 +299,10 @@ class RunResult:
         return self.commits * self.statements_per_commit
 
 
-class WorkerProcess:
-    def __init__(self, index: int, urls: tuple[str, str], env: dict[str, str], log_dir: Path):
-        self.log_path = log_dir / f"worker-{index}.log"
-        self._log: IO[str] = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "resumable.cli", "worker", "--agents", AGENT_MODULE],
-            cwd=ROOT,
-            env={
-                **os.environ,
-                **env,
-                "DATABASE_URL": urls[0],
-                "REDIS_URL": urls[1],
-                "PYTHONPATH": str(ROOT),
-            },
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def started(self) -> bool:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"worker exited early:\n{self.log_path.read_text()}")
-        return "worker started" in self.log_path.read_text()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._log.close()
-
-
-def wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)
-
-
 def wait_completed(
     poller: psycopg.Connection[tuple[Any, ...]],
     args: argparse.Namespace,
-    workers: list[WorkerProcess],
+    workers: list[ManagedProcess],
     started: float,
     log_dir: Path,
 ) -> int:
@@ -405,7 +355,7 @@ def run_durable(
     meter: CpuMeter,
 ) -> RunResult:
     assert settings.database_url and settings.redis_url
-    reset_data(pg_url, settings.redis_url)
+    reset_data(pg_url, settings.redis_url, TRUNCATED, TABLES)
     pool_size = max(DEFAULT_POOL_SIZE, args.threads + 2)
     env = {
         "RESUMABLE_WORKER_THREADS": str(args.threads),
@@ -413,11 +363,13 @@ def run_durable(
         "RESUMABLE_MAX_SECONDS_PER_RUN": "3600",
         "RESUMABLE_DB_POOL_SIZE": str(pool_size),
     }
-    workers: list[WorkerProcess] = []
+    workers: list[ManagedProcess] = []
     try:
         for index in range(args.workers):
             workers.append(
-                WorkerProcess(index, (settings.database_url, settings.redis_url), env, log_dir)
+                start_worker(
+                    index, AGENT_MODULE, (settings.database_url, settings.redis_url), env, log_dir
+                )
             )
         wait_for(lambda: all(w.started() for w in workers), 60, "workers to start")
         time.sleep(1.0)  # idle workers: their start-up statistics are flushed
@@ -741,7 +693,7 @@ def run_raw(
     meter: CpuMeter,
 ) -> RunResult:
     assert settings.redis_url
-    reset_data(pg_url, settings.redis_url)
+    reset_data(pg_url, settings.redis_url, TRUNCATED, TABLES)
     session_ids = [str(uuid.uuid4()) for _ in range(args.sessions)]
     with connect(pg_url) as conn:
         conn.execute(
@@ -815,11 +767,6 @@ def run_raw(
 
 
 # -- report ------------------------------------------------------------------------------
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 def report(
@@ -931,18 +878,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     home: Path = args.home.expanduser().resolve()
-    database_env = os.environ.get("DATABASE_URL")
-    redis_env = os.environ.get("REDIS_URL")
-    with service_urls(database_env, redis_env, home) as urls:
-        where = ", ".join(
-            [
-                "DATABASE_URL" if database_env else f"embedded PostgreSQL in {home / 'postgres'}",
-                "REDIS_URL" if redis_env else "embedded Valkey",
-            ]
-        )
-        migrate.upgrade(urls.database_url)
-        pg_url = libpq_url(urls.database_url)
-        stats = enable_pg_stat_statements(pg_url, home, own_server=not database_env)
+    with bench_services(home) as urls:
+        where = urls.where
+        pg_url = urls.pg_url
+        stats = enable_pg_stat_statements(pg_url, home, own_server=urls.own_database)
         empty_query_commits = calibrate_empty_query(pg_url)
         settings = Settings(
             database_url=urls.database_url,
@@ -950,8 +889,7 @@ def main(argv: list[str] | None = None) -> int:
             home=home,
             worker_threads=args.threads,
         )
-        log_dir = home / "logs" if home.is_dir() else Path(tempfile.mkdtemp(prefix="rb-"))
-        log_dir.mkdir(parents=True, exist_ok=True)
+        log_dir = log_dir_for(home)
         print(f"durable run: {args.workers} workers x {args.threads} threads (logs in {log_dir})")
         meter = CpuMeter.find(pg_url, urls.redis_url)
         runs = [run_durable(args, settings, pg_url, stats, empty_query_commits, log_dir, meter)]
@@ -961,7 +899,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{variant} run: {args.workers} processes x {args.threads} threads")
                 runs.append(run_raw(args, settings, pg_url, stats, variant, meter))
                 print(f"  {runs[-1].rate:.1f} step commits/s")
-        reset_data(pg_url, urls.redis_url)
+        reset_data(pg_url, urls.redis_url, TRUNCATED, TABLES)
         report(args, runs, stats, empty_query_commits, where)
     return 0
 
