@@ -20,6 +20,7 @@ from resumable.errors import (
     UnknownCheckError,
     UnknownStepError,
 )
+from resumable.retries import DEFAULT_POLICY, RetryPolicy
 
 if TYPE_CHECKING:
     from resumable.context import StepContext
@@ -46,7 +47,10 @@ StepOutcome: TypeAlias = "Next | Complete | Wait | str"
 StepFunction: TypeAlias = Callable[["StepContext"], object]
 # A poll check: given the Poll's arguments, a value when ready, else None.
 CheckFunction: TypeAlias = Callable[[dict[str, Any]], Any]
+# A saga compensation: (request, response, idempotency_key=...) -> anything.
+CompensationFunction: TypeAlias = Callable[..., Any]
 S = TypeVar("S", bound=StepFunction)
+K = TypeVar("K", bound=CompensationFunction)
 C = TypeVar("C", bound=CheckFunction)
 
 
@@ -54,7 +58,14 @@ class Agent:
     """A named agent made of steps; the first step registered runs first
     unless ``start`` names another."""
 
-    def __init__(self, name: str, *, start: str | None = None, description: str = "") -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        start: str | None = None,
+        description: str = "",
+        retry: RetryPolicy = DEFAULT_POLICY,
+    ) -> None:
         if not name or not isinstance(name, str):
             raise AgentDefinitionError("an agent needs a non-empty string name")
         self.name = name
@@ -62,14 +73,28 @@ class Agent:
         self._start = start
         self._steps: dict[str, StepFunction] = {}
         self._checks: dict[str, CheckFunction] = {}
+        self._compensations: dict[str, CompensationFunction] = {}
+        self._step_policies: dict[str, RetryPolicy] = {}
+        self.retry = retry
 
     @overload
-    def step(self, func: S, /, *, name: str | None = None) -> S: ...
+    def step(
+        self, func: S, /, *, name: str | None = None, retry: RetryPolicy | None = None
+    ) -> S: ...
 
     @overload
-    def step(self, func: None = None, /, *, name: str | None = None) -> Callable[[S], S]: ...
+    def step(
+        self, func: None = None, /, *, name: str | None = None, retry: RetryPolicy | None = None
+    ) -> Callable[[S], S]: ...
 
-    def step(self, func: S | None = None, /, *, name: str | None = None) -> S | Callable[[S], S]:
+    def step(
+        self,
+        func: S | None = None,
+        /,
+        *,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> S | Callable[[S], S]:
         """Register a step, as ``@agent.step`` or ``@agent.step(name="...")``.
 
         Returns the function itself (or a decorator that does), so steps stay
@@ -83,6 +108,8 @@ class Agent:
                     f"agent {self.name!r} already has a step named {step_name!r}"
                 )
             self._steps[step_name] = fn
+            if retry is not None:
+                self._step_policies[step_name] = retry
             return fn
 
         return register(func) if func is not None else register
@@ -110,6 +137,40 @@ class Agent:
             return fn
 
         return register(func) if func is not None else register
+
+    def compensation(self, func: K | None = None, /, *, name: str | None = None) -> Any:
+        """Register a saga compensation, as ``@agent.compensation``.
+
+        Name it in ``ctx.tool(..., compensate="name")``. If the session fails
+        for good, it is called as ``fn(request, response, idempotency_key=...)``
+        for each completed call that named it, newest first, once each.
+        """
+
+        def register(fn: K) -> K:
+            key = name or fn.__name__
+            if key in self._compensations:
+                raise AgentDefinitionError(
+                    f"agent {self.name!r} already has a compensation named {key!r}"
+                )
+            self._compensations[key] = fn
+            return fn
+
+        return register(func) if func is not None else register
+
+    def get_compensation(self, name: str) -> CompensationFunction:
+        try:
+            return self._compensations[name]
+        except KeyError:
+            raise AgentDefinitionError(
+                f"agent {self.name!r} has no compensation {name!r}"
+            ) from None
+
+    def has_compensation(self, name: str) -> bool:
+        return name in self._compensations
+
+    def policy(self, step: str | None) -> RetryPolicy:
+        """The retry policy of `step` (the agent's unless the step has its own)."""
+        return self._step_policies.get(step or "", self.retry)
 
     def get_check(self, name: str) -> CheckFunction:
         try:

@@ -2,71 +2,23 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from resumable.agent import AgentRegistry
-from resumable.client import Client
+from resumable.cli_dlq import dlq
+from resumable.cli_support import ErrorGroup as _Group
+from resumable.cli_support import connected, console
+from resumable.cli_support import fail as _fail
 from resumable.embedded import EmbeddedServices, reap_orphans, service_urls
-from resumable.errors import ResumableError
 from resumable.logs import configure_logging
 from resumable.models import migrate
-from resumable.models.database import Database
-from resumable.queue.broker import build_broker
 from resumable.settings import Settings, load_settings
-
-console = Console()
-
-
-@dataclass
-class Connected:
-    settings: Settings
-    database_url: str
-    redis_url: str
-    db: Database
-    client: Client
-
-
-@contextlib.contextmanager
-def connected(settings: Settings, registry: AgentRegistry | None = None) -> Iterator[Connected]:
-    with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
-        db = Database(urls.database_url, pool_size=2)
-        broker = build_broker(settings, urls.redis_url)
-        try:
-            yield Connected(
-                settings,
-                urls.database_url,
-                urls.redis_url,
-                db,
-                Client(settings, db, broker, registry),
-            )
-        finally:
-            broker.close()
-            db.close()
-
-
-def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}", highlight=False)
-    sys.exit(1)
-
-
-class _Group(click.Group):
-    """Turns the package's errors into a one-line message and exit status 1."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except ResumableError as exc:
-            _fail(f"{exc.message} [{exc.code}]")
 
 
 @click.group(cls=_Group)
@@ -269,6 +221,9 @@ def reconcile(settings: Settings, grace: float | None) -> None:
     with connected(settings) as c:
         report = run_reconcile(settings, c.db, c.client.broker, grace_seconds=grace)
     console.print(f"re-enqueued {len(report.pending)} pending, {len(report.expired)} expired")
+
+
+main.add_command(dlq)
 
 
 # -- embedded services -------------------------------------------------------------------

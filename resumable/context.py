@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from resumable.agent import Complete, Next
 from resumable.callbacks import CallbackFactory
+from resumable.errors import AgentDefinitionError
 from resumable.tools import ToolCalls
 from resumable.waits import Callback, Poll, Signal, Timer, Wait, Wake
 
@@ -38,6 +39,7 @@ class StepContext:
         callbacks: CallbackFactory,
         wake: Wake | None,
         logger: logging.Logger,
+        has_compensation: Callable[[str], bool] = lambda _name: False,
     ) -> None:
         self.session_id = session_id
         self.agent = agent
@@ -50,16 +52,31 @@ class StepContext:
         self.wake = wake
         self._tools = tools
         self._callbacks = callbacks
+        self._has_compensation = has_compensation
 
-    def tool(self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    def tool(
+        self,
+        name: str,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        compensate: str | None = None,
+        **kwargs: Any,
+    ) -> T:
         """Run a side effect once per logical call and return its result.
 
         ``fn`` is called with ``args``/``kwargs`` (which must be JSON-serializable)
         plus ``idempotency_key=`` when it accepts that keyword: pass it on to the
         external API. Its return value must be JSON-serializable; on a replay of
         this step the recorded value is returned and ``fn`` is not called.
+
+        ``compensate`` names a compensation registered with
+        ``@agent.compensation``: if the session later fails for good, it is
+        called to undo this call (the saga pattern).
         """
-        result: T = self._tools.call(name, fn, args, kwargs)
+        if compensate is not None and not self._has_compensation(compensate):
+            raise AgentDefinitionError(f"agent {self.agent!r} has no compensation {compensate!r}")
+        result: T = self._tools.call(name, fn, args, kwargs, compensate)
         return result
 
     def callback(

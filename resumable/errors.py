@@ -87,6 +87,32 @@ class StepFailedError(ResumableError):
     code = "step_failed"
 
 
+class TransientError(ResumableError):
+    """A failure that may pass if the step is tried again later (a timeout, a
+    rate limit, a dependency briefly down). ``retry_after`` (seconds), when the
+    failure says how long to wait (HTTP 429/503 Retry-After), is honoured as
+    the delay before the next attempt."""
+
+    code = "transient_error"
+
+    def __init__(self, message: str | None = None, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PermanentError(ResumableError):
+    """A failure that trying again cannot fix: the session fails at once, runs
+    its compensations and goes to the dead-letter queue."""
+
+    code = "permanent_error"
+
+
+class StepTimeoutError(TransientError):
+    """The step ran longer than its time limit."""
+
+    code = "step_timeout"
+
+
 class UnknownCheckError(ResumableError):
     """The agent has no poll check with this name."""
 
@@ -115,3 +141,21 @@ class InvalidCursorError(ResumableError):
     """The pagination cursor is not one this API handed out."""
 
     code = "invalid_cursor"
+
+
+class DeadLetterNotFoundError(ResumableError):
+    """No dead letter has this id."""
+
+    code = "dead_letter_not_found"
+
+
+class DeadLetterStateError(ResumableError):
+    """The dead letter is not open (already retried or discarded), or cannot be retried."""
+
+    code = "invalid_dead_letter_state"
+
+
+class InvalidPatchError(ResumableError):
+    """The operator's request is invalid (a state patch that does not apply, a missing reason)."""
+
+    code = "invalid_request"

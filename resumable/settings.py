@@ -106,6 +106,19 @@ class Settings(BaseSettings):
         description="How often the scheduler wakes due timers and polls and reconciles.",
     )
 
+    alert_webhook_url: str | None = Field(
+        default=None,
+        description="Operator webhook: every dead letter and every failed compensation is "
+        "POSTed here (with retries). Unset: alerts are only logged at ERROR.",
+    )
+    alert_webhook_secret: str | None = Field(
+        default=None,
+        description="Standard Webhooks secret (`whsec_...`) alerts are signed with.",
+    )
+    alert_max_attempts: int = Field(
+        default=10, gt=0, description="Delivery attempts per alert before it is given up."
+    )
+
     @field_validator("agents", "api_tokens", mode="before")
     @classmethod
     def _split_list(cls, value: object) -> object:

@@ -34,7 +34,7 @@ def idempotency_key(
     return "rsm_" + hashlib.sha256(material.encode()).hexdigest()
 
 
-def _accepts_key(fn: Callable[..., Any]) -> bool:
+def accepts_idempotency_key(fn: Callable[..., Any]) -> bool:
     try:
         parameters = inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -60,7 +60,12 @@ class ToolCalls:
         self.executed = 0
 
     def call(
-        self, tool: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        tool: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        compensate: str | None = None,
     ) -> Any:
         index = self._next_index
         self._next_index += 1
@@ -80,6 +85,7 @@ class ToolCalls:
                     "call_index": index,
                     "tool": tool,
                     "request": request,
+                    "compensation": compensate,
                 },
             ).fetchone()
         assert row is not None
@@ -89,7 +95,7 @@ class ToolCalls:
             self.replayed += 1
             return row["recorded_response"]
 
-        if _accepts_key(fn):
+        if accepts_idempotency_key(fn):
             kwargs = {**kwargs, "idempotency_key": key}
         try:
             result = fn(*args, **kwargs)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from resumable import Agent, Complete, StepContext
+from resumable.retries import RetryPolicy
 from resumable.waits import Poll, Signal, Timer, Wait
 
 
@@ -95,7 +96,7 @@ def count(ctx: StepContext) -> str | Complete:
 
 # -- bad behaviour -------------------------------------------------------------------
 
-bad = Agent("bad")
+bad = Agent("bad", retry=RetryPolicy(max_attempts=1))
 
 
 @bad.step

@@ -33,11 +33,16 @@ CLAIM_LEASE = """
 WITH old AS (
     SELECT id, status, lease_owner, lease_epoch FROM sessions
     WHERE id = %(id)s
-      AND (status = 'pending' OR (status = 'running' AND lease_expires_at < now()))
+      AND (status = 'pending'
+           OR (status = 'retrying' AND wake_at <= now())
+           OR (status IN ('running', 'compensating') AND lease_expires_at < now())
+           OR (status = 'compensating' AND lease_owner IS NULL
+               AND (wake_at IS NULL OR wake_at <= now())))
     FOR UPDATE
 ), s AS (
     UPDATE sessions SET
-        status = 'running',
+        status = CASE WHEN old.status = 'compensating' THEN 'compensating' ELSE 'running' END,
+        wake_at = NULL,
         lease_epoch = sessions.lease_epoch + 1,
         lease_owner = %(owner)s,
         lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
@@ -46,13 +51,17 @@ WITH old AS (
     WHERE sessions.id = old.id
     RETURNING sessions.id, sessions.agent, sessions.cursor, sessions.state, sessions.input,
               sessions.step_seq, sessions.lease_epoch, sessions.wait, sessions.wake,
+              sessions.status, sessions.attempts, sessions.error,
               old.status AS previous_status, old.lease_owner AS previous_owner
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
     SELECT id, step_seq, cursor,
-           CASE WHEN previous_status = 'running' THEN 'lease_recovered' ELSE 'run_started' END,
+           CASE WHEN previous_status = 'running' THEN 'lease_recovered'
+                WHEN previous_status = 'compensating' THEN 'compensation_resumed'
+                WHEN previous_status = 'retrying' THEN 'retry_started'
+                ELSE 'run_started' END,
            jsonb_build_object('worker', %(owner)s, 'epoch', lease_epoch,
-                              'previous_owner', previous_owner)
+                              'previous_owner', previous_owner, 'attempt', attempts + 1)
     FROM s
 )
 SELECT * FROM s
@@ -76,6 +85,8 @@ WITH s AS (
         status = %(status)s,
         result = %(result)s::jsonb,
         step_seq = step_seq + 1,
+        attempts = 0,
+        error = NULL,
         wait = %(wait)s::jsonb,
         wake = NULL,
         wake_at = %(wake_at)s::timestamptz,
@@ -106,26 +117,6 @@ WITH s AS (
 SELECT step_seq FROM s
 """
 
-# A session that cannot go on (a step raised, bad state, unknown step or agent):
-# record the error; the state stays at the last checkpoint.
-FAIL_SESSION = """
-WITH s AS (
-    UPDATE sessions SET
-        status = 'failed',
-        error = %(error)s::jsonb,
-        lease_owner = NULL,
-        lease_expires_at = NULL,
-        finished_at = now(),
-        updated_at = now()
-    WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
-    RETURNING id, step_seq
-), e AS (
-    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
-    SELECT id, step_seq, %(step)s, 'session_failed', %(error)s::jsonb FROM s
-)
-SELECT step_seq FROM s
-"""
-
 # Hand the session back without finishing it (e.g. the worker is shutting down).
 RELEASE_LEASE = """
 WITH s AS (
@@ -150,9 +141,9 @@ WITH owner AS (
 ), ins AS (
     INSERT INTO tool_execution_cache
         (idempotency_key, session_id, step_seq, step, call_index, tool, request, status,
-         lease_epoch)
+         lease_epoch, compensation)
     SELECT %(key)s, id, %(step_seq)s, %(step)s, %(call_index)s, %(tool)s, %(request)s::jsonb,
-           'started', %(epoch)s
+           'started', %(epoch)s, %(compensation)s
     FROM owner
     ON CONFLICT (idempotency_key) DO UPDATE SET
         attempts = tool_execution_cache.attempts + 1,
@@ -190,9 +181,11 @@ RECONCILE = """
 WITH due AS (
     SELECT id FROM sessions
     WHERE (status = 'pending' AND updated_at < now() - make_interval(secs => %(grace)s))
-       OR (status = 'running' AND lease_expires_at < now()
+       OR (status IN ('running', 'compensating') AND lease_expires_at < now()
            AND (updated_at < lease_expires_at
                 OR updated_at < now() - make_interval(secs => %(grace)s)))
+       OR (status = 'compensating' AND lease_owner IS NULL AND wake_at IS NULL
+           AND updated_at < now() - make_interval(secs => %(grace)s))
     ORDER BY updated_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

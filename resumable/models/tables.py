@@ -162,6 +162,16 @@ class ToolCallRow(SQLModel, table=True):
     )
     created_at: datetime = Field(sa_column=_timestamp(default_now=True))
     updated_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    # Added in migration 0003: the saga compensation of this call, if any.
+    compensation: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    compensation_status: str | None = Field(
+        default=None, sa_column=sa.Column(sa.Text, nullable=True)
+    )
+    compensation_attempts: int = Field(
+        default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
+    )
+    compensation_error: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
+    compensated_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
 
 
 class CallbackRow(SQLModel, table=True):
@@ -250,3 +260,72 @@ class AgentInfoRow(SQLModel, table=True):
     steps: list[str] = Field(sa_column=_jsonb(nullable=False))
     checks: list[str] = Field(sa_column=_jsonb(nullable=False))
     updated_at: datetime = Field(sa_column=_timestamp(default_now=True))
+
+
+class DeadLetterRow(SQLModel, table=True):
+    """A session that failed for good, kept for an operator to inspect, retry
+    or discard. PostgreSQL is the record; dramatiq's Redis dead-letter set is not."""
+
+    __tablename__ = "dead_letters"
+    __table_args__ = (
+        sa.CheckConstraint("status IN ('open','retried','discarded')", name="status"),
+        sa.CheckConstraint("compensation IN ('none','completed','failed')", name="compensation"),
+        sa.Index(
+            "uq_dead_letters_open_session",
+            "session_id",
+            unique=True,
+            postgresql_where=sa.text("status = 'open'"),
+        ),
+        sa.Index("ix_dead_letters_status_failed_at", "status", "failed_at"),
+    )
+
+    id: int | None = Field(
+        default=None, sa_column=sa.Column(sa.BigInteger, sa.Identity(), primary_key=True)
+    )
+    session_id: uuid.UUID = Field(
+        sa_column=sa.Column(
+            sa.Uuid, sa.ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False
+        )
+    )
+    agent: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    step: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    error_code: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    error_type: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    error_message: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    traceback: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    attempts: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    compensation: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    compensation_error: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
+    status: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    failed_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    resolved_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    resolved_by: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    resolution: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+
+
+class AlertRow(SQLModel, table=True):
+    """An operator alert waiting to be POSTed (an outbox: written in the same
+    transaction as what it reports, delivered with retries by the scheduler)."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (
+        sa.CheckConstraint("status IN ('pending','sent','failed')", name="status"),
+        sa.Index(
+            "ix_alerts_pending", "next_attempt_at", postgresql_where=sa.text("status = 'pending'")
+        ),
+    )
+
+    id: int | None = Field(
+        default=None, sa_column=sa.Column(sa.BigInteger, sa.Identity(), primary_key=True)
+    )
+    kind: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    session_id: uuid.UUID | None = Field(default=None, sa_column=sa.Column(sa.Uuid, nullable=True))
+    payload: dict[str, Any] = Field(sa_column=_jsonb(nullable=False))
+    status: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    attempts: int = Field(
+        default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
+    )
+    last_error: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    next_attempt_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    created_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    sent_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))

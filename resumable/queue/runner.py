@@ -16,10 +16,10 @@ import os
 import socket
 import threading
 import time
-import traceback
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import dramatiq
@@ -38,7 +38,9 @@ from resumable.logs import session_context
 from resumable.models import queries, wait_queries
 from resumable.models.database import Database
 from resumable.queue.broker import enqueue_session
+from resumable.queue.failures import FailureHandler, Fenced
 from resumable.queue.lease import LeaseKeeper
+from resumable.queue.time_limits import time_limit
 from resumable.settings import Settings
 from resumable.tools import ToolCalls
 from resumable.waits import Wait, Wake
@@ -59,6 +61,13 @@ class Claim:
     epoch: int
     wait: dict[str, Any] | None
     wake: dict[str, Any] | None
+    status: str
+    attempts: int
+    error: dict[str, Any] | None
+
+    @property
+    def held(self) -> Fenced:
+        return Fenced(self.session_id, self.epoch, self.attempts)
 
 
 @dataclass(frozen=True)
@@ -96,17 +105,6 @@ class RunOutcome:
     LEASE_LOST = "lease_lost"
 
 
-def error_record(exc: BaseException, step: str | None) -> dict[str, Any]:
-    code = exc.code if isinstance(exc, ResumableError) else "step_failed"
-    return {
-        "code": code,
-        "type": type(exc).__name__,
-        "message": str(exc),
-        "step": step,
-        "traceback": "".join(traceback.format_exception(exc)),
-    }
-
-
 class SessionRunner:
     """Runs sessions for one worker process; thread-safe (one call per message)."""
 
@@ -123,6 +121,7 @@ class SessionRunner:
         self.broker = broker
         self.registry = registry
         self.keeper = keeper
+        self.failures = FailureHandler(settings, db, broker)
         self._owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
 
     def _owner(self) -> str:
@@ -150,6 +149,9 @@ class SessionRunner:
             epoch=int(row["lease_epoch"]),  # type: ignore[call-overload]
             wait=row["wait"],  # type: ignore[arg-type]
             wake=row["wake"],  # type: ignore[arg-type]
+            status=str(row["status"]),
+            attempts=int(row["attempts"]),  # type: ignore[call-overload]
+            error=row["error"],  # type: ignore[arg-type]
         )
 
     def run(self, session_id: uuid.UUID | str) -> str:
@@ -170,28 +172,40 @@ class SessionRunner:
     def _loop(self, claim: Claim) -> str:
         try:
             agent = self.registry.get(claim.agent)
+        except ResumableError as exc:
+            return self.failures.step_failed(claim.held, None, exc, claim.cursor)
+        if claim.status == "compensating":
+            error = claim.error or {}
+            policy = agent.policy(error.get("step"))
+            return self.failures.compensate(claim.held, agent, error, policy)
+        try:
             cursor = claim.cursor or agent.start_step
             wake = self._resolve_wake(claim, agent)
         except LeaseLostError:
             return RunOutcome.LEASE_LOST
         except Exception as exc:
-            return self._fail(claim, exc, claim.cursor)
+            return self.failures.step_failed(claim.held, agent, exc, claim.cursor)
         if wake is not None and wake.kind == "poll_check":
             return RunOutcome.SUSPENDED  # the check found nothing; suspended again
 
         started = time.monotonic()
         steps_run = 0
-        state, seq = claim.state, claim.step_seq
+        state, seq, attempts = claim.state, claim.step_seq, claim.attempts
         while True:
+            held = Fenced(claim.session_id, claim.epoch, attempts)
             try:
-                step = self._execute(claim, agent, cursor, seq, state, wake)
+                with time_limit(
+                    agent.policy(cursor).time_limit,
+                    partial(self.failures.step_failed, held, agent, step=cursor),
+                ):
+                    step = self._execute(claim, agent, cursor, seq, state, wake)
             except LeaseLostError:
                 logger.info(
                     "lease lost during step %s; stopping", cursor, extra={"action": "lease_lost"}
                 )
                 return RunOutcome.LEASE_LOST
             except Exception as exc:
-                return self._fail(claim, exc, cursor)
+                return self.failures.step_failed(held, agent, exc, cursor)
 
             steps_run += 1
             out_of_budget = (
@@ -221,6 +235,7 @@ class SessionRunner:
                 return RunOutcome.YIELDED
             assert decision.next_step is not None
             cursor, state, seq, wake = decision.next_step, step.ctx.state, committed, None
+            attempts = 0
 
     def _resolve_wake(self, claim: Claim, agent: Agent) -> Wake | None:
         """The wake the first step sees; a due poll check runs here first."""
@@ -385,27 +400,6 @@ class SessionRunner:
                 prepare=True,
             ).fetchone()
         return None if row is None else int(row["step_seq"])  # type: ignore[call-overload]
-
-    def _fail(self, claim: Claim, exc: BaseException, step: str | None) -> str:
-        record = error_record(exc, step)
-        logger.error(
-            "session failed at step %s: %s: %s",
-            step,
-            record["type"],
-            record["message"],
-            extra={"action": "session_failed", "error_code": record["code"]},
-        )
-        with self.db.connection() as conn:
-            row = conn.execute(
-                queries.FAIL_SESSION,
-                {
-                    "id": claim.session_id,
-                    "epoch": claim.epoch,
-                    "error": serialization.dumps(record, "error"),
-                    "step": step,
-                },
-            ).fetchone()
-        return RunOutcome.FAILED if row is not None else RunOutcome.LEASE_LOST
 
 
 def _parse_time(value: object) -> datetime | None:

@@ -43,7 +43,7 @@ class WorkerRuntime:
     broker: RedisBroker
     runner: SessionRunner
     keeper: LeaseKeeper
-    actor: dramatiq.Actor[[str], str]
+    actor: dramatiq.Actor[[str], None]
 
     def close(self) -> None:
         self.keeper.stop()
@@ -59,10 +59,12 @@ def build_runtime(
     keeper = LeaseKeeper(db, settings.lease_seconds)
     runner = SessionRunner(settings, db, broker, registry, keeper)
 
-    def run_session(session_id: str) -> str:
-        return runner.run(session_id)
+    def run_session(session_id: str) -> None:
+        # The outcome is in PostgreSQL; returning it would make dramatiq warn
+        # about results on every message.
+        runner.run(session_id)
 
-    actor: dramatiq.Actor[[str], str] = dramatiq.actor(
+    actor: dramatiq.Actor[[str], None] = dramatiq.actor(
         broker=broker,
         actor_name=SESSION_ACTOR,
         queue_name=settings.queue_name,

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import dramatiq
 
+from resumable.alerts import AlertSender
 from resumable.inbox import Inbox
-from resumable.models import wait_queries
+from resumable.models import failure_queries, wait_queries
 from resumable.models.database import Database
 from resumable.queue.broker import enqueue_session
 from resumable.reconcile import reconcile
@@ -44,6 +46,25 @@ class Poller:
             logger.info("woke due sessions: %s", counts, extra={"action": "wake_due"})
         return counts
 
+    def wake_due_retries(self) -> int:
+        """Failed attempts whose retry time has come (if the delayed queue
+        message was lost, this is what brings them back)."""
+        woke = 0
+        with self.db.connection() as conn:
+            retries = conn.execute(
+                failure_queries.WAKE_DUE_RETRIES, {"limit": self.batch}
+            ).fetchall()
+            compensations = conn.execute(
+                failure_queries.WAKE_DUE_COMPENSATIONS, {"limit": self.batch}
+            ).fetchall()
+        for row in [*retries, *compensations]:
+            enqueue_session(self.broker, self.settings, uuid.UUID(str(row["id"])))
+            woke += 1
+        return woke
+
+    def deliver_alerts(self) -> int:
+        return AlertSender(self.settings, self.db).deliver_due()
+
     def wake_stranded(self) -> int:
         """Suspended sessions with a matching delivery that no one woke (the
         receiver died between storing it and waking the session)."""
@@ -58,9 +79,19 @@ class Poller:
     def reconcile(self) -> int:
         return reconcile(self.settings, self.db, self.broker).total
 
+    @property
+    def jobs(self) -> list[Callable[[], object]]:
+        return [
+            self.wake_due,
+            self.wake_due_retries,
+            self.wake_stranded,
+            self.reconcile,
+            self.deliver_alerts,
+        ]
+
     def tick(self) -> None:
         """One pass of every job (the scheduler runs this every interval)."""
-        for job in (self.wake_due, self.wake_stranded, self.reconcile):
+        for job in self.jobs:
             try:
                 job()
             except Exception:

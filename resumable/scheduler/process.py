@@ -29,12 +29,12 @@ def run_scheduler(settings: Settings, database_url: str, redis_url: str) -> None
     poller = Poller(settings, db, broker)
     scheduler = BlockingScheduler(timezone=UTC)
     interval = settings.scheduler_interval_seconds
-    for job in (poller.wake_due, poller.wake_stranded, poller.reconcile):
+    for job in poller.jobs:
         scheduler.add_job(
             job,
             "interval",
             seconds=interval,
-            id=job.__name__,
+            id=getattr(job, "__name__", repr(job)),
             next_run_time=datetime.now(UTC),
             max_instances=1,
             coalesce=True,

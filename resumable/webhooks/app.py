@@ -18,7 +18,12 @@ from resumable.inbox import Inbox
 from resumable.models.database import Database
 from resumable.queue.broker import build_broker
 from resumable.settings import Settings
-from resumable.webhooks import callback_routes, health_routes, session_routes
+from resumable.webhooks import (
+    callback_routes,
+    dead_letter_routes,
+    health_routes,
+    session_routes,
+)
 from resumable.webhooks.auth import BearerAuth, accepted_tokens
 from resumable.webhooks.errors import EXCEPTION_HANDLERS
 from resumable.webhooks.signatures import CallbackVerifier
@@ -63,7 +68,12 @@ def create_app(
             db.close()
 
     return _App(
-        routes=[*callback_routes.routes, *session_routes.routes, *health_routes.routes],
+        routes=[
+            *callback_routes.routes,
+            *session_routes.routes,
+            *dead_letter_routes.routes,
+            *health_routes.routes,
+        ],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
         max_body_size=settings.max_body_bytes,

@@ -9,8 +9,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from resumable.errors import (
+    DeadLetterNotFoundError,
+    DeadLetterStateError,
     IdempotencyConflictError,
     InvalidCursorError,
+    InvalidPatchError,
     NotSerializableError,
     ResumableError,
     SessionExistsError,
@@ -42,6 +45,9 @@ _CLIENT_ERRORS: dict[type[ResumableError], int] = {
     SessionExistsError: 409,
     SessionStateError: 409,
     InvalidCursorError: 400,
+    DeadLetterNotFoundError: 404,
+    DeadLetterStateError: 409,
+    InvalidPatchError: 422,
 }
 
 

@@ -80,7 +80,7 @@ def test_client_with_a_registry_refuses_unknown_agents_before_writing(client: Cl
     checked = Client(
         client.settings, client.db, client.broker, AgentRegistry.from_modules(["tests.agents"])
     )
-    with pytest.raises(UnknownAgentError, match="known: approval, bad, counter, five, poller"):
+    with pytest.raises(UnknownAgentError, match="known: approval, bad, counter, either, five"):
         checked.start("nope")
     assert client.count_by_status() == {}
 

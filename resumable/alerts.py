@@ -1,0 +1,98 @@
+"""Delivering operator alerts: dead letters and failed compensations.
+
+Alerts are written to an outbox table in the same transaction as the dead
+letter they report, so none is lost when a process dies; the scheduler POSTs
+them to ``RESUMABLE_ALERT_WEBHOOK_URL``, signed the Standard Webhooks way
+(``webhook-id`` is stable per alert so a receiver can dedupe), retrying with
+backoff until ``alert_max_attempts``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from standardwebhooks.webhooks import Webhook
+
+from resumable import serialization
+from resumable.models import failure_queries
+from resumable.models.database import Database
+from resumable.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def _backoff(attempts: int) -> float:
+    return float(min(300, 2 ** min(attempts, 9)))
+
+
+class AlertSender:
+    def __init__(self, settings: Settings, db: Database, timeout: float = 5.0) -> None:
+        self.settings = settings
+        self.db = db
+        self.timeout = timeout
+        secret = settings.alert_webhook_secret
+        self._signer = Webhook(secret) if secret else None
+
+    def deliver_due(self, limit: int = 20) -> int:
+        """POST the alerts that are due; return how many were delivered."""
+        url = self.settings.alert_webhook_url
+        if not url:
+            return 0
+        with self.db.connection() as conn:
+            due = conn.execute(failure_queries.TAKE_DUE_ALERTS, {"limit": limit}).fetchall()
+        sent = 0
+        if not due:
+            return 0
+        with httpx.Client(timeout=self.timeout) as http:
+            for alert in due:
+                sent += self._deliver(http, url, alert)
+        return sent
+
+    def _deliver(self, http: httpx.Client, url: str, alert: dict[str, Any]) -> int:
+        body = serialization.dumps(
+            {
+                "type": f"resumable.{alert['kind']}",
+                "alert_id": alert["id"],
+                "created_at": alert["created_at"].isoformat(),
+                "data": alert["payload"],
+            }
+        )
+        message_id = f"alert_{alert['id']}"
+        headers = {"content-type": "application/json", "webhook-id": message_id}
+        if self._signer is not None:
+            now = datetime.now(UTC)
+            headers["webhook-timestamp"] = str(int(now.timestamp()))
+            headers["webhook-signature"] = self._signer.sign(message_id, now, body)
+        try:
+            answer = http.post(url, content=body, headers=headers)
+            answer.raise_for_status()
+        except httpx.HTTPError as exc:
+            attempts = int(alert["attempts"])
+            give_up = attempts >= self.settings.alert_max_attempts
+            with self.db.connection() as conn:
+                conn.execute(
+                    failure_queries.ALERT_FAILED,
+                    {
+                        "id": alert["id"],
+                        "give_up": give_up,
+                        "error": str(exc)[:500],
+                        "delay": _backoff(attempts),
+                    },
+                )
+            log = logger.error if give_up else logger.warning
+            log(
+                "alert %s not delivered (attempt %d): %s%s",
+                alert["id"],
+                attempts,
+                exc,
+                "; giving up" if give_up else "",
+                extra={"action": "alert_failed", "alert": json.dumps(alert["payload"])},
+            )
+            return 0
+        with self.db.connection() as conn:
+            conn.execute(failure_queries.ALERT_SENT, {"id": alert["id"]})
+        return 1

@@ -1,0 +1,250 @@
+"""The operator's dead-letter queue: list, show, retry, discard, drain.
+
+Shared by the command line and the HTTP API. Every action is an audit event
+on the session with who, when and why; an action on a dead letter that is no
+longer open is an error and changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+import dramatiq
+import jsonpatch
+from sqlmodel import Session, col, select
+
+from resumable import serialization
+from resumable.errors import (
+    DeadLetterNotFoundError,
+    DeadLetterStateError,
+    InvalidPatchError,
+    ResumableError,
+)
+from resumable.models import dead_letter_queries
+from resumable.models.database import Database
+from resumable.models.tables import AuditEventRow, DeadLetterRow, SessionRow
+from resumable.queue.broker import enqueue_session
+from resumable.settings import Settings
+
+Action = Literal["retry", "discard"]
+
+
+@dataclass(frozen=True)
+class DeadLetterFilter:
+    """Which dead letters an operator means."""
+
+    status: str | None = "open"
+    agent: str | None = None
+    error_type: str | None = None
+    step: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+@dataclass
+class DrainReport:
+    action: Action
+    dry_run: bool
+    matched: list[int] = field(default_factory=list)
+    done: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "dry_run": self.dry_run,
+            "matched": self.matched,
+            "done": self.done,
+            "failed": {str(k): v for k, v in self.failed.items()},
+        }
+
+
+class DeadLetters:
+    def __init__(self, settings: Settings, db: Database, broker: dramatiq.Broker) -> None:
+        self.settings = settings
+        self.db = db
+        self.broker = broker
+
+    def find(
+        self, where: DeadLetterFilter, *, limit: int = 50, before_id: int | None = None
+    ) -> tuple[list[DeadLetterRow], int | None]:
+        """Newest first; the id to pass as `before_id` for the next page, or None."""
+        query = select(DeadLetterRow).order_by(col(DeadLetterRow.id).desc())
+        if where.status:
+            query = query.where(DeadLetterRow.status == where.status)
+        if where.agent:
+            query = query.where(DeadLetterRow.agent == where.agent)
+        if where.error_type:
+            query = query.where(DeadLetterRow.error_type == where.error_type)
+        if where.step:
+            query = query.where(DeadLetterRow.step == where.step)
+        if where.since:
+            query = query.where(col(DeadLetterRow.failed_at) >= where.since)
+        if where.until:
+            query = query.where(col(DeadLetterRow.failed_at) < where.until)
+        if before_id is not None:
+            query = query.where(col(DeadLetterRow.id) < before_id)
+        with Session(self.db.engine, expire_on_commit=False) as db:
+            rows = list(db.exec(query.limit(limit + 1)).all())
+        if len(rows) <= limit:
+            return rows, None
+        return rows[:limit], rows[limit - 1].id
+
+    def get(self, dead_letter_id: int) -> DeadLetterRow:
+        with Session(self.db.engine, expire_on_commit=False) as db:
+            row = db.get(DeadLetterRow, dead_letter_id)
+        if row is None:
+            raise DeadLetterNotFoundError(f"no dead letter {dead_letter_id}")
+        return row
+
+    def show(self, dead_letter_id: int, events: int = 20) -> dict[str, Any]:
+        """The dead letter with its session's last state and last events."""
+        letter = self.get(dead_letter_id)
+        with Session(self.db.engine, expire_on_commit=False) as db:
+            session = db.get(SessionRow, letter.session_id)
+            recent = list(
+                db.exec(
+                    select(AuditEventRow)
+                    .where(AuditEventRow.session_id == letter.session_id)
+                    .order_by(col(AuditEventRow.id).desc())
+                    .limit(events)
+                ).all()
+            )
+        assert session is not None
+        return {
+            "dead_letter": letter.model_dump(mode="json"),
+            "session": {
+                "status": session.status,
+                "step": session.cursor,
+                "seq": session.step_seq,
+                "state": session.state,
+                "input": session.input,
+            },
+            "events": [
+                {
+                    "id": e.id,
+                    "type": e.event_type,
+                    "step": e.step,
+                    "payload": e.payload,
+                    "at": e.created_at.isoformat(),
+                }
+                for e in reversed(recent)
+            ],
+        }
+
+    def retry(
+        self,
+        dead_letter_id: int,
+        *,
+        actor: str,
+        reason: str | None = None,
+        state_patch: list[dict[str, Any]] | None = None,
+    ) -> uuid.UUID:
+        """Resume the session from its latest checkpoint, attempts reset,
+        optionally with the operator's RFC 6902 patch applied to its state."""
+        letter = self.get(dead_letter_id)
+        if letter.status != "open":
+            raise DeadLetterStateError(f"dead letter {dead_letter_id} is already {letter.status}")
+        if letter.compensation != "none":
+            raise DeadLetterStateError(
+                f"dead letter {dead_letter_id}: its compensations ran "
+                f"({letter.compensation}); the effects they undid would not be redone, "
+                "so it cannot be retried; start a new session instead"
+            )
+        patched = self._patched_state(letter.session_id, state_patch)
+        with self.db.connection() as conn:
+            row = conn.execute(
+                dead_letter_queries.RETRY_DEAD_LETTER,
+                {
+                    "id": dead_letter_id,
+                    "actor": actor,
+                    "reason": reason,
+                    "state": patched,
+                    "patch": serialization.dumps(state_patch) if state_patch else None,
+                },
+            ).fetchone()
+        if row is None:
+            raise DeadLetterStateError(f"dead letter {dead_letter_id} is no longer open")
+        session_id = uuid.UUID(str(row["session_id"]))
+        enqueue_session(self.broker, self.settings, session_id)
+        return session_id
+
+    def _patched_state(
+        self, session_id: uuid.UUID, state_patch: list[dict[str, Any]] | None
+    ) -> str | None:
+        if not state_patch:
+            return None
+        with Session(self.db.engine) as db:
+            session = db.get(SessionRow, session_id)
+            assert session is not None
+            state = session.state
+        try:
+            patch = jsonpatch.JsonPatch(state_patch)
+            result = patch.apply(state)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+            raise InvalidPatchError(f"the state patch does not apply: {exc}") from None
+        except (TypeError, KeyError, AttributeError) as exc:
+            raise InvalidPatchError(f"the state patch is not an RFC 6902 patch: {exc}") from None
+        if not isinstance(result, dict):
+            raise InvalidPatchError("the patched state must still be a JSON object")
+        return serialization.dumps(result, "patched state")
+
+    def discard(self, dead_letter_id: int, *, actor: str, reason: str) -> None:
+        if not reason or not reason.strip():
+            raise InvalidPatchError("a discard needs a reason")
+        letter = self.get(dead_letter_id)
+        if letter.status != "open":
+            raise DeadLetterStateError(f"dead letter {dead_letter_id} is already {letter.status}")
+        with self.db.connection() as conn:
+            row = conn.execute(
+                dead_letter_queries.DISCARD_DEAD_LETTER,
+                {"id": dead_letter_id, "actor": actor, "reason": reason},
+            ).fetchone()
+        if row is None:
+            raise DeadLetterStateError(f"dead letter {dead_letter_id} is no longer open")
+
+    def drain(
+        self,
+        action: Action,
+        where: DeadLetterFilter,
+        *,
+        actor: str,
+        reason: str | None = None,
+        dry_run: bool = False,
+        limit: int = 100,
+        rate: float | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> DrainReport:
+        """Retry or discard every open dead letter matching `where` (at most
+        `limit`, at most `rate` per second). A dry run only lists them."""
+        if action not in ("retry", "discard"):
+            raise InvalidPatchError(f"unknown drain action {action!r} (retry or discard)")
+        if action == "discard" and not (reason and reason.strip()):
+            raise InvalidPatchError("discarding needs a reason")
+        open_only = DeadLetterFilter(**{**where.__dict__, "status": "open"})
+        rows, _ = self.find(open_only, limit=limit)
+        report = DrainReport(action, dry_run, matched=[r.id for r in rows if r.id is not None])
+        if dry_run:
+            return report
+        interval = 1.0 / rate if rate else 0.0
+        for index, dead_letter_id in enumerate(report.matched):
+            started = time.monotonic()
+            try:
+                if action == "retry":
+                    self.retry(dead_letter_id, actor=actor, reason=reason)
+                else:
+                    self.discard(dead_letter_id, actor=actor, reason=reason or "")
+                report.done.append(dead_letter_id)
+            except ResumableError as exc:
+                report.failed[dead_letter_id] = exc.message
+            if progress:
+                progress(index + 1, len(report.matched))
+            pause = interval - (time.monotonic() - started)
+            if pause > 0 and index + 1 < len(report.matched):
+                time.sleep(pause)
+        return report

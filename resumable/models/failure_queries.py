@@ -1,0 +1,205 @@
+"""Named SQL for failures: retries, saga compensations, dead letters, alerts.
+
+Like the step commit, each transition is one statement fenced by the lease
+epoch, so a worker that lost its session cannot schedule a retry, run a
+compensation or write a dead letter for it.
+"""
+
+from __future__ import annotations
+
+# A transient failure: release the session until its next attempt. The epoch
+# moves on so a step still running past its time limit cannot commit.
+SCHEDULE_RETRY = """
+WITH s AS (
+    UPDATE sessions SET
+        status = 'retrying',
+        attempts = %(attempts)s,
+        error = %(error)s::jsonb,
+        wake_at = now() + make_interval(secs => %(delay)s),
+        lease_epoch = lease_epoch + 1,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        updated_at = now()
+    WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
+    RETURNING id, step_seq, wake_at
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT id, step_seq, %(step)s, 'retry_scheduled',
+           %(error)s::jsonb || jsonb_build_object('attempt', %(attempts)s::int,
+                                                  'delay', %(delay)s::float8,
+                                                  'retry_at', wake_at)
+    FROM s
+)
+SELECT wake_at FROM s
+"""
+
+# Failed for good with compensations to run: the worker keeps its lease and
+# runs them; the original error stays on the session for the dead letter.
+START_COMPENSATION = """
+WITH s AS (
+    UPDATE sessions SET status = 'compensating', attempts = %(attempts)s,
+                        error = %(error)s::jsonb, updated_at = now()
+    WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
+    RETURNING id, step_seq
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT id, step_seq, %(step)s, 'compensation_started', %(error)s::jsonb FROM s
+)
+SELECT id FROM s
+"""
+
+# What is left to undo, newest call first.
+PENDING_COMPENSATIONS = """
+SELECT idempotency_key, tool, step, step_seq, call_index, compensation, request, response,
+       compensation_attempts
+FROM tool_execution_cache
+WHERE session_id = %(id)s AND status = 'completed' AND compensation IS NOT NULL
+  AND coalesce(compensation_status, 'pending') <> 'completed'
+ORDER BY step_seq DESC, call_index DESC
+"""
+
+COMPENSATION_DONE = """
+WITH t AS (
+    UPDATE tool_execution_cache AS t SET
+        compensation_status = 'completed',
+        compensation_attempts = t.compensation_attempts + 1,
+        compensation_error = NULL,
+        compensated_at = now()
+    FROM sessions s
+    WHERE t.idempotency_key = %(key)s AND s.id = t.session_id
+      AND s.lease_epoch = %(epoch)s AND s.status = 'compensating'
+    RETURNING t.session_id, t.step_seq, t.step, t.tool, t.compensation
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT session_id, step_seq, step, 'compensation_completed',
+           jsonb_build_object('tool', tool, 'compensation', compensation)
+    FROM t
+)
+SELECT session_id FROM t
+"""
+
+# A compensation attempt failed: count it and, unless it is the last one,
+# release the session until the next attempt (status stays 'compensating').
+COMPENSATION_FAILED = """
+WITH t AS (
+    UPDATE tool_execution_cache AS t SET
+        compensation_status = CASE WHEN %(give_up)s THEN 'failed' ELSE 'pending' END,
+        compensation_attempts = t.compensation_attempts + 1,
+        compensation_error = %(error)s::jsonb
+    FROM sessions s
+    WHERE t.idempotency_key = %(key)s AND s.id = t.session_id
+      AND s.lease_epoch = %(epoch)s AND s.status = 'compensating'
+    RETURNING t.session_id, t.step_seq, t.step, t.compensation, t.compensation_attempts
+), s AS (
+    UPDATE sessions SET
+        wake_at = now() + make_interval(secs => %(delay)s),
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        updated_at = now()
+    FROM t
+    WHERE sessions.id = t.session_id AND NOT %(give_up)s
+    RETURNING sessions.id
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT session_id, step_seq, step,
+           CASE WHEN %(give_up)s THEN 'compensation_gave_up'
+                ELSE 'compensation_retry_scheduled' END,
+           %(error)s::jsonb || jsonb_build_object('compensation', compensation,
+                                                  'attempt', compensation_attempts)
+    FROM t
+)
+SELECT session_id FROM t
+"""
+
+# The end of the road: 'failed', an open dead letter and, when an operator
+# webhook is configured, an alert in the outbox, all in one transaction.
+FAIL_SESSION = """
+WITH s AS (
+    UPDATE sessions SET
+        status = 'failed',
+        error = %(error)s::jsonb,
+        attempts = %(attempts)s,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        wake_at = NULL,
+        finished_at = now(),
+        updated_at = now()
+    WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status IN ('running', 'compensating')
+    RETURNING id, agent, step_seq
+), d AS (
+    INSERT INTO dead_letters (session_id, agent, step, error_code, error_type, error_message,
+                              traceback, attempts, compensation, compensation_error, status)
+    SELECT id, agent, %(step)s, %(code)s, %(type)s, %(message)s, %(traceback)s,
+           %(attempts)s, %(compensation)s, %(compensation_error)s::jsonb, 'open'
+    FROM s
+    RETURNING id, session_id, agent
+), a AS (
+    INSERT INTO alerts (kind, session_id, payload, status)
+    SELECT %(alert_kind)s, d.session_id,
+           jsonb_build_object('kind', %(alert_kind)s::text, 'dead_letter_id', d.id,
+                              'session_id', d.session_id, 'agent', d.agent,
+                              'step', %(step)s::text, 'error_type', %(type)s::text,
+                              'error_message', %(message)s::text,
+                              'compensation', %(compensation)s::text,
+                              'compensation_error', %(compensation_error)s::jsonb),
+           'pending'
+    FROM d WHERE %(alerts_enabled)s
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT s.id, s.step_seq, %(step)s, 'session_failed',
+           %(error)s::jsonb || jsonb_build_object('dead_letter_id', d.id,
+                                                  'compensation', %(compensation)s::text)
+    FROM s, d
+)
+SELECT d.id AS dead_letter_id FROM d
+"""
+
+# -- the scheduler's side -------------------------------------------------------------
+
+# Retries whose time has come become pending again (a delayed queue message
+# usually got there first; this is the durable path when Redis lost it).
+WAKE_DUE_RETRIES = """
+WITH due AS (
+    SELECT id FROM sessions
+    WHERE status = 'retrying' AND wake_at <= now()
+    ORDER BY wake_at LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE sessions SET status = 'pending', wake_at = NULL, updated_at = now()
+FROM due WHERE sessions.id = due.id
+RETURNING sessions.id
+"""
+
+# Compensations whose next attempt is due.
+WAKE_DUE_COMPENSATIONS = """
+WITH due AS (
+    SELECT id FROM sessions
+    WHERE status = 'compensating' AND lease_owner IS NULL AND wake_at <= now()
+    ORDER BY wake_at LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE sessions SET wake_at = NULL, updated_at = now()
+FROM due WHERE sessions.id = due.id
+RETURNING sessions.id
+"""
+
+# Alerts to POST: taken for a minute (so two schedulers do not both send one),
+# then marked sent, or put back with a later attempt time.
+TAKE_DUE_ALERTS = """
+UPDATE alerts SET next_attempt_at = now() + interval '60 seconds', attempts = attempts + 1
+WHERE id IN (
+    SELECT id FROM alerts WHERE status = 'pending' AND next_attempt_at <= now()
+    ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+)
+RETURNING id, kind, session_id, payload, attempts, created_at
+"""
+
+ALERT_SENT = "UPDATE alerts SET status = 'sent', sent_at = now() WHERE id = %(id)s"
+
+ALERT_FAILED = """
+UPDATE alerts SET
+    status = CASE WHEN %(give_up)s THEN 'failed' ELSE 'pending' END,
+    last_error = %(error)s,
+    next_attempt_at = now() + make_interval(secs => %(delay)s)
+WHERE id = %(id)s
+"""

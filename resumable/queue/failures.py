@@ -1,0 +1,298 @@
+"""What happens when a step fails: retry later, or compensate and dead-letter.
+
+A transient failure with attempts left commits the session as ``retrying``
+with the time of its next attempt and releases the worker; a delayed queue
+message and the scheduler (if Redis lost that message) bring it back, and it
+resumes from its latest checkpoint with its recorded tool calls intact.
+
+A permanent failure, or the last attempt, runs the saga: the compensations
+of the session's completed, compensable tool calls, newest first, each once
+(recorded, fenced, retried on its own schedule), with the session
+``compensating`` meanwhile. Then the session ends ``failed`` with an open
+dead letter. A compensation that keeps failing stops the saga and the dead
+letter says an operator must step in.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import dramatiq
+
+from resumable import serialization
+from resumable.agent import Agent
+from resumable.errors import ResumableError
+from resumable.models import failure_queries
+from resumable.models.database import Database
+from resumable.queue.broker import session_message
+from resumable.retries import DEFAULT_POLICY, RetryPolicy
+from resumable.settings import Settings
+from resumable.tools import accepts_idempotency_key
+
+logger = logging.getLogger(__name__)
+
+
+class Outcome:
+    """How a failure was handled (also the runner's return values)."""
+
+    RETRYING = "retrying"
+    FAILED = "failed"
+    COMPENSATING = "compensating"
+    LEASE_LOST = "lease_lost"
+
+
+def error_record(exc: BaseException, step: str | None) -> dict[str, Any]:
+    code = exc.code if isinstance(exc, ResumableError) else "step_failed"
+    return {
+        "code": code,
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "step": step,
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """The session a failure belongs to, as this worker holds it."""
+
+    session_id: Any
+    epoch: int
+    attempts: int  # attempts already made before the failing one
+
+
+class FailureHandler:
+    def __init__(self, settings: Settings, db: Database, broker: dramatiq.Broker) -> None:
+        self.settings = settings
+        self.db = db
+        self.broker = broker
+
+    # -- steps ------------------------------------------------------------------------
+
+    def step_failed(
+        self, held: Fenced, agent: Agent | None, exc: BaseException, step: str | None
+    ) -> str:
+        policy = agent.policy(step) if agent is not None else DEFAULT_POLICY
+        attempts = held.attempts + 1
+        record = error_record(exc, step)
+        if policy.should_retry(exc, attempts):
+            return self._schedule_retry(held, policy, exc, record, attempts, step)
+        logger.error(
+            "step %s failed for good after %d attempt(s): %s: %s",
+            step,
+            attempts,
+            record["type"],
+            record["message"],
+            extra={"action": "step_failed_permanently", "error_code": record["code"]},
+        )
+        if agent is not None and self._has_compensations(held):
+            with self.db.connection() as conn:
+                started = conn.execute(
+                    failure_queries.START_COMPENSATION,
+                    {
+                        "id": held.session_id,
+                        "epoch": held.epoch,
+                        "attempts": attempts,
+                        "error": serialization.dumps(record, "error"),
+                        "step": step,
+                    },
+                ).fetchone()
+            if started is None:
+                return Outcome.LEASE_LOST
+            return self.compensate(held, agent, record, policy)
+        return self.fail(held, record, attempts, compensation="none")
+
+    def _schedule_retry(
+        self,
+        held: Fenced,
+        policy: RetryPolicy,
+        exc: BaseException,
+        record: dict[str, Any],
+        attempts: int,
+        step: str | None,
+    ) -> str:
+        delay = policy.delay(attempts, exc)
+        with self.db.connection() as conn:
+            row = conn.execute(
+                failure_queries.SCHEDULE_RETRY,
+                {
+                    "id": held.session_id,
+                    "epoch": held.epoch,
+                    "attempts": attempts,
+                    "error": serialization.dumps(record, "error"),
+                    "delay": delay,
+                    "step": step,
+                },
+            ).fetchone()
+        if row is None:
+            return Outcome.LEASE_LOST
+        logger.warning(
+            "step %s failed (attempt %d of %d), retrying in %.2f s: %s: %s",
+            step,
+            attempts,
+            policy.max_attempts,
+            delay,
+            record["type"],
+            record["message"],
+            extra={"action": "retry_scheduled", "error_code": record["code"]},
+        )
+        self._enqueue_later(held.session_id, delay)
+        return Outcome.RETRYING
+
+    # -- sagas --------------------------------------------------------------------------
+
+    def _has_compensations(self, held: Fenced) -> bool:
+        with self.db.connection() as conn:
+            return (
+                conn.execute(
+                    failure_queries.PENDING_COMPENSATIONS, {"id": held.session_id}
+                ).fetchone()
+                is not None
+            )
+
+    def compensate(
+        self, held: Fenced, agent: Agent, error: dict[str, Any], policy: RetryPolicy
+    ) -> str:
+        """Run what is left of the saga; then dead-letter the session."""
+        with self.db.connection() as conn:
+            pending = conn.execute(
+                failure_queries.PENDING_COMPENSATIONS, {"id": held.session_id}
+            ).fetchall()
+        for call in pending:
+            key = f"{call['idempotency_key']}:compensate"
+            name = str(call["compensation"])
+            try:
+                fn = agent.get_compensation(name)
+                kwargs = {"idempotency_key": key} if accepts_idempotency_key(fn) else {}
+                fn(call["request"], call["response"], **kwargs)
+            except Exception as exc:
+                return self._compensation_failed(held, call, exc, error, policy)
+            with self.db.connection() as conn:
+                done = conn.execute(
+                    failure_queries.COMPENSATION_DONE,
+                    {"key": call["idempotency_key"], "epoch": held.epoch},
+                ).fetchone()
+            if done is None:
+                return Outcome.LEASE_LOST
+            logger.info(
+                "compensated %s with %s", call["tool"], name, extra={"action": "compensated"}
+            )
+        return self.fail(held, error, held.attempts, compensation="completed")
+
+    def _compensation_failed(
+        self,
+        held: Fenced,
+        call: dict[str, Any],
+        exc: BaseException,
+        error: dict[str, Any],
+        policy: RetryPolicy,
+    ) -> str:
+        attempts = int(call["compensation_attempts"]) + 1
+        give_up = attempts >= policy.compensation_attempts
+        delay = policy.delay(attempts, exc)
+        record = error_record(exc, str(call["step"]))
+        record["compensation"] = call["compensation"]
+        with self.db.connection() as conn:
+            row = conn.execute(
+                failure_queries.COMPENSATION_FAILED,
+                {
+                    "key": call["idempotency_key"],
+                    "epoch": held.epoch,
+                    "give_up": give_up,
+                    "error": serialization.dumps(record, "error"),
+                    "delay": delay,
+                },
+            ).fetchone()
+        if row is None:
+            return Outcome.LEASE_LOST
+        if not give_up:
+            logger.warning(
+                "compensation %s failed (attempt %d of %d), retrying in %.2f s: %s",
+                call["compensation"],
+                attempts,
+                policy.compensation_attempts,
+                delay,
+                record["message"],
+                extra={"action": "compensation_retry_scheduled"},
+            )
+            self._enqueue_later(held.session_id, delay)
+            return Outcome.COMPENSATING
+        logger.error(
+            "compensation %s failed %d times; saga stopped, manual intervention needed: %s",
+            call["compensation"],
+            attempts,
+            record["message"],
+            extra={"action": "compensation_failed", "error_code": record["code"]},
+        )
+        return self.fail(
+            held,
+            error,
+            held.attempts,
+            compensation="failed",
+            compensation_error={
+                **record,
+                "message": "compensation failed, manual intervention needed: " + record["message"],
+            },
+        )
+
+    # -- the end ------------------------------------------------------------------------
+
+    def fail(
+        self,
+        held: Fenced,
+        error: dict[str, Any],
+        attempts: int,
+        *,
+        compensation: str,
+        compensation_error: dict[str, Any] | None = None,
+    ) -> str:
+        """End the session `failed` with an open dead letter (and an alert)."""
+        alert_kind = "compensation_failed" if compensation == "failed" else "dead_letter"
+        with self.db.connection() as conn:
+            row = conn.execute(
+                failure_queries.FAIL_SESSION,
+                {
+                    "id": held.session_id,
+                    "epoch": held.epoch,
+                    "error": serialization.dumps(error, "error"),
+                    "attempts": attempts,
+                    "step": error.get("step"),
+                    "code": error.get("code", "step_failed"),
+                    "type": error.get("type", "Exception"),
+                    "message": error.get("message", ""),
+                    "traceback": error.get("traceback"),
+                    "compensation": compensation,
+                    "compensation_error": serialization.dumps(compensation_error)
+                    if compensation_error
+                    else None,
+                    "alert_kind": alert_kind,
+                    "alerts_enabled": bool(self.settings.alert_webhook_url),
+                },
+            ).fetchone()
+        if row is None:
+            return Outcome.LEASE_LOST
+        logger.error(
+            "session dead-lettered (dead letter %s) at step %s: %s: %s",
+            row["dead_letter_id"],
+            error.get("step"),
+            error.get("type"),
+            error.get("message"),
+            extra={
+                "action": "dead_lettered",
+                "dead_letter_id": row["dead_letter_id"],
+                "error_code": error.get("code"),
+                "compensation": compensation,
+            },
+        )
+        return Outcome.FAILED
+
+    def _enqueue_later(self, session_id: Any, delay: float) -> None:
+        try:
+            self.broker.enqueue(
+                session_message(self.settings, session_id), delay=max(int(delay * 1000), 0)
+            )
+        except Exception:
+            logger.warning("could not enqueue the retry; the scheduler will", exc_info=True)

@@ -1,0 +1,84 @@
+"""Retry policy: which failures are worth another attempt, and when.
+
+Policies are set per agent and may be overridden per step. Failures are
+classified in this order: the package's own definition errors (an unknown
+step, unserializable state, ...) and ``PermanentError`` are permanent;
+anything matching ``transient`` (by default every other exception) is
+retried until ``max_attempts`` is reached. Delays grow exponentially with
+full jitter between ``min_delay`` and ``max_delay``; a failure that carries
+a ``retry_after`` waits at least that long.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from resumable.errors import (
+    AgentDefinitionError,
+    InvalidStepResultError,
+    NotSerializableError,
+    PermanentError,
+    UnknownAgentError,
+    UnknownCheckError,
+    UnknownStepError,
+    WaitDefinitionError,
+)
+
+# Mistakes in the agent's code or data: trying again changes nothing.
+ALWAYS_PERMANENT: tuple[type[BaseException], ...] = (
+    PermanentError,
+    UnknownAgentError,
+    UnknownStepError,
+    UnknownCheckError,
+    NotSerializableError,
+    InvalidStepResultError,
+    WaitDefinitionError,
+    AgentDefinitionError,
+)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a failing step is retried."""
+
+    max_attempts: int = 3
+    min_delay: float = 1.0
+    max_delay: float = 300.0
+    transient: tuple[type[BaseException], ...] = (Exception,)
+    permanent: tuple[type[BaseException], ...] = ()
+    #: Seconds a single attempt of a step may run; None for no limit.
+    time_limit: float | None = None
+    #: Attempts for each saga compensation before the saga stops for an operator.
+    compensation_attempts: int = 5
+    jitter: bool = field(default=True, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise AgentDefinitionError("max_attempts must be at least 1")
+        if not 0 <= self.min_delay <= self.max_delay:
+            raise AgentDefinitionError("need 0 <= min_delay <= max_delay")
+        if self.time_limit is not None and self.time_limit <= 0:
+            raise AgentDefinitionError("time_limit must be positive")
+
+    def is_transient(self, exc: BaseException) -> bool:
+        if isinstance(exc, ALWAYS_PERMANENT + self.permanent):
+            return False
+        return isinstance(exc, self.transient)
+
+    def should_retry(self, exc: BaseException, attempts_made: int) -> bool:
+        """Whether to try again after `attempts_made` attempts ended in `exc`."""
+        return self.is_transient(exc) and attempts_made < self.max_attempts
+
+    def delay(self, attempts_made: int, exc: BaseException | None = None) -> float:
+        """Seconds before the next attempt: full jitter over an exponential cap,
+        at least the failure's own retry_after."""
+        cap = min(self.max_delay, self.min_delay * 2 ** max(attempts_made - 1, 0))
+        chosen = random.uniform(self.min_delay, cap) if self.jitter else cap
+        retry_after = getattr(exc, "retry_after", None)
+        if isinstance(retry_after, int | float):
+            chosen = max(chosen, float(retry_after))
+        return chosen
+
+
+DEFAULT_POLICY = RetryPolicy()
