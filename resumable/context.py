@@ -39,7 +39,7 @@ class StepContext:
         callbacks: CallbackFactory,
         wake: Wake | None,
         logger: logging.Logger,
-        has_compensation: Callable[[str], bool] = lambda _name: False,
+        has_compensation: Callable[[str], bool],
     ) -> None:
         self.session_id = session_id
         self.agent = agent

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from resumable import Agent, Complete, StepContext
+from resumable.errors import PermanentError, TransientError
 from resumable.retries import RetryPolicy
 from resumable.waits import Poll, Signal, Timer, Wait
 
@@ -223,3 +225,128 @@ def race(ctx: StepContext) -> Wait:
 def raced(ctx: StepContext) -> Complete:
     assert ctx.wake is not None
     return Complete({"kind": ctx.wake.kind, "payload": ctx.wake.payload})
+
+
+# -- failures --------------------------------------------------------------------------
+
+
+def bump(path: str) -> int:
+    """A counter outside the session (failed attempts commit no state)."""
+    counter = Path(path)
+    value = int(counter.read_text()) if counter.exists() else 0
+    counter.write_text(str(value + 1))
+    return value + 1
+
+
+def rate_limited_call(url: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
+    """A tool that turns HTTP 429/503 into a TransientError carrying Retry-After."""
+    try:
+        return post_json(url, body, idempotency_key)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (429, 503):
+            retry_after = float(exc.headers.get("Retry-After") or 0) or None
+            raise TransientError(f"HTTP {exc.code}", retry_after=retry_after) from exc
+        raise
+
+
+flaky = Agent("flaky", retry=RetryPolicy(max_attempts=5, min_delay=0.3, max_delay=0.6))
+
+
+@flaky.step
+def attempt(ctx: StepContext) -> Complete:
+    charge = ctx.tool("charge", post_json, f"{ctx.input['api']}/charge", {"amount": 5})
+    tries = bump(ctx.input["counter"])
+    if tries <= int(ctx.input.get("fail_times", 0)):
+        raise TransientError(f"upstream hiccup #{tries}")
+    if ctx.input.get("always"):
+        raise TransientError("upstream down")
+    if ctx.input.get("permanent"):
+        raise PermanentError("card declined")
+    return Complete({"tries": tries, "charge": charge["id"]})
+
+
+rate_limits = Agent("rate_limits", retry=RetryPolicy(max_attempts=5, min_delay=0.1, max_delay=0.2))
+
+
+@rate_limits.step
+def call_limited(ctx: StepContext) -> Complete:
+    answer = ctx.tool("limited", rate_limited_call, f"{ctx.input['api']}/limited", {"q": 1})
+    return Complete(answer["id"])
+
+
+slow = Agent("slow", retry=RetryPolicy(max_attempts=3, min_delay=0.1, max_delay=0.2, time_limit=1))
+
+
+@slow.step
+def dawdle(ctx: StepContext) -> Complete:
+    tries = bump(ctx.input["counter"])
+    if tries == 1:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # busy in Python: the time limit interrupts it
+            time.sleep(0.01)
+    return Complete({"tries": tries})
+
+
+saga = Agent(
+    "saga",
+    retry=RetryPolicy(max_attempts=1, min_delay=0.1, max_delay=0.2, compensation_attempts=3),
+)
+
+
+def undo(request: dict[str, Any], response: dict[str, Any], idempotency_key: str) -> None:
+    url, body = request["args"]
+    gate = body.get("gate_dir")
+    undo_url = url.rsplit("/", 1)[0] + "/undo"
+    if body.get("undo_fails"):
+        raise RuntimeError(f"cannot undo {body['what']}")
+    post_json(undo_url, {"what": body["what"]}, idempotency_key)
+    if gate and body["what"] == "hotel" and Path(gate, "hold").exists():
+        Path(gate, "entered-undo-hotel").touch()
+        deadline = time.monotonic() + 60
+        while Path(gate, "hold").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+saga.compensation(undo)
+
+
+def _book(ctx: StepContext, what: str) -> None:
+    body = {
+        "what": what,
+        "gate_dir": ctx.input.get("gate_dir"),
+        "undo_fails": what == "flight" and bool(ctx.input.get("undo_fails")),
+    }
+    ctx.tool(what, post_json, f"{ctx.input['api']}/book", body, compensate="undo")
+
+
+@saga.step
+def flight(ctx: StepContext) -> str:
+    _book(ctx, "flight")
+    return "hotel"
+
+
+@saga.step
+def hotel(ctx: StepContext) -> str:
+    _book(ctx, "hotel")
+    return "card"
+
+
+@saga.step
+def card(ctx: StepContext) -> str:
+    _book(ctx, "card")
+    return "confirm"
+
+
+@saga.step
+def confirm(ctx: StepContext) -> Complete:
+    raise PermanentError("the airline cancelled the route")
+
+
+fragile = Agent("fragile", retry=RetryPolicy(max_attempts=1))
+
+
+@fragile.step
+def needs_flag(ctx: StepContext) -> Complete:
+    if not Path(ctx.input["flag"]).exists():
+        raise PermanentError("the flag is not set")
+    return Complete({"fixed": True, "patched": ctx.state.get("patched")})

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
 class FakeAPI:
-    def __init__(self) -> None:
+    def __init__(self, *, rate_limited: int = 0, retry_after: float = 1.0) -> None:
         self.lock = threading.Lock()
         self.calls: Counter[str] = Counter()  # raw requests per idempotency key
         self.effects: dict[str, dict[str, Any]] = {}  # first request body per key
+        self.order: list[tuple[str, dict[str, Any]]] = []  # (path, body) of each effect
+        self.arrivals: list[float] = []  # monotonic time of every request
+        self.rate_limited = rate_limited  # answer this many requests 429 first
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -26,10 +30,19 @@ class FakeAPI:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 key = self.headers.get("Idempotency-Key") or f"nokey-{id(body)}"
                 with api.lock:
+                    api.arrivals.append(time.monotonic())
+                    if api.rate_limited > 0:
+                        api.rate_limited -= 1
+                        self.send_response(429)
+                        self.send_header("Retry-After", f"{retry_after:g}")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
                     api.calls[key] += 1
                     first = key not in api.effects
                     if first:
                         api.effects[key] = body
+                        api.order.append((self.path, body))
                     response = {"id": key[-12:], "replayed": not first, **api.effects[key]}
                 data = json.dumps(response).encode()
                 self.send_response(200)

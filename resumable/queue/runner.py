@@ -264,6 +264,7 @@ class SessionRunner:
             input=claim.input,
             state=state,
             tools=tools,
+            has_compensation=agent.has_compensation,
             callbacks=CallbackFactory(
                 self.db, claim.session_id, claim.epoch, seq + 1, self.settings.public_url
             ),

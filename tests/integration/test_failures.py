@@ -1,0 +1,326 @@
+"""Retries, sagas and the dead-letter queue on real worker processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from standardwebhooks.webhooks import Webhook
+
+from resumable.client import Client
+from resumable.models.database import Database
+from tests.conftest import ROOT, ManagedProcess, wait_until
+from tests.fake_api import FakeAPI
+
+ALERT_SECRET = "whsec_" + "YWxlcnQtc2VjcmV0LWZvci10ZXN0cy0xMjM0NTY="
+
+
+def _finished(client: Client, session_id: uuid.UUID) -> str:
+    status = client.get(session_id).status
+    return status if status in {"completed", "failed"} else ""
+
+
+def _events(client: Client, session_id: uuid.UUID, kind: str) -> list[Any]:
+    return [e for e in client.events(session_id) if e.event_type == kind]
+
+
+def _dead_letters(db: Database, session_id: uuid.UUID) -> list[dict[str, Any]]:
+    with db.connection() as conn:
+        return conn.execute(
+            "SELECT * FROM dead_letters WHERE session_id = %s ORDER BY id", (session_id,)
+        ).fetchall()
+
+
+def test_transient_failures_are_retried_with_backoff_then_succeed(
+    client: Client,
+    tmp_path: Path,
+    start_worker: Callable[..., ManagedProcess],
+    start_scheduler: Callable[..., ManagedProcess],
+) -> None:
+    start_worker()
+    start_scheduler()
+    with FakeAPI() as api:
+        session_id = client.start(
+            "flaky", {"api": api.url, "counter": str(tmp_path / "n"), "fail_times": 2}
+        )
+        assert wait_until(lambda: _finished(client, session_id)) == "completed"
+    assert client.get(session_id).result["tries"] == 3
+    events = client.events(session_id)
+    retries = [e for e in events if e.event_type == "retry_scheduled"]
+    # Each retry starts with a fresh claim (by its delayed message or the scheduler).
+    starts = [e for e in events if e.event_type in {"retry_started", "run_started"}][1:]
+    assert [r.payload["attempt"] for r in retries] == [1, 2]
+    for scheduled, started in zip(retries, starts, strict=True):
+        delay = scheduled.payload["delay"]
+        assert 0.3 <= delay <= 0.6
+        waited = (started.created_at - scheduled.created_at).total_seconds()
+        assert delay - 0.05 <= waited <= delay + 1.5, (delay, waited)
+        assert "Traceback" in scheduled.payload["traceback"]
+    # The charge was made on the first attempt and replayed from the cache after.
+    assert api.total_calls() == 1
+
+
+def test_permanent_error_goes_straight_to_the_dead_letter_queue(
+    client: Client, db: Database, tmp_path: Path, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    start_worker()
+    with FakeAPI() as api:
+        session_id = client.start(
+            "flaky", {"api": api.url, "counter": str(tmp_path / "n"), "permanent": True}
+        )
+        assert wait_until(lambda: _finished(client, session_id)) == "failed"
+    assert _events(client, session_id, "retry_scheduled") == []
+    [letter] = _dead_letters(db, session_id)
+    assert (letter["error_type"], letter["error_message"]) == ("PermanentError", "card declined")
+    assert (letter["attempts"], letter["compensation"], letter["status"]) == (1, "none", "open")
+
+
+def test_exhausted_attempts_are_dead_lettered_with_the_last_error(
+    client: Client, db: Database, tmp_path: Path, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    start_worker()
+    with FakeAPI() as api:
+        session_id = client.start(
+            "flaky", {"api": api.url, "counter": str(tmp_path / "n"), "always": True}
+        )
+        assert wait_until(lambda: _finished(client, session_id), timeout=30) == "failed"
+        assert api.total_calls() == 1
+    assert len(_events(client, session_id, "retry_scheduled")) == 4
+    [letter] = _dead_letters(db, session_id)
+    assert letter["attempts"] == 5
+    assert letter["error_message"] == "upstream down"
+    assert "raise TransientError" in letter["traceback"]
+    error = client.get(session_id).error
+    assert error is not None and error["type"] == "TransientError"
+
+
+def test_retry_after_from_a_rate_limited_api_is_honoured(
+    client: Client, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    start_worker()
+    with FakeAPI(rate_limited=1, retry_after=2) as api:
+        session_id = client.start("rate_limits", {"api": api.url})
+        assert wait_until(lambda: _finished(client, session_id), timeout=20) == "completed"
+        first, second = api.arrivals
+    # The policy alone would retry within 0.2 s; the server asked for 2 s.
+    assert second - first >= 2.0
+    [scheduled] = _events(client, session_id, "retry_scheduled")
+    assert scheduled.payload["delay"] >= 2.0
+
+
+def test_a_step_past_its_time_limit_is_retried(
+    client: Client, tmp_path: Path, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    start_worker()
+    session_id = client.start("slow", {"counter": str(tmp_path / "n")})
+    assert wait_until(lambda: _finished(client, session_id), timeout=20) == "completed"
+    assert client.get(session_id).result == {"tries": 2}
+    [scheduled] = _events(client, session_id, "retry_scheduled")
+    assert scheduled.payload["type"] == "StepTimeoutError"
+
+
+def test_saga_compensates_in_reverse_order_once_each(
+    client: Client, db: Database, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    start_worker()
+    with FakeAPI() as api:
+        session_id = client.start("saga", {"api": api.url})
+        assert wait_until(lambda: _finished(client, session_id)) == "failed"
+        order = [(path, body["what"]) for path, body in api.order]
+    assert order == [
+        ("/book", "flight"),
+        ("/book", "hotel"),
+        ("/book", "card"),
+        ("/undo", "card"),
+        ("/undo", "hotel"),
+        ("/undo", "flight"),
+    ]
+    [letter] = _dead_letters(db, session_id)
+    assert (letter["compensation"], letter["error_type"]) == ("completed", "PermanentError")
+    assert len(_events(client, session_id, "compensation_completed")) == 3
+
+
+def test_saga_survives_a_worker_killed_while_compensating(
+    client: Client,
+    db: Database,
+    tmp_path: Path,
+    start_worker: Callable[..., ManagedProcess],
+    reconciler: None,
+) -> None:
+    (tmp_path / "hold").touch()
+    victim = start_worker()
+    with FakeAPI() as api:
+        session_id = client.start("saga", {"api": api.url, "gate_dir": str(tmp_path)})
+        wait_until((tmp_path / "entered-undo-hotel").exists, what="the hotel compensation")
+        assert client.get(session_id).status == "compensating"
+        victim.kill()
+        (tmp_path / "hold").unlink()
+        start_worker()
+        assert wait_until(lambda: _finished(client, session_id), timeout=30) == "failed"
+        undone = [body["what"] for path, body in api.order if path == "/undo"]
+        undo_calls = {key: n for key, n in api.calls.items() if key.endswith(":compensate")}
+    assert undone == ["card", "hotel", "flight"]
+    # The hotel's undo ran again after the kill with the same key (deduped by the
+    # API); the card's, recorded before the kill, did not run again.
+    assert sorted(undo_calls.values()) == [1, 1, 2]
+    assert _events(client, session_id, "compensation_resumed")
+    [letter] = _dead_letters(db, session_id)
+    assert letter["compensation"] == "completed"
+
+
+class AlertReceiver:
+    """A real HTTP server standing in for the operator's alert webhook."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[dict[str, str], bytes]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                receiver.received.append((dict(self.headers.items()), body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def alerts() -> Iterator[AlertReceiver]:
+    receiver = AlertReceiver()
+    yield receiver
+    receiver.server.shutdown()
+    receiver.server.server_close()
+
+
+def test_a_compensation_that_always_fails_stops_the_saga_and_alerts(
+    client: Client,
+    db: Database,
+    alerts: AlertReceiver,
+    start_worker: Callable[..., ManagedProcess],
+    start_scheduler: Callable[..., ManagedProcess],
+) -> None:
+    env = {
+        "RESUMABLE_ALERT_WEBHOOK_URL": alerts.url,
+        "RESUMABLE_ALERT_WEBHOOK_SECRET": ALERT_SECRET,
+    }
+    start_worker(**env)
+    start_scheduler(**env)
+    with FakeAPI() as api:
+        session_id = client.start("saga", {"api": api.url, "undo_fails": True})
+        assert wait_until(lambda: _finished(client, session_id), timeout=30) == "failed"
+        undone = [body["what"] for path, body in api.order if path == "/undo"]
+    assert undone == ["card", "hotel"]
+    [letter] = _dead_letters(db, session_id)
+    assert letter["compensation"] == "failed"
+    assert "manual intervention" in letter["compensation_error"]["message"]
+    assert len(_events(client, session_id, "compensation_retry_scheduled")) == 2
+    assert len(_events(client, session_id, "compensation_gave_up")) == 1
+
+    wait_until(lambda: alerts.received, timeout=10, what="the alert")
+    headers, body = alerts.received[0]
+    Webhook(ALERT_SECRET).verify(body, headers)  # raises if the signature is wrong
+    alert = json.loads(body)
+    assert alert["type"] == "resumable.compensation_failed"
+    assert alert["data"]["session_id"] == str(session_id)
+    assert alert["data"]["dead_letter_id"] == letter["id"]
+
+
+def _dlq(client: Client, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        "DATABASE_URL": client.settings.database_url or "",
+        "REDIS_URL": client.settings.redis_url or "",
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(ROOT),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "resumable.cli", "dlq", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_drain_retries_fifty_fixed_sessions_and_discard_records_the_reason(
+    client: Client, db: Database, tmp_path: Path, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    start_worker()
+    flag = tmp_path / "flag"
+    ids = [client.start("fragile", {"flag": str(flag)}) for _ in range(52)]
+    wait_until(lambda: client.count_by_status() == {"failed": 52}, timeout=60, what="52 failed")
+
+    listed = json.loads(_dlq(client, "list", "--json", "--limit", "100").stdout)["dead_letters"]
+    assert len(listed) == 52
+    to_discard = [d["id"] for d in listed[:2]]
+    for dead_letter_id in to_discard:
+        out = _dlq(client, "discard", str(dead_letter_id), "--reason", "duplicate order")
+        assert out.returncode == 0, out.stdout + out.stderr
+    again = _dlq(client, "discard", str(to_discard[0]), "--reason", "twice")
+    assert again.returncode == 1 and "already discarded" in again.stdout
+
+    dry = json.loads(_dlq(client, "drain", "--action", "retry", "--dry-run", "--json").stdout)
+    assert len(dry["matched"]) == 50 and dry["done"] == []
+    assert client.count_by_status() == {"failed": 52}
+
+    flag.touch()  # the cause is fixed
+    started = time.monotonic()
+    out = _dlq(client, "drain", "--action", "retry", "--rate", "100", "--reason", "flag fixed")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "retry: 50 done, 0 failed" in out.stdout
+    assert time.monotonic() - started >= 49 / 100  # the rate limit held
+    wait_until(
+        lambda: client.count_by_status() == {"completed": 50, "failed": 2},
+        timeout=60,
+        what="50 retried sessions",
+    )
+    with db.connection() as conn:
+        statuses = conn.execute(
+            "SELECT status, count(*) AS n FROM dead_letters GROUP BY status ORDER BY status"
+        ).fetchall()
+        discarded = conn.execute(
+            "SELECT resolution, resolved_by FROM dead_letters WHERE status = 'discarded'"
+        ).fetchall()
+    assert [(r["status"], r["n"]) for r in statuses] == [("discarded", 2), ("retried", 50)]
+    assert {r["resolution"] for r in discarded} == {"duplicate order"}
+    assert all(str(r["resolved_by"]).startswith("cli:") for r in discarded)
+    retried = [e for s in ids for e in _events(client, s, "dead_letter_retried")]
+    assert len(retried) == 50 and retried[0].payload["reason"] == "flag fixed"
+
+
+def test_a_poison_session_does_not_delay_healthy_ones(
+    client: Client, tmp_path: Path, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    start_worker(RESUMABLE_WORKER_THREADS="2")
+    with FakeAPI() as api:
+        poison = client.start(
+            "flaky", {"api": api.url, "counter": str(tmp_path / "n"), "always": True}
+        )
+        wait_until(lambda: _events(client, poison, "retry_scheduled"), what="the first retry")
+        started = time.monotonic()
+        healthy = [client.start("five") for _ in range(30)]
+        wait_until(
+            lambda: all(client.get(s).status == "completed" for s in healthy),
+            timeout=20,
+            what="the healthy sessions",
+        )
+        elapsed = time.monotonic() - started
+        assert client.get(poison).status in {"retrying", "pending", "running"}
+    # Thirty 5-step sessions on two threads while the poison session keeps failing.
+    assert elapsed < 10
