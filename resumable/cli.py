@@ -251,6 +251,18 @@ def services_stop(settings: Settings) -> None:
 
 
 @main.command()
+@click.option(
+    "--agents", "agent_modules", multiple=True, help="Agent modules for the worker (repeatable)."
+)
+@click.pass_obj
+def dev(settings: Settings, agent_modules: tuple[str, ...]) -> None:
+    """Run web, worker and scheduler together on the embedded (or configured) servers."""
+    from resumable.dev import run_dev
+
+    sys.exit(run_dev(settings, console, list(agent_modules) or settings.agents))
+
+
+@main.command()
 @click.pass_obj
 def demo(settings: Settings) -> None:
     """Run the end-to-end demo on the embedded default (or the configured URLs)."""
