@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
+from resumable.checkpoints import CheckpointStrategy, Snapshot
 from resumable.errors import (
     AgentDefinitionError,
     UnknownAgentError,
@@ -65,6 +66,7 @@ class Agent:
         start: str | None = None,
         description: str = "",
         retry: RetryPolicy = DEFAULT_POLICY,
+        checkpoints: CheckpointStrategy | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
             raise AgentDefinitionError("an agent needs a non-empty string name")
@@ -76,6 +78,8 @@ class Agent:
         self._compensations: dict[str, CompensationFunction] = {}
         self._step_policies: dict[str, RetryPolicy] = {}
         self.retry = retry
+        #: How each step's checkpoint row is stored (see resumable/checkpoints.py).
+        self.checkpoints: CheckpointStrategy = checkpoints or Snapshot()
 
     @overload
     def step(

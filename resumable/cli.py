@@ -211,6 +211,89 @@ def sessions_events(settings: Settings, session_id: str, as_json: bool) -> None:
     console.print(table)
 
 
+@sessions.command("history")
+@click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def sessions_history(settings: Settings, session_id: str, as_json: bool) -> None:
+    """List a session's checkpoints."""
+    from resumable.history import History
+
+    sid = _session_id(session_id)
+    with connected(settings) as c:
+        rows = History(c.db).checkpoints(sid, limit=100_000)
+    if as_json:
+        click.echo(json.dumps(rows, default=str))
+        return
+    table = Table("seq", "step", "next", "kind", "bytes", "at")
+    for r in rows:
+        table.add_row(
+            str(r["seq"]), str(r["step"]), str(r["next_step"] or ""), str(r["kind"]),
+            str(r["bytes"]), str(r["created_at"]),
+        )  # fmt: skip
+    console.print(table)
+
+
+@sessions.command("state")
+@click.argument("session_id")
+@click.option("--at", "seq", type=click.IntRange(min=1), default=None, help="Checkpoint number.")
+@click.option("--agents", "agent_modules", multiple=True, help="For event-sourced agents.")
+@click.pass_obj
+def sessions_state(
+    settings: Settings, session_id: str, seq: int | None, agent_modules: tuple[str, ...]
+) -> None:
+    """Print a session's state: current, or as it was after checkpoint --at."""
+    from resumable.history import History
+
+    sid = _session_id(session_id)
+    modules = list(agent_modules) or settings.agents
+    registry = AgentRegistry.from_modules(modules) if modules else None
+    with connected(settings) as c:
+        if seq is None:
+            click.echo(json.dumps(c.client.get(sid).state, indent=2))
+            return
+        past = History(c.db, registry).state_at(sid, seq)
+    click.echo(json.dumps(past.state, indent=2))
+
+
+@sessions.command("fork")
+@click.argument("session_id")
+@click.option("--at", "seq", type=click.IntRange(min=1), required=True, help="Checkpoint.")
+@click.option("--patch", default=None, help="RFC 6902 JSON Patch applied to that state.")
+@click.option("--by", default=None, help="Who (default: cli:<user>).")
+@click.option("--agents", "agent_modules", multiple=True, help="For event-sourced agents.")
+@click.pass_obj
+def sessions_fork(
+    settings: Settings,
+    session_id: str,
+    seq: int,
+    patch: str | None,
+    by: str | None,
+    agent_modules: tuple[str, ...],
+) -> None:
+    """Start a new session from a past checkpoint; prints the fork's id."""
+    import getpass
+
+    from resumable.history import History
+
+    state_patch = _parse_json(patch, "--patch")
+    if state_patch is not None and not isinstance(state_patch, list):
+        raise click.BadParameter("--patch must be a JSON array of operations")
+    sid = _session_id(session_id)
+    modules = list(agent_modules) or settings.agents
+    registry = AgentRegistry.from_modules(modules) if modules else None
+    with connected(settings) as c:
+        fork_id = History(c.db, registry).fork(
+            sid,
+            seq,
+            actor=by or f"cli:{getpass.getuser()}",
+            state_patch=state_patch,
+            broker=c.client.broker,
+            settings=settings,
+        )
+    click.echo(str(fork_id))
+
+
 @main.command()
 @click.option("--grace", type=float, default=None, help="Seconds a pending session may sit.")
 @click.pass_obj

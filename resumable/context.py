@@ -8,8 +8,10 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from resumable import serialization
 from resumable.agent import Complete, Next
 from resumable.callbacks import CallbackFactory
+from resumable.checkpoints import Reducer
 from resumable.errors import AgentDefinitionError
 from resumable.tools import ToolCalls
 from resumable.waits import Callback, Poll, Signal, Timer, Wait, Wake
@@ -40,6 +42,7 @@ class StepContext:
         wake: Wake | None,
         logger: logging.Logger,
         has_compensation: Callable[[str], bool],
+        reducer: Reducer | None = None,
     ) -> None:
         self.session_id = session_id
         self.agent = agent
@@ -53,6 +56,9 @@ class StepContext:
         self._tools = tools
         self._callbacks = callbacks
         self._has_compensation = has_compensation
+        self._reducer = reducer
+        #: Events emitted by this step (event-sourced agents).
+        self.events: list[Any] = []
 
     def tool(
         self,
@@ -78,6 +84,20 @@ class StepContext:
             raise AgentDefinitionError(f"agent {self.agent!r} has no compensation {compensate!r}")
         result: T = self._tools.call(name, fn, args, kwargs, compensate)
         return result
+
+    def emit(self, event: Any) -> None:
+        """Record an immutable event and apply it to the state with the
+        agent's reducer (event-sourced agents only). Change the state of an
+        event-sourced agent only this way: the history keeps the events, and
+        a past state is rebuilt by replaying them."""
+        if self._reducer is None:
+            raise AgentDefinitionError(
+                f"agent {self.agent!r} is not event-sourced: pass "
+                "checkpoints=EventSourced(reducer) to Agent() to use ctx.emit"
+            )
+        serialization.dumps(event, "event")
+        self.state = self._reducer(self.state, event)
+        self.events.append(event)
 
     def callback(
         self, topic: str = "callback", *, timeout: float | timedelta | None = None

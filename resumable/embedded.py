@@ -57,7 +57,9 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie still answers kill(0); treat it as dead.
+    # A zombie still answers kill(0); treat it as dead (where /proc exists).
+    if not os.path.isdir("/proc"):
+        return True
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().split(") ", 1)[1][0] != "Z"

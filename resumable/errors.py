@@ -159,3 +159,9 @@ class InvalidPatchError(ResumableError):
     """The operator's request is invalid (a state patch that does not apply, a missing reason)."""
 
     code = "invalid_request"
+
+
+class CheckpointNotFoundError(ResumableError):
+    """The session has no such checkpoint, or it cannot be rebuilt here."""
+
+    code = "checkpoint_not_found"

@@ -65,7 +65,17 @@ class Inbox:
         with self.db.connection() as conn:
             woke = conn.execute(wait_queries.WAKE_FROM_DELIVERIES, {"id": session_id}).fetchone()
         if woke is not None:
-            enqueue_session(self.broker, self.settings, session_id)
+            try:
+                enqueue_session(self.broker, self.settings, session_id)
+            except Exception:
+                # The wake-up is committed (the session is pending): the
+                # scheduler's reconciler sends the message once Redis is back.
+                logger.warning(
+                    "session %s woken but not enqueued; the reconciler will",
+                    session_id,
+                    exc_info=True,
+                    extra={"action": "enqueue_failed", "session_id": str(session_id)},
+                )
         return woke is not None
 
     def callback(self, token: str, payload: Any, dedupe_key: str | None) -> Receipt:

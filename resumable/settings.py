@@ -5,10 +5,12 @@ in tests and on a laptop without a config file."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from resumable.redaction import DEFAULT_KEYS
 
 
 class Settings(BaseSettings):
@@ -119,7 +121,34 @@ class Settings(BaseSettings):
         default=10, gt=0, description="Delivery attempts per alert before it is given up."
     )
 
-    @field_validator("agents", "api_tokens", mode="before")
+    redact_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_KEYS),
+        description="Keys whose values never reach the history (checkpoints, tool-call "
+        "cache, audit log, dead letters); comma-separated, matched as a key or its "
+        "`_suffix`, case-insensitively.",
+    )
+    retention_days: float | None = Field(
+        default=None,
+        gt=0,
+        description="Delete (or archive) sessions that finished more than this many days "
+        "ago, with their history. Unset: keep everything.",
+    )
+    retention_mode: Literal["delete", "archive"] = Field(
+        default="delete",
+        description="`delete`, or `archive` (one JSON document per session in "
+        "`archived_sessions`) before deleting.",
+    )
+    retention_batch: int = Field(
+        default=200, gt=0, description="Sessions retention handles per scheduler pass."
+    )
+    compact_keep: int | None = Field(
+        default=None,
+        gt=0,
+        description="Keep only the last this many checkpoints of each session (older ones "
+        "are dropped after re-basing the chain on a snapshot). Unset: keep all.",
+    )
+
+    @field_validator("agents", "api_tokens", "redact_keys", mode="before")
     @classmethod
     def _split_list(cls, value: object) -> object:
         """Accept `a.b,c.d` from the environment as well as a list from code."""

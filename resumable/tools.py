@@ -48,7 +48,13 @@ class ToolCalls:
     """The tool calls of one step execution, fenced by the worker's lease epoch."""
 
     def __init__(
-        self, db: Database, session_id: uuid.UUID, epoch: int, step_seq: int, step: str
+        self,
+        db: Database,
+        session_id: uuid.UUID,
+        epoch: int,
+        step_seq: int,
+        step: str,
+        redact: Callable[[Any], Any] = lambda value: value,
     ) -> None:
         self._db = db
         self._session_id = session_id
@@ -56,6 +62,7 @@ class ToolCalls:
         self._step_seq = step_seq
         self._step = step
         self._next_index = 0
+        self._redact = redact
         self.replayed = 0
         self.executed = 0
 
@@ -84,7 +91,9 @@ class ToolCalls:
                     "step": self._step,
                     "call_index": index,
                     "tool": tool,
-                    "request": request,
+                    "request": serialization.dumps(
+                        self._redact({"args": list(args), "kwargs": kwargs})
+                    ),
                     "compensation": compensate,
                 },
             ).fetchone()
@@ -100,17 +109,21 @@ class ToolCalls:
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:
-            error = {
-                "type": type(exc).__name__,
-                "message": str(exc),
-                "traceback": traceback.format_exc(),
-            }
+            error = self._redact(
+                {
+                    "type": type(exc).__name__,
+                    "message": str(exc),
+                    "traceback": traceback.format_exc(),
+                }
+            )
             with self._db.connection() as conn:
                 conn.execute(
                     queries.FAIL_TOOL_CALL, {"key": key, "error": serialization.dumps(error)}
                 )
             raise
-        encoded = serialization.dumps(result, f"result of tool {tool!r}")
+        serialization.dumps(result, f"result of tool {tool!r}")
+        # Recorded redacted: a replay returns secret fields as "[REDACTED]".
+        encoded = serialization.dumps(self._redact(result))
         with self._db.connection() as conn:
             conn.execute(queries.COMPLETE_TOOL_CALL, {"key": key, "response": encoded})
         self.executed += 1

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from resumable import Agent, Complete, StepContext
+from resumable.checkpoints import EventSourced, Incremental
 from resumable.errors import PermanentError, TransientError
 from resumable.retries import RetryPolicy
 from resumable.waits import Poll, Signal, Timer, Wait
@@ -350,3 +351,68 @@ def needs_flag(ctx: StepContext) -> Complete:
     if not Path(ctx.input["flag"]).exists():
         raise PermanentError("the flag is not set")
     return Complete({"fixed": True, "patched": ctx.state.get("patched")})
+
+
+# -- history -----------------------------------------------------------------------------
+
+
+def transition(state: dict[str, Any], n: int) -> dict[str, Any]:
+    """Step n's small change to the state (shared by the agents and the tests'
+    recording): a counter, one of ten memory items, a growing and trimmed log,
+    a key that comes and goes."""
+    memory = state.setdefault("memory", [{"id": i, "text": ""} for i in range(10)])
+    memory[n % 10]["text"] = f"seen at step {n}"
+    state["progress"] = {"n": n}
+    log = state.setdefault("log", [])
+    log.append(n)
+    if len(log) > 6:
+        del log[0]
+    if n % 4 == 0:
+        state["flag"] = n
+    else:
+        state.pop("flag", None)
+    return state
+
+
+def _advance(ctx: StepContext) -> str | Complete:
+    n = ctx.seq
+    if ctx.input.get("api"):
+        ctx.tool("charge", post_json, f"{ctx.input['api']}/charge", {"n": n})
+    if ctx.input.get("gate_dir") and n == ctx.input.get("hold_at"):
+        hold_while_flagged(ctx, "advance")
+    if ctx.input.get("secret"):
+        ctx.state["credentials"] = {"api_key": ctx.input["secret"]}
+    if isinstance(ctx.agent, str) and ctx.agent == "hist_events":
+        ctx.emit({"n": n})
+    else:
+        transition(ctx.state, n)
+    if n >= int(ctx.input["steps"]):
+        return Complete({"n": n})
+    return "advance"
+
+
+def _reduce(state: dict[str, Any], event: Any) -> dict[str, Any]:
+    return transition(json.loads(json.dumps(state)), int(event["n"]))
+
+
+hist_snapshot = Agent("hist_snapshot")
+hist_incremental = Agent("hist_incremental", checkpoints=Incremental(snapshot_every=5))
+hist_events = Agent("hist_events", checkpoints=EventSourced(_reduce, snapshot_every=7))
+for _history_agent in (hist_snapshot, hist_incremental, hist_events):
+    _history_agent.step(name="advance")(_advance)
+
+
+leaky = Agent("leaky", retry=RetryPolicy(max_attempts=1))
+
+
+@leaky.step
+def hold_secret(ctx: StepContext) -> str:
+    secret = ctx.input["secret"]
+    ctx.state["auth"] = {"api_key": secret, "user": "alice"}
+    ctx.tool("login", post_json, f"{ctx.input['api']}/login", {"user": "alice", "password": secret})
+    return "leak"
+
+
+@leaky.step
+def leak(ctx: StepContext) -> str:
+    raise PermanentError(f"login rejected for key {ctx.state['auth']['api_key']}")

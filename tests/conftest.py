@@ -75,7 +75,7 @@ def db(settings: Settings) -> Iterator[Database]:
     with database.connection() as conn:
         conn.execute(
             "TRUNCATE sessions, checkpoints, audit_events, tool_execution_cache, callbacks, "
-            "deliveries, agents, dead_letters, alerts CASCADE"
+            "deliveries, agents, dead_letters, alerts, archived_sessions CASCADE"
         )
     yield database
     database.close()

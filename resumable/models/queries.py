@@ -51,7 +51,7 @@ WITH old AS (
     WHERE sessions.id = old.id
     RETURNING sessions.id, sessions.agent, sessions.cursor, sessions.state, sessions.input,
               sessions.step_seq, sessions.lease_epoch, sessions.wait, sessions.wake,
-              sessions.status, sessions.attempts, sessions.error,
+              sessions.status, sessions.attempts, sessions.error, sessions.history_rebase,
               old.status AS previous_status, old.lease_owner AS previous_owner
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
@@ -87,6 +87,7 @@ WITH s AS (
         step_seq = step_seq + 1,
         attempts = 0,
         error = NULL,
+        history_rebase = false,
         wait = %(wait)s::jsonb,
         wake = NULL,
         wake_at = %(wake_at)s::timestamptz,
@@ -99,8 +100,11 @@ WITH s AS (
       AND step_seq = %(expected_seq)s
     RETURNING id, step_seq, state
 ), c AS (
-    INSERT INTO checkpoints (session_id, seq, step, next_step, state)
-    SELECT id, step_seq, %(step)s, %(cursor)s, state FROM s
+    INSERT INTO checkpoints (session_id, seq, step, next_step, state, kind, patch, events)
+    SELECT id, step_seq, %(step)s, %(cursor)s,
+           CASE WHEN %(kind)s = 'snapshot' THEN coalesce(%(history_state)s::jsonb, state) END,
+           %(kind)s, %(patch)s::jsonb, %(step_events)s::jsonb
+    FROM s
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
     SELECT s.id, s.step_seq, ev.step, ev.type, ev.payload

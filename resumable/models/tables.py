@@ -58,6 +58,11 @@ class SessionRow(SQLModel, table=True):
         ),
         sa.Index("ix_sessions_wake_at", "wake_at", postgresql_where=sa.text("wake_at IS NOT NULL")),
         sa.Index("ix_sessions_created_at_id", "created_at", "id"),
+        sa.Index(
+            "ix_sessions_finished_at",
+            "finished_at",
+            postgresql_where=sa.text("finished_at IS NOT NULL"),
+        ),
     )
 
     id: uuid.UUID = Field(primary_key=True)
@@ -89,12 +94,35 @@ class SessionRow(SQLModel, table=True):
     # Added in migration 0002 (PostgreSQL appends new columns; keep the order).
     wait: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
     wake: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
+    # Added in migration 0004: where a fork came from.
+    forked_from: uuid.UUID | None = Field(default=None, sa_column=sa.Column(sa.Uuid, nullable=True))
+    forked_at_seq: int | None = Field(default=None, sa_column=sa.Column(sa.Integer, nullable=True))
+    # The live state was changed outside a step (an operator's patch, a fork):
+    # the next checkpoint must be a full snapshot, not a delta.
+    history_rebase: bool = Field(
+        default=False,
+        sa_column=sa.Column(sa.Boolean, nullable=False, server_default=sa.text("false")),
+    )
+    # Checkpoints up to this seq were removed by compaction.
+    compacted_to: int = Field(
+        default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
+    )
 
 
 class CheckpointRow(SQLModel, table=True):
-    """Append-only history: the state after each committed step."""
+    """Append-only history: the state after each committed step, as a
+    snapshot, a delta from the previous row, or the step's events."""
 
     __tablename__ = "checkpoints"
+    __table_args__ = (
+        sa.CheckConstraint("kind IN ('snapshot','delta','events')", name="kind"),
+        sa.Index(
+            "ix_checkpoints_snapshots",
+            "session_id",
+            "seq",
+            postgresql_where=sa.text("kind = 'snapshot'"),
+        ),
+    )
 
     session_id: uuid.UUID = Field(
         sa_column=sa.Column(
@@ -104,8 +132,16 @@ class CheckpointRow(SQLModel, table=True):
     seq: int = Field(sa_column=sa.Column(sa.Integer, primary_key=True))
     step: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
     next_step: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
-    state: dict[str, Any] = Field(sa_column=_jsonb(nullable=False))
+    # The (redacted) state on snapshot rows; NULL on delta and event rows.
+    state: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
     created_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    # Added in migration 0004: how this row is stored (see resumable/checkpoints.py).
+    kind: str = Field(
+        default="snapshot",
+        sa_column=sa.Column(sa.Text, nullable=False, server_default="snapshot"),
+    )
+    patch: list[dict[str, Any]] | None = Field(default=None, sa_column=_jsonb())
+    events: list[Any] | None = Field(default=None, sa_column=_jsonb())
 
 
 class AuditEventRow(SQLModel, table=True):
@@ -329,3 +365,18 @@ class AlertRow(SQLModel, table=True):
     next_attempt_at: datetime = Field(sa_column=_timestamp(default_now=True))
     created_at: datetime = Field(sa_column=_timestamp(default_now=True))
     sent_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+
+
+class ArchivedSessionRow(SQLModel, table=True):
+    """A finished session moved out of the live tables by retention (when
+    ``RESUMABLE_RETENTION_MODE=archive``): the session, its checkpoints and
+    its audit log as one JSON document."""
+
+    __tablename__ = "archived_sessions"
+
+    session_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, primary_key=True))
+    agent: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    status: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    finished_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    archived_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    document: dict[str, Any] = Field(sa_column=_jsonb(nullable=False))

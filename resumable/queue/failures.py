@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from resumable.errors import ResumableError
 from resumable.models import failure_queries
 from resumable.models.database import Database
 from resumable.queue.broker import session_message
+from resumable.redaction import Redactor
 from resumable.retries import DEFAULT_POLICY, RetryPolicy
 from resumable.settings import Settings
 from resumable.tools import accepts_idempotency_key
@@ -44,14 +46,18 @@ class Outcome:
     LEASE_LOST = "lease_lost"
 
 
-def error_record(exc: BaseException, step: str | None) -> dict[str, Any]:
+def error_record(
+    exc: BaseException, step: str | None, secrets: Iterable[str] = ()
+) -> dict[str, Any]:
+    """The error as stored (audit log, session, dead letter), with any secret
+    value the step's state or tool calls held scrubbed from its text."""
     code = exc.code if isinstance(exc, ResumableError) else "step_failed"
     return {
         "code": code,
         "type": type(exc).__name__,
-        "message": str(exc),
+        "message": Redactor.scrub(str(exc), secrets),
         "step": step,
-        "traceback": "".join(traceback.format_exception(exc)),
+        "traceback": Redactor.scrub("".join(traceback.format_exception(exc)), secrets),
     }
 
 
@@ -62,6 +68,7 @@ class Fenced:
     session_id: Any
     epoch: int
     attempts: int  # attempts already made before the failing one
+    secrets: frozenset[str] | set[str] = frozenset()  # values to scrub from error texts
 
 
 class FailureHandler:
@@ -77,7 +84,7 @@ class FailureHandler:
     ) -> str:
         policy = agent.policy(step) if agent is not None else DEFAULT_POLICY
         attempts = held.attempts + 1
-        record = error_record(exc, step)
+        record = error_record(exc, step, held.secrets)
         if policy.should_retry(exc, attempts):
             return self._schedule_retry(held, policy, exc, record, attempts, step)
         logger.error(
@@ -193,7 +200,7 @@ class FailureHandler:
         attempts = int(call["compensation_attempts"]) + 1
         give_up = attempts >= policy.compensation_attempts
         delay = policy.delay(attempts, exc)
-        record = error_record(exc, str(call["step"]))
+        record = error_record(exc, str(call["step"]), held.secrets)
         record["compensation"] = call["compensation"]
         with self.db.connection() as conn:
             row = conn.execute(

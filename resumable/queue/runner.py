@@ -27,6 +27,7 @@ import dramatiq
 from resumable import serialization
 from resumable.agent import Agent, AgentRegistry, Complete, Next
 from resumable.callbacks import CallbackFactory
+from resumable.checkpoints import EventSourced, HistoryRecord, Reducer
 from resumable.context import StepContext
 from resumable.errors import (
     InvalidStepResultError,
@@ -39,8 +40,10 @@ from resumable.models import queries, wait_queries
 from resumable.models.database import Database
 from resumable.queue.broker import enqueue_session
 from resumable.queue.failures import FailureHandler, Fenced
+from resumable.queue.history_writer import HistoryWriter
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.time_limits import time_limit
+from resumable.redaction import Redactor
 from resumable.settings import Settings
 from resumable.tools import ToolCalls
 from resumable.waits import Wait, Wake
@@ -64,6 +67,7 @@ class Claim:
     status: str
     attempts: int
     error: dict[str, Any] | None
+    history_rebase: bool
 
     @property
     def held(self) -> Fenced:
@@ -82,6 +86,7 @@ class StepRun:
     state: str
     result: str
     ms: float
+    history: HistoryRecord
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,7 @@ class SessionRunner:
         self.registry = registry
         self.keeper = keeper
         self.failures = FailureHandler(settings, db, broker)
+        self.redactor = Redactor(settings.redact_keys)
         self._owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
 
     def _owner(self) -> str:
@@ -152,6 +158,7 @@ class SessionRunner:
             status=str(row["status"]),
             attempts=int(row["attempts"]),  # type: ignore[call-overload]
             error=row["error"],  # type: ignore[arg-type]
+            history_rebase=bool(row["history_rebase"]),
         )
 
     def run(self, session_id: uuid.UUID | str) -> str:
@@ -191,14 +198,15 @@ class SessionRunner:
         started = time.monotonic()
         steps_run = 0
         state, seq, attempts = claim.state, claim.step_seq, claim.attempts
+        writer = HistoryWriter(agent.checkpoints, self.redactor, state, rebase=claim.history_rebase)
         while True:
-            held = Fenced(claim.session_id, claim.epoch, attempts)
+            held = Fenced(claim.session_id, claim.epoch, attempts, writer.secrets)
             try:
                 with time_limit(
                     agent.policy(cursor).time_limit,
                     partial(self.failures.step_failed, held, agent, step=cursor),
                 ):
-                    step = self._execute(claim, agent, cursor, seq, state, wake)
+                    step = self._execute(claim, agent, cursor, seq, state, wake, writer)
             except LeaseLostError:
                 logger.info(
                     "lease lost during step %s; stopping", cursor, extra={"action": "lease_lost"}
@@ -212,7 +220,7 @@ class SessionRunner:
                 steps_run >= self.settings.max_steps_per_run
                 or time.monotonic() - started >= self.settings.max_seconds_per_run
             )
-            status, events = self._transition(step, out_of_budget, steps_run)
+            status, events = self._transition(step, out_of_budget, steps_run, writer)
             committed = self._commit(claim, step, status, events)
             if committed is None:
                 logger.warning(
@@ -252,10 +260,11 @@ class SessionRunner:
         seq: int,
         state: dict[str, Any],
         wake: Wake | None,
+        writer: HistoryWriter,
     ) -> StepRun:
         """Run one step with no transaction open; validate and encode its outcome."""
         step_fn = agent.get_step(cursor)
-        tools = ToolCalls(self.db, claim.session_id, claim.epoch, seq + 1, cursor)
+        tools = ToolCalls(self.db, claim.session_id, claim.epoch, seq + 1, cursor, writer.redact)
         ctx = StepContext(
             session_id=claim.session_id,
             agent=agent.name,
@@ -270,25 +279,31 @@ class SessionRunner:
             ),
             wake=wake,
             logger=logger,
+            reducer=agent.checkpoints.reducer
+            if isinstance(agent.checkpoints, EventSourced)
+            else None,
         )
         step_started = time.monotonic()
         decision = self._interpret(agent, step_fn(ctx))
         if not isinstance(ctx.state, dict):
             raise NotSerializableError("state must be a JSON object (a dict)")
+        encoded = serialization.dumps(ctx.state, "state")
+        events = ctx.events if isinstance(agent.checkpoints, EventSourced) else None
         return StepRun(
             name=cursor,
             ctx=ctx,
             tools=tools,
             decision=decision,
             wake=wake,
-            state=serialization.dumps(ctx.state, "state"),
+            state=encoded,
             result=serialization.dumps(decision.result, "result"),
             ms=round((time.monotonic() - step_started) * 1000, 3),
+            history=writer.record(seq + 1, ctx.state, encoded, events),
         )
 
     @staticmethod
     def _transition(
-        step: StepRun, out_of_budget: bool, steps_run: int
+        step: StepRun, out_of_budget: bool, steps_run: int, writer: HistoryWriter
     ) -> tuple[str, list[dict[str, Any]]]:
         """The status a step leaves the session in, and its audit events."""
         decision = step.decision
@@ -308,7 +323,11 @@ class SessionRunner:
             return "completed", events
         if decision.wait is not None:
             events.append(
-                {"step": decision.next_step, "type": "suspended", "payload": decision.wait}
+                {
+                    "step": decision.next_step,
+                    "type": "suspended",
+                    "payload": writer.redact(decision.wait),
+                }
             )
             return "suspended", events
         if out_of_budget:
@@ -397,6 +416,13 @@ class SessionRunner:
                     "lease_seconds": self.settings.lease_seconds,
                     "step": step.name,
                     "events": serialization.dumps(events, "audit events"),
+                    "kind": step.history.kind,
+                    # NULL: the checkpoint takes the live state (nothing was redacted).
+                    "history_state": None
+                    if step.history.state == step.state
+                    else step.history.state,
+                    "patch": step.history.patch,
+                    "step_events": step.history.events,
                 },
                 prepare=True,
             ).fetchone()
@@ -405,3 +431,8 @@ class SessionRunner:
 
 def _parse_time(value: object) -> datetime | None:
     return datetime.fromisoformat(str(value)) if value else None
+
+
+def _reducer(agent: Agent) -> Reducer | None:
+    strategy = agent.checkpoints
+    return strategy.reducer if isinstance(strategy, EventSourced) else None

@@ -6,18 +6,21 @@ once however many schedulers see it."""
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dramatiq
 
+from resumable.agent import AgentRegistry
 from resumable.alerts import AlertSender
 from resumable.inbox import Inbox
 from resumable.models import failure_queries, wait_queries
 from resumable.models.database import Database
 from resumable.queue.broker import enqueue_session
 from resumable.reconcile import reconcile
+from resumable.scheduler.retention import compact_histories, retire_old_sessions
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -29,6 +32,9 @@ class Poller:
     db: Database
     broker: dramatiq.Broker
     batch: int = 500
+    registry: AgentRegistry | None = None
+    retention_interval: float = 60.0
+    _last_retention: float = field(default=float("-inf"), init=False)
 
     def wake_due(self) -> dict[str, int]:
         """Resume sessions whose timer, deadline or next poll check has come."""
@@ -62,6 +68,16 @@ class Poller:
             woke += 1
         return woke
 
+    def retention(self) -> int:
+        """Housekeeping, at most once a `retention_interval` (it scans sessions)."""
+        now = time.monotonic()
+        if now - self._last_retention < self.retention_interval:
+            return 0
+        self._last_retention = now
+        return retire_old_sessions(self.settings, self.db) + compact_histories(
+            self.settings, self.db, self.registry
+        )
+
     def deliver_alerts(self) -> int:
         return AlertSender(self.settings, self.db).deliver_due()
 
@@ -87,6 +103,7 @@ class Poller:
             self.wake_stranded,
             self.reconcile,
             self.deliver_alerts,
+            self.retention,
         ]
 
     def tick(self) -> None:

@@ -15,6 +15,7 @@ from types import FrameType
 
 from apscheduler.schedulers.blocking import BlockingScheduler
 
+from resumable.agent import AgentRegistry
 from resumable.models.database import Database
 from resumable.queue.broker import build_broker
 from resumable.scheduler.jobs import Poller
@@ -26,7 +27,9 @@ logger = logging.getLogger(__name__)
 def run_scheduler(settings: Settings, database_url: str, redis_url: str) -> None:
     db = Database(database_url, pool_size=2)
     broker = build_broker(settings, redis_url)
-    poller = Poller(settings, db, broker)
+    # Agents are optional here: only compacting event-sourced histories needs them.
+    registry = AgentRegistry.from_modules(settings.agents) if settings.agents else None
+    poller = Poller(settings, db, broker, registry=registry)
     scheduler = BlockingScheduler(timezone=UTC)
     interval = settings.scheduler_interval_seconds
     for job in poller.jobs:

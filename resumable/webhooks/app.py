@@ -22,6 +22,7 @@ from resumable.webhooks import (
     callback_routes,
     dead_letter_routes,
     health_routes,
+    history_routes,
     session_routes,
 )
 from resumable.webhooks.auth import BearerAuth, accepted_tokens
@@ -71,6 +72,7 @@ def create_app(
         routes=[
             *callback_routes.routes,
             *session_routes.routes,
+            *history_routes.routes,
             *dead_letter_routes.routes,
             *health_routes.routes,
         ],

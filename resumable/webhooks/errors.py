@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from resumable.errors import (
+    CheckpointNotFoundError,
     DeadLetterNotFoundError,
     DeadLetterStateError,
     IdempotencyConflictError,
@@ -48,6 +49,7 @@ _CLIENT_ERRORS: dict[type[ResumableError], int] = {
     DeadLetterNotFoundError: 404,
     DeadLetterStateError: 409,
     InvalidPatchError: 422,
+    CheckpointNotFoundError: 404,
 }
 
 

@@ -1,0 +1,173 @@
+"""Time travel: a session's checkpoints, its state after any step, forks,
+and compaction of long histories.
+
+The history holds redacted states (see ``redaction.py``): a state read back
+from it, or a fork started from it, has ``"[REDACTED]"`` where secrets were;
+a fork that needs them gets them back through its state patch.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import dramatiq
+import jsonpatch
+
+from resumable import serialization
+from resumable.agent import AgentRegistry
+from resumable.checkpoints import EventSourced, Reducer, rebuild
+from resumable.errors import (
+    CheckpointNotFoundError,
+    InvalidPatchError,
+    SessionNotFoundError,
+    SessionStateError,
+)
+from resumable.models import history_queries
+from resumable.models.database import Database
+from resumable.queue.broker import enqueue_session
+from resumable.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PastState:
+    seq: int
+    step: str
+    next_step: str | None
+    state: dict[str, Any]
+    rows_read: int
+
+
+class History:
+    """Reads and rewrites history; `registry` supplies event-sourced agents' reducers."""
+
+    def __init__(self, db: Database, registry: AgentRegistry | None = None) -> None:
+        self.db = db
+        self.registry = registry
+
+    def checkpoints(
+        self, session_id: uuid.UUID, *, after: int = 0, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        self._agent_of(session_id)
+        with self.db.connection() as conn:
+            return conn.execute(
+                history_queries.LIST_CHECKPOINTS,
+                {"id": session_id, "after": after, "limit": limit},
+            ).fetchall()
+
+    def state_at(self, session_id: uuid.UUID, seq: int) -> PastState:
+        """The state right after step `seq`, rebuilt from the nearest snapshot."""
+        agent = self._agent_of(session_id)
+        with self.db.connection() as conn:
+            rows = conn.execute(history_queries.CHAIN_TO, {"id": session_id, "seq": seq}).fetchall()
+        if not rows or rows[-1]["seq"] != seq:
+            raise CheckpointNotFoundError(
+                f"session {session_id} has no checkpoint {seq} (compacted, or not reached)"
+            )
+        needs_reducer = any(row["kind"] == "events" for row in rows)
+        state = rebuild(rows, self._reducer(agent) if needs_reducer else None)
+        last = rows[-1]
+        next_step = None if last["next_step"] is None else str(last["next_step"])
+        return PastState(seq, str(last["step"]), next_step, state, len(rows))
+
+    def fork(
+        self,
+        session_id: uuid.UUID,
+        at: int,
+        *,
+        actor: str,
+        state_patch: list[dict[str, Any]] | None = None,
+        new_id: uuid.UUID | None = None,
+        broker: dramatiq.Broker | None = None,
+        settings: Settings | None = None,
+    ) -> uuid.UUID:
+        """A new session that starts from checkpoint `at` of this one (optionally
+        patched) and goes on from the step that came next. The original is not
+        touched; the fork keeps its history up to `at` and its tool results."""
+        past = self.state_at(session_id, at)
+        if past.next_step is None:
+            raise SessionStateError(
+                f"checkpoint {at} finished session {session_id}; fork from an earlier one"
+            )
+        state = past.state
+        if state_patch:
+            try:
+                state = jsonpatch.JsonPatch(state_patch).apply(state)
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                raise InvalidPatchError(f"the state patch does not apply: {exc}") from None
+            except (TypeError, KeyError, AttributeError) as exc:
+                raise InvalidPatchError(f"not an RFC 6902 patch: {exc}") from None
+            if not isinstance(state, dict):
+                raise InvalidPatchError("the patched state must still be a JSON object")
+        fork_id = new_id or uuid.uuid4()
+        with self.db.connection() as conn:
+            row = conn.execute(
+                history_queries.FORK_SESSION,
+                {
+                    "id": fork_id,
+                    "source": session_id,
+                    "seq": at,
+                    "cursor": past.next_step,
+                    "state": serialization.dumps(state, "state"),
+                    "rebase": bool(state_patch),
+                    "actor": actor,
+                    "patch": serialization.dumps(state_patch) if state_patch else None,
+                },
+            ).fetchone()
+        if row is None:
+            raise SessionNotFoundError(f"no session {session_id}")
+        if broker is not None and settings is not None:
+            enqueue_session(broker, settings, fork_id)
+        return fork_id
+
+    def compact(self, session_id: uuid.UUID, keep: int) -> int:
+        """Keep the last `keep` checkpoints; the oldest kept one becomes a
+        snapshot first, so every remaining checkpoint stays loadable."""
+        agent = self._agent_of(session_id)
+        with self.db.connection() as conn, conn.transaction():
+            locked = conn.execute(
+                history_queries.LOCK_FOR_COMPACTION, {"id": session_id}
+            ).fetchone()
+            if locked is None:
+                return 0  # a worker is committing a step; try next time
+            cutoff = int(locked["step_seq"]) - keep + 1  # type: ignore[call-overload]
+            if cutoff <= 1:
+                return 0
+            rows = conn.execute(
+                history_queries.CHAIN_TO, {"id": session_id, "seq": cutoff}
+            ).fetchall()
+            if not rows or rows[-1]["seq"] != cutoff:
+                return 0
+            if rows[-1]["kind"] != "snapshot":
+                needs_reducer = any(row["kind"] == "events" for row in rows)
+                state = rebuild(rows, self._reducer(agent) if needs_reducer else None)
+                conn.execute(
+                    history_queries.REBASE_ROW,
+                    {"id": session_id, "seq": cutoff, "state": serialization.dumps(state)},
+                )
+            removed = conn.execute(
+                history_queries.DROP_BEFORE, {"id": session_id, "seq": cutoff}
+            ).fetchone()
+        return int(removed["removed"]) if removed else 0  # type: ignore[call-overload]
+
+    def _agent_of(self, session_id: uuid.UUID) -> str:
+        with self.db.connection() as conn:
+            row = conn.execute("SELECT agent FROM sessions WHERE id = %s", (session_id,)).fetchone()
+        if row is None:
+            raise SessionNotFoundError(f"no session {session_id}")
+        return str(row["agent"])
+
+    def _reducer(self, agent: str) -> Reducer:
+        if self.registry is None or agent not in self.registry:
+            raise CheckpointNotFoundError(
+                f"rebuilding agent {agent!r}'s event-sourced state needs its reducer: "
+                "load its module (RESUMABLE_AGENTS or --agents)"
+            )
+        strategy = self.registry.get(agent).checkpoints
+        if not isinstance(strategy, EventSourced):
+            raise CheckpointNotFoundError(f"agent {agent!r} is not event-sourced")
+        return strategy.reducer

@@ -1,0 +1,129 @@
+"""Named SQL for reading, forking, compacting and retiring session history."""
+
+from __future__ import annotations
+
+# The rows needed to rebuild the state after `seq`: from the latest snapshot at
+# or before it (so at most K rows with incremental checkpoints).
+CHAIN_TO = """
+SELECT seq, step, next_step, kind, state, patch, events, created_at
+FROM checkpoints
+WHERE session_id = %(id)s AND seq <= %(seq)s
+  AND seq >= (SELECT max(seq) FROM checkpoints
+              WHERE session_id = %(id)s AND seq <= %(seq)s AND kind = 'snapshot')
+ORDER BY seq
+"""
+
+LIST_CHECKPOINTS = """
+SELECT seq, step, next_step, kind, created_at,
+       coalesce(pg_column_size(state), 0) + coalesce(pg_column_size(patch), 0)
+       + coalesce(pg_column_size(events), 0) AS bytes
+FROM checkpoints
+WHERE session_id = %(id)s AND seq > %(after)s
+ORDER BY seq
+LIMIT %(limit)s
+"""
+
+FORK_SESSION = """
+WITH src AS (
+    SELECT id, agent, input FROM sessions WHERE id = %(source)s
+), s AS (
+    INSERT INTO sessions (id, agent, status, cursor, step_seq, state, input, forked_from,
+                          forked_at_seq, history_rebase, compacted_to)
+    SELECT %(id)s, agent, 'pending', %(cursor)s, %(seq)s, %(state)s::jsonb, input, id,
+           %(seq)s, %(rebase)s, 0
+    FROM src
+    RETURNING id
+), c AS (
+    INSERT INTO checkpoints (session_id, seq, step, next_step, state, kind, patch, events,
+                             created_at)
+    SELECT %(id)s, seq, step, next_step, state, kind, patch, events, created_at
+    FROM checkpoints WHERE session_id = %(source)s AND seq <= %(seq)s AND EXISTS (SELECT 1 FROM s)
+), t AS (
+    -- Tool results before the fork point come along, under the fork's own keys.
+    INSERT INTO tool_execution_cache (idempotency_key, session_id, step_seq, step, call_index,
+                                      tool, request, status, response, error, lease_epoch,
+                                      attempts, compensation)
+    SELECT 'rsm_' || encode(sha256(convert_to(%(id)s::text || idempotency_key, 'UTF8')), 'hex'),
+           %(id)s, step_seq, step, call_index, tool, request, status, response, error, 0,
+           attempts, compensation
+    FROM tool_execution_cache
+    WHERE session_id = %(source)s AND step_seq <= %(seq)s AND status = 'completed'
+      AND EXISTS (SELECT 1 FROM s)
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT %(id)s, %(seq)s, %(cursor)s, 'session_created',
+           jsonb_build_object('forked_from', %(source)s::text, 'at', %(seq)s::int,
+                              'by', %(actor)s::text, 'state_patch', %(patch)s::jsonb)
+    FROM s
+    UNION ALL
+    SELECT %(source)s, %(seq)s, NULL, 'forked',
+           jsonb_build_object('fork', %(id)s::text, 'at', %(seq)s::int, 'by', %(actor)s::text)
+    FROM s
+)
+SELECT id FROM s
+"""
+
+# Compaction: make the oldest kept row a snapshot, then drop what precedes it.
+REBASE_ROW = """
+UPDATE checkpoints SET kind = 'snapshot', state = %(state)s::jsonb, patch = NULL
+WHERE session_id = %(id)s AND seq = %(seq)s
+"""
+
+DROP_BEFORE = """
+WITH d AS (
+    DELETE FROM checkpoints WHERE session_id = %(id)s AND seq < %(seq)s RETURNING seq
+), s AS (
+    UPDATE sessions SET compacted_to = %(seq)s - 1 WHERE id = %(id)s RETURNING step_seq
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT %(id)s, (SELECT step_seq FROM s), NULL, 'history_compacted',
+           jsonb_build_object('kept_from', %(seq)s::int, 'removed', (SELECT count(*) FROM d))
+)
+SELECT count(*) AS removed FROM d
+"""
+
+COMPACTION_CANDIDATES = """
+SELECT id, agent, step_seq FROM sessions
+WHERE step_seq - compacted_to > %(threshold)s
+ORDER BY step_seq - compacted_to DESC
+LIMIT %(limit)s
+"""
+
+LOCK_FOR_COMPACTION = """
+SELECT step_seq FROM sessions WHERE id = %(id)s FOR UPDATE SKIP LOCKED
+"""
+
+# Retention: finished sessions past their time, without an open dead letter
+# (an operator may still need those), in bounded batches.
+RETIRE_SESSIONS = """
+WITH old AS (
+    SELECT id FROM sessions s
+    WHERE s.status IN ('completed', 'failed', 'cancelled')
+      AND s.finished_at < now() - make_interval(secs => %(age_seconds)s)
+      AND NOT EXISTS (SELECT 1 FROM dead_letters d
+                      WHERE d.session_id = s.id AND d.status = 'open')
+    ORDER BY s.finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), a AS (
+    INSERT INTO archived_sessions (session_id, agent, status, finished_at, document)
+    SELECT s.id, s.agent, s.status, s.finished_at,
+           jsonb_build_object(
+               'session', to_jsonb(s),
+               'checkpoints', coalesce((SELECT jsonb_agg(to_jsonb(c) ORDER BY c.seq)
+                                        FROM checkpoints c WHERE c.session_id = s.id), '[]'),
+               'events', coalesce((SELECT jsonb_agg(to_jsonb(e) ORDER BY e.id)
+                                   FROM audit_events e WHERE e.session_id = s.id), '[]'),
+               'tool_calls', coalesce((SELECT jsonb_agg(to_jsonb(t) ORDER BY t.step_seq,
+                                                        t.call_index)
+                                       FROM tool_execution_cache t
+                                       WHERE t.session_id = s.id), '[]'),
+               'dead_letters', coalesce((SELECT jsonb_agg(to_jsonb(d) ORDER BY d.id)
+                                         FROM dead_letters d WHERE d.session_id = s.id), '[]'))
+    FROM sessions s JOIN old ON old.id = s.id
+    WHERE %(archive)s
+    ON CONFLICT (session_id) DO NOTHING
+)
+DELETE FROM sessions USING old WHERE sessions.id = old.id
+RETURNING sessions.id
+"""

@@ -1,0 +1,64 @@
+"""The scheduler's housekeeping: retiring old finished sessions and
+compacting long histories, in bounded batches so each pass stays short."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from resumable.agent import AgentRegistry
+from resumable.errors import ResumableError
+from resumable.history import History
+from resumable.models import history_queries
+from resumable.models.database import Database
+from resumable.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def retire_old_sessions(settings: Settings, db: Database) -> int:
+    """Delete (or archive, then delete) sessions finished more than
+    ``retention_days`` ago, with all their history. Sessions with an open
+    dead letter are kept for the operator."""
+    if settings.retention_days is None:
+        return 0
+    with db.connection() as conn:
+        rows = conn.execute(
+            history_queries.RETIRE_SESSIONS,
+            {
+                "age_seconds": settings.retention_days * 86400,
+                "limit": settings.retention_batch,
+                "archive": settings.retention_mode == "archive",
+            },
+        ).fetchall()
+    if rows:
+        logger.info(
+            "retention %sd %d finished sessions",
+            "archived and delete" if settings.retention_mode == "archive" else "delete",
+            len(rows),
+            extra={"action": "retention"},
+        )
+    return len(rows)
+
+
+def compact_histories(
+    settings: Settings, db: Database, registry: AgentRegistry | None = None, limit: int = 50
+) -> int:
+    """Trim sessions holding more than twice ``compact_keep`` checkpoints down
+    to the last ``compact_keep`` (the slack keeps each pass from touching a
+    session on every step)."""
+    keep = settings.compact_keep
+    if keep is None:
+        return 0
+    with db.connection() as conn:
+        rows = conn.execute(
+            history_queries.COMPACTION_CANDIDATES, {"threshold": 2 * keep, "limit": limit}
+        ).fetchall()
+    history = History(db, registry)
+    removed = 0
+    for row in rows:
+        try:
+            removed += history.compact(uuid.UUID(str(row["id"])), keep)
+        except ResumableError as exc:
+            logger.warning("cannot compact session %s: %s", row["id"], exc.message)
+    return removed

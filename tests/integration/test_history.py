@@ -1,0 +1,207 @@
+"""Checkpoint strategies, time travel, forks, retention, compaction, redaction."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from resumable.agent import AgentRegistry
+from resumable.client import Client
+from resumable.history import History
+from resumable.models.database import Database
+from resumable.scheduler.retention import retire_old_sessions
+from tests import agents
+from tests.conftest import ManagedProcess, wait_until
+from tests.fake_api import FakeAPI
+
+STRATEGIES = ["hist_snapshot", "hist_incremental", "hist_events"]
+REGISTRY = AgentRegistry.from_modules(["tests.agents"])
+
+
+def recording(steps: int) -> list[dict[str, Any]]:
+    """The state after each step, computed independently of the runtime."""
+    state: dict[str, Any] = {}
+    states = []
+    for n in range(1, steps + 1):
+        state = agents.transition(json.loads(json.dumps(state)), n)
+        states.append(json.loads(json.dumps(state)))
+    return states
+
+
+def _done(client: Client, session_id: uuid.UUID) -> bool:
+    return client.get(session_id).status == "completed"
+
+
+@pytest.mark.parametrize("agent", STRATEGIES)
+def test_every_past_state_matches_the_recording_across_a_crash(
+    agent: str,
+    client: Client,
+    db: Database,
+    tmp_path: Path,
+    start_worker: Callable[..., ManagedProcess],
+    reconciler: None,
+) -> None:
+    (tmp_path / "hold").touch()
+    victim = start_worker()
+    session_id = client.start(agent, {"steps": 50, "hold_at": 30, "gate_dir": str(tmp_path)})
+    wait_until((tmp_path / "entered-advance-30").exists, what="step 30")
+    victim.kill()
+    (tmp_path / "hold").unlink()
+    start_worker()
+    wait_until(lambda: _done(client, session_id), timeout=30, what="recovery")
+
+    expected = recording(50)
+    history = History(db, REGISTRY)
+    for seq in range(1, 51):
+        assert history.state_at(session_id, seq).state == expected[seq - 1], seq
+    assert client.get(session_id).state == expected[-1]
+    kinds = [row["kind"] for row in history.checkpoints(session_id)]
+    assert len(kinds) == 50
+    if agent == "hist_incremental":
+        assert kinds.count("snapshot") == 10  # every 5th (1, 6, 11, ...)
+        assert all(history.state_at(session_id, s).rows_read <= 5 for s in range(1, 51))
+    elif agent == "hist_events":
+        assert kinds.count("snapshot") == 8  # seq 1, 8, 15, ... 50
+    else:
+        assert set(kinds) == {"snapshot"}
+
+
+def test_fork_from_step_ten_reuses_earlier_tool_results_and_leaves_the_original(
+    client: Client, db: Database, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    start_worker()
+    with FakeAPI() as api:
+        original = client.start("hist_incremental", {"steps": 20, "api": api.url})
+        wait_until(lambda: _done(client, original), what="the original")
+        before = client.get(original)
+        before_checkpoints = [(c.seq, c.kind) for c in client.checkpoints(original)]
+        assert api.total_calls() == 20
+
+        history = History(db, REGISTRY)
+        fork_id = history.fork(
+            original, 10, actor="test", broker=client.broker, settings=client.settings
+        )
+        wait_until(lambda: _done(client, fork_id), what="the fork")
+        fork = client.get(fork_id)
+        # Steps 11-20 ran again in the fork, with new keys; 1-10 did not.
+        assert api.total_calls() == 30
+        assert api.effect_count() == 30
+
+    assert fork.result == before.result == {"n": 20}
+    assert fork.state == before.state
+    assert (fork.forked_from, fork.forked_at_seq) == (original, 10)
+    after = client.get(original)
+    assert (after.state, after.step_seq, after.status) == (before.state, 20, "completed")
+    assert [(c.seq, c.kind) for c in client.checkpoints(original)] == before_checkpoints
+    with db.connection() as conn:
+        copied = conn.execute(
+            "SELECT step_seq FROM tool_execution_cache WHERE session_id = %s ORDER BY step_seq",
+            (fork_id,),
+        ).fetchall()
+    assert [r["step_seq"] for r in copied] == list(range(1, 21))
+    assert history.state_at(fork_id, 5).state == recording(5)[-1]
+    assert [e.event_type for e in client.events(original)][-1] == "forked"
+
+
+def test_fork_validation(
+    client: Client, db: Database, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    from resumable.errors import CheckpointNotFoundError, InvalidPatchError, SessionStateError
+
+    start_worker()
+    session_id = client.start("hist_snapshot", {"steps": 3})
+    wait_until(lambda: _done(client, session_id), what="completion")
+    history = History(db, REGISTRY)
+    with pytest.raises(CheckpointNotFoundError):
+        history.fork(session_id, 9, actor="t")
+    with pytest.raises(SessionStateError, match="finished"):
+        history.fork(session_id, 3, actor="t")
+    with pytest.raises(InvalidPatchError):
+        history.fork(session_id, 1, actor="t", state_patch=[{"op": "remove", "path": "/nope"}])
+    patched = history.fork(
+        session_id, 1, actor="t", state_patch=[{"op": "add", "path": "/note", "value": "x"}]
+    )
+    assert client.get(patched).state["note"] == "x"
+    assert client.count_by_status() == {"completed": 1, "pending": 1}
+
+
+def test_compaction_keeps_every_remaining_checkpoint_loadable(
+    client: Client, db: Database, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    start_worker()
+    ids = {a: client.start(a, {"steps": 50}) for a in STRATEGIES}
+    wait_until(lambda: all(_done(client, s) for s in ids.values()), what="three sessions")
+    history = History(db, REGISTRY)
+    expected = recording(50)
+    for agent, session_id in ids.items():
+        removed = history.compact(session_id, keep=13)
+        assert removed == 37, agent
+        rows = history.checkpoints(session_id)
+        assert [r["seq"] for r in rows] == list(range(38, 51))
+        assert rows[0]["kind"] == "snapshot"
+        for seq in range(38, 51):
+            assert history.state_at(session_id, seq).state == expected[seq - 1], (agent, seq)
+        assert client.get(session_id).compacted_to == 37
+
+
+def test_retention_deletes_only_old_finished_sessions(
+    client: Client, db: Database, start_worker: Callable[..., ManagedProcess], tmp_path: Path
+) -> None:
+    worker = start_worker()
+    old_done = client.start("five")
+    recent_done = client.start("five")
+    flag = tmp_path / "flag"
+    old_dead = client.start("fragile", {"flag": str(flag)})
+    wait_until(lambda: client.count_by_status() == {"completed": 2, "failed": 1}, what="finishing")
+    worker.stop()  # so the next session stays pending
+    old_pending = client.start("five", {"x": 1}, idempotency_key="stays-pending")
+    with db.connection() as conn:
+        conn.execute(
+            "UPDATE sessions SET finished_at = now() - interval '10 days', "
+            "created_at = now() - interval '10 days' WHERE id = ANY(%s)",
+            ([old_done, old_dead, old_pending],),
+        )
+    settings = client.settings.model_copy(update={"retention_days": 7, "retention_mode": "archive"})
+    assert retire_old_sessions(settings, db) == 1
+    assert retire_old_sessions(settings, db) == 0
+    remaining = {s.id for s in client.list_sessions(limit=10)}
+    assert remaining == {recent_done, old_dead, old_pending}
+    with db.connection() as conn:
+        archived = conn.execute("SELECT session_id, document FROM archived_sessions").fetchall()
+        leftovers = conn.execute(
+            "SELECT count(*) AS n FROM checkpoints WHERE session_id = %s", (old_done,)
+        ).fetchone()
+    assert [a["session_id"] for a in archived] == [old_done]
+    document: Any = archived[0]["document"]
+    assert len(document["checkpoints"]) == 5 and document["events"]
+    assert leftovers is not None and leftovers["n"] == 0
+
+
+def test_secrets_never_reach_the_history(
+    client: Client, db: Database, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    secret = "sk-live-" + uuid.uuid4().hex
+    start_worker()
+    with FakeAPI() as api:
+        session_id = client.start("leaky", {"secret": secret, "api": api.url})
+        wait_until(lambda: client.get(session_id).status == "failed", what="the failure")
+        incremental = client.start("hist_incremental", {"steps": 6, "secret": secret})
+        wait_until(lambda: _done(client, incremental), what="the incremental session")
+    # The live state keeps what the agent needs.
+    assert client.get(session_id).state["auth"]["api_key"] == secret
+    with db.connection() as conn:
+        for table in ("checkpoints", "audit_events", "tool_execution_cache", "dead_letters"):
+            row = conn.execute(
+                f"SELECT count(*) AS n FROM {table} t WHERE to_jsonb(t)::text LIKE %s",
+                (f"%{secret}%",),
+            ).fetchone()
+            assert row is not None and row["n"] == 0, table
+        letter = conn.execute("SELECT error_message FROM dead_letters").fetchone()
+    assert letter is not None and "[REDACTED]" in str(letter["error_message"])
+    checkpoint = History(db, REGISTRY).state_at(session_id, 1).state
+    assert checkpoint["auth"] == {"api_key": "[REDACTED]", "user": "alice"}
