@@ -15,6 +15,7 @@ from starlette.types import ASGIApp
 from resumable.agent import AgentRegistry
 from resumable.client import Client
 from resumable.inbox import Inbox
+from resumable.metrics import Metrics
 from resumable.models.database import Database
 from resumable.queue.broker import build_broker
 from resumable.settings import Settings
@@ -23,6 +24,7 @@ from resumable.webhooks import (
     dead_letter_routes,
     health_routes,
     history_routes,
+    metrics_routes,
     session_routes,
 )
 from resumable.webhooks.auth import BearerAuth, accepted_tokens
@@ -61,6 +63,7 @@ def create_app(
             auth=auth,
             verifier=verifier,
             redis_url=redis_url,
+            metrics=Metrics(db),
         )
         try:
             yield
@@ -75,6 +78,7 @@ def create_app(
             *history_routes.routes,
             *dead_letter_routes.routes,
             *health_routes.routes,
+            *metrics_routes.routes,
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,

@@ -62,6 +62,7 @@ async def receive_callback(request: Request) -> Response:
     if len(token) > _MAX_TOKEN_LENGTH:
         return error_response(404, "not_found", "no callback with this token")
     receipt = await run_in_threadpool(state.inbox.callback, token, payload, dedupe_key(request))
+    state.metrics.deliveries.labels("callback", receipt.verdict.value).inc()
     return receipt_response(receipt)
 
 

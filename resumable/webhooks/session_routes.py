@@ -226,6 +226,7 @@ async def post_signal(request: Request) -> Response:
     receipt = await run_in_threadpool(
         state.inbox.signal, session_id, topic, payload, dedupe_key(request), actor
     )
+    state.metrics.deliveries.labels("signal", receipt.verdict.value).inc()
     if receipt.verdict.value == "unknown":
         raise SessionNotFoundError(f"no session {session_id}")
     return receipt_response(receipt)

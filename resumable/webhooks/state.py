@@ -9,6 +9,7 @@ from starlette.requests import Request
 
 from resumable.client import Client
 from resumable.inbox import Inbox
+from resumable.metrics import Metrics
 from resumable.models.database import Database
 from resumable.settings import Settings
 from resumable.webhooks.auth import BearerAuth
@@ -25,6 +26,7 @@ class WebState:
     auth: BearerAuth
     verifier: CallbackVerifier
     redis_url: str
+    metrics: Metrics
 
 
 def web_state(request: Request) -> WebState:

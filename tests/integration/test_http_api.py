@@ -264,6 +264,7 @@ def test_openapi_describes_every_route(api: TestClient) -> None:
         ("/v1/dead-letters/{dead_letter_id}/retry", "POST"),
         ("/v1/dead-letters/{dead_letter_id}/discard", "POST"),
         ("/healthz", "GET"),
+        ("/metrics", "GET"),
         ("/readyz", "GET"),
         ("/openapi.json", "GET"),
     }
@@ -271,3 +272,19 @@ def test_openapi_describes_every_route(api: TestClient) -> None:
     for path, ops in schema["paths"].items():
         for method, op in ops.items():
             assert op.get("summary"), (path, method)
+
+
+def test_metrics_count_sessions_and_deliveries(
+    api: TestClient, client: Client, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    session_id, path = _suspended_callback(client, start_worker)
+    client.start("no-worker-knows-this")
+    body, headers = signed({"ok": True})
+    assert api.post(path, content=body, headers=headers).status_code == 202
+    assert api.post(path, content=body, headers=headers).status_code == 200
+    wait_until(lambda: client.get(session_id).status == "completed", what="completion")
+    text = api.get("/metrics").text
+    assert 'resumable_sessions{agent="approval",status="completed"} 1.0' in text
+    assert 'resumable_deliveries_total{kind="callback",outcome="accepted"} 1.0' in text
+    assert 'resumable_deliveries_total{kind="callback",outcome="duplicate"} 1.0' in text
+    assert "resumable_dead_letters_open" in text

@@ -1,0 +1,73 @@
+"""Prometheus metrics, read from PostgreSQL at scrape time.
+
+PostgreSQL is the truth, so the gauges are counted there on each scrape
+(sessions by status and agent, open dead letters, pending alerts, the oldest
+pending session's age) and are the same whichever web process answers. The
+counters are this process's own (callbacks and signals by outcome).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from resumable.models.database import Database
+
+_COUNTS = """
+SELECT agent, status, count(*) AS n FROM sessions GROUP BY agent, status
+"""
+
+_OTHERS = """
+SELECT (SELECT count(*) FROM dead_letters WHERE status = 'open') AS dead_letters,
+       (SELECT count(*) FROM alerts WHERE status = 'pending') AS alerts,
+       (SELECT coalesce(extract(epoch FROM now() - min(updated_at)), 0)
+          FROM sessions WHERE status = 'pending') AS oldest_pending
+"""
+
+
+class DatabaseCollector(Collector):
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        sessions = GaugeMetricFamily(
+            "resumable_sessions", "Sessions by agent and status.", labels=["agent", "status"]
+        )
+        with self.db.connection() as conn:
+            for row in conn.execute(_COUNTS).fetchall():
+                sessions.add_metric([str(row["agent"]), str(row["status"])], float(row["n"]))  # type: ignore[arg-type]
+            others = conn.execute(_OTHERS).fetchone()
+        yield sessions
+        assert others is not None
+        yield GaugeMetricFamily(
+            "resumable_dead_letters_open",
+            "Open dead letters.",
+            value=float(others["dead_letters"]),  # type: ignore[arg-type]
+        )
+        yield GaugeMetricFamily(
+            "resumable_alerts_pending",
+            "Alerts not delivered yet.",
+            value=float(others["alerts"]),  # type: ignore[arg-type]
+        )
+        yield GaugeMetricFamily(
+            "resumable_oldest_pending_seconds",
+            "Age of the longest-waiting pending session (a stuck queue shows here).",
+            value=float(others["oldest_pending"]),  # type: ignore[arg-type]
+        )
+
+
+class Metrics:
+    """One registry per app (no global state), with the process's counters."""
+
+    def __init__(self, db: Database) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(DatabaseCollector(db))
+        self.deliveries = Counter(
+            "resumable_deliveries",
+            "Callbacks and signals received, by kind and outcome.",
+            ["kind", "outcome"],
+            registry=self.registry,
+        )
