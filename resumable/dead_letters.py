@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any, Literal
 
 import dramatiq
-import jsonpatch
 from sqlmodel import Session, col, select
 
 from resumable import serialization
@@ -30,6 +29,7 @@ from resumable.models.database import Database
 from resumable.models.tables import AuditEventRow, DeadLetterRow, SessionRow
 from resumable.queue.broker import enqueue_session
 from resumable.settings import Settings
+from resumable.state_patch import apply_state_patch
 
 Action = Literal["retry", "discard"]
 
@@ -183,15 +183,7 @@ class DeadLetters:
             session = db.get(SessionRow, session_id)
             assert session is not None
             state = session.state
-        try:
-            patch = jsonpatch.JsonPatch(state_patch)
-            result = patch.apply(state)
-        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
-            raise InvalidPatchError(f"the state patch does not apply: {exc}") from None
-        except (TypeError, KeyError, AttributeError) as exc:
-            raise InvalidPatchError(f"the state patch is not an RFC 6902 patch: {exc}") from None
-        if not isinstance(result, dict):
-            raise InvalidPatchError("the patched state must still be a JSON object")
+        result = apply_state_patch(state, state_patch)
         return serialization.dumps(result, "patched state")
 
     def discard(self, dead_letter_id: int, *, actor: str, reason: str) -> None:

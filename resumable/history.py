@@ -14,14 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import dramatiq
-import jsonpatch
 
 from resumable import serialization
 from resumable.agent import AgentRegistry
 from resumable.checkpoints import EventSourced, Reducer, rebuild
 from resumable.errors import (
     CheckpointNotFoundError,
-    InvalidPatchError,
     SessionNotFoundError,
     SessionStateError,
 )
@@ -29,6 +27,7 @@ from resumable.models import history_queries
 from resumable.models.database import Database
 from resumable.queue.broker import enqueue_session
 from resumable.settings import Settings
+from resumable.state_patch import apply_state_patch
 
 logger = logging.getLogger(__name__)
 
@@ -95,14 +94,7 @@ class History:
             )
         state = past.state
         if state_patch:
-            try:
-                state = jsonpatch.JsonPatch(state_patch).apply(state)
-            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
-                raise InvalidPatchError(f"the state patch does not apply: {exc}") from None
-            except (TypeError, KeyError, AttributeError) as exc:
-                raise InvalidPatchError(f"not an RFC 6902 patch: {exc}") from None
-            if not isinstance(state, dict):
-                raise InvalidPatchError("the patched state must still be a JSON object")
+            state = apply_state_patch(state, state_patch)
         fork_id = new_id or uuid.uuid4()
         with self.db.connection() as conn:
             row = conn.execute(
