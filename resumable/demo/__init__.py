@@ -1,155 +1,145 @@
-"""`resumable demo`: the product telling its own story, end to end.
+"""`resumable demo`: the product telling its own story, end to end, in under a minute.
 
-A refund agent runs on a real worker process against the configured (or
-embedded) PostgreSQL and Redis. The demo SIGKILLs the worker in the middle of
-the refund step, after the payment API was called; a second worker recovers
-the session from its last checkpoint, the refund call is answered from the
-tool cache, and the demo proves the card was refunded exactly once.
+A refund agent (``agent.py``) runs on real ``resumable worker`` processes,
+with a real ``resumable web`` receiving its approval and a real ``resumable
+scheduler`` polling and reconciling, against the configured PostgreSQL and
+Redis (or the embedded ones). The agent looks up an order, suspends until a
+human approves through a signed webhook (delivered twice, as real senders
+do), issues the refund, and polls until it settles. The demo SIGKILLs the
+worker in the middle of the refund step; a new worker recovers the session
+from its checkpoint. Then it prints the timeline and proves, from the
+database and from what the fake payment API received, that the card was
+refunded exactly once.
+
+Modules: ``story.py`` (the acts), ``proof.py`` (the claims), ``timeline.py``,
+``processes.py`` (spawning and stopping the real processes), ``shop.py`` (the
+fake order and payment APIs), ``webhook_sender.py``, ``preflight.py``,
+``gate.py`` (where the worker is killed), ``deadline.py``.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import logging
+import secrets
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from resumable.client import Client
-from resumable.embedded import service_urls
+from resumable.demo import preflight, proof, timeline
+from resumable.demo.deadline import Deadline, DemoError
+from resumable.demo.processes import Deployment
+from resumable.demo.shop import FakeShop
+from resumable.demo.signals import StoppedBySignalError, StopSignals
+from resumable.demo.story import Story, free_port
+from resumable.demo.webhook_sender import WebhookSender, new_secret
+from resumable.embedded import ServiceURLs, service_urls
 from resumable.models import migrate
 from resumable.models.database import Database
-from resumable.models.tables import AuditEventRow
 from resumable.queue.broker import build_broker
-from resumable.reconcile import reconcile
 from resumable.settings import Settings
 
-from .payments import FakeShop
+__all__ = ["run_demo"]
 
-_WORKER_ENV = {
+# Its own queue, so demo workers never take messages meant for other workers
+# sharing the same Redis (and other workers never take the demo's).
+DEMO_QUEUE = "resumable-demo"
+# Short leases and a fast scheduler so a crash is recovered in seconds.
+_PROCESS_ENV = {
+    "RESUMABLE_QUEUE_NAME": DEMO_QUEUE,
     "RESUMABLE_LEASE_SECONDS": "2",
     "RESUMABLE_HEARTBEAT_TIMEOUT_MS": "3000",
-    "RESUMABLE_WORKER_THREADS": "2",
+    "RESUMABLE_SCHEDULER_INTERVAL_SECONDS": "0.25",
+    "RESUMABLE_RECONCILE_GRACE_SECONDS": "5",
 }
-
-
-def _spawn_worker(database_url: str, redis_url: str, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **_WORKER_ENV, "DATABASE_URL": database_url, "REDIS_URL": redis_url}
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "resumable.cli", "worker", "--agents", "resumable.demo.agent"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    _wait(lambda: "worker started" in log.read_text(), 30, "the worker to start")
-    return proc
-
-
-def _wait(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def _timeline(events: list[AuditEventRow]) -> Table:
-    table = Table("time", "seq", "step", "event", "detail", title="timeline")
-    t0 = events[0].created_at
-    for event in events:
-        detail = ""
-        if event.event_type == "step_completed":
-            calls = event.payload.get("tool_calls", 0)
-            replayed = event.payload.get("tool_calls_replayed", 0)
-            detail = f"tool calls: {calls} made, {replayed} from cache"
-        elif event.event_type in {"run_started", "lease_recovered"}:
-            detail = f"worker {event.payload.get('worker')}"
-        table.add_row(
-            f"+{(event.created_at - t0).total_seconds():.3f}s",
-            "" if event.seq is None else str(event.seq),
-            event.step or "",
-            event.event_type,
-            detail,
-        )
-    return table
+_BUDGET_SECONDS = 55.0
 
 
 def run_demo(settings: Settings, console: Console) -> int:
-    """Run the demo; return the exit status (0 when every claim was verified)."""
+    """Run the demo; return the exit status (0 only when every claim holds)."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request
     started = time.monotonic()
-    console.rule("[bold]resumable demo: a refund that survives a crash")
-    with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
-        where = "embedded servers" if not settings.database_url else "configured servers"
-        console.print(f"PostgreSQL and Redis: {where}")
-        migrate.upgrade(urls.database_url)
-        db = Database(urls.database_url, pool_size=2)
-        broker = build_broker(settings, urls.redis_url)
-        client = Client(settings, db, broker)
-        workers: list[subprocess.Popen[bytes]] = []
-        stop = threading.Event()
-        with tempfile.TemporaryDirectory(prefix="resumable-demo-") as tmp, FakeShop() as shop:
-            gate = Path(tmp)
-            log = gate / "workers.log"
+    console.rule("[bold]resumable demo: a refund agent that survives a crash")
+    with StopSignals() as stop:
+        clock = Deadline(_BUDGET_SECONDS, interrupted=stop.check)
+        try:
+            with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
+                stop.check()
+                where = "configured" if settings.database_url else "embedded"
+                console.print(f"PostgreSQL and Redis: {where} servers", highlight=False)
+                return _run(settings, urls, console, clock, started)
+        except StoppedBySignalError as exc:
+            console.print(f"[red]demo {exc}[/]; its processes are stopped", highlight=False)
+            return 128 + exc.signum
+
+
+def _run(
+    settings: Settings, urls: ServiceURLs, console: Console, clock: Deadline, started: float
+) -> int:
+    migrate.upgrade(urls.database_url)
+    web_port, api_token, secret = free_port(), secrets.token_urlsafe(24), new_secret()
+    public_url = f"http://127.0.0.1:{web_port}"
+    demo_settings = settings.model_copy(update={"queue_name": DEMO_QUEUE, "public_url": public_url})
+    db = Database(urls.database_url, pool_size=2)
+    broker = build_broker(demo_settings, urls.redis_url)
+    client = Client(demo_settings, db, broker)
+    env = {
+        **_PROCESS_ENV,
+        "DATABASE_URL": urls.database_url,
+        "REDIS_URL": urls.redis_url,
+        "RESUMABLE_HOME": str(settings.home_dir),
+        "RESUMABLE_PUBLIC_URL": public_url,
+        "RESUMABLE_API_TOKENS": api_token,
+        "RESUMABLE_WEBHOOK_SECRET": secret,
+    }
+    story: Story | None = None
+    claims: list[proof.Claim] = []
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="resumable-demo-") as tmp,
+            FakeShop() as shop,
+            Deployment(env, Path(tmp)) as deployment,
+        ):
+            stale = preflight.claim_database(db, client)
+            if stale:
+                console.print(f"cancelled {stale} unfinished session(s) of an earlier demo")
+            story = Story(
+                console=console,
+                client=client,
+                db=db,
+                shop=shop,
+                deployment=deployment,
+                clock=clock,
+                gate_dir=Path(tmp),
+                web_port=web_port,
+                api_token=api_token,
+                sender=WebhookSender(secret),
+            )
             try:
-                workers.append(_spawn_worker(urls.database_url, urls.redis_url, log))
-                console.print(f"worker 1 started (pid {workers[0].pid})")
-                (gate / "hold").touch()
-                session_id = client.start(
-                    "demo-refund",
-                    {"order_id": "ord_1001", "api": shop.url, "gate_dir": str(gate)},
-                    idempotency_key=f"demo-{time.time_ns()}",
-                )
-                console.print(f"session {session_id} enqueued")
-                _wait((gate / "refund-issued").exists, 30, "the refund step")
-                console.print(
-                    "[yellow]refund API called; killing worker 1 with SIGKILL mid-step[/yellow]"
-                )
-                workers[0].kill()
-                workers[0].wait()
-                (gate / "hold").unlink()
-
-                # The scheduler's reconciler notices the expired lease and re-enqueues.
-                def reconcile_loop() -> None:
-                    while not stop.wait(0.25):
-                        reconcile(settings, db, broker, grace_seconds=5)
-
-                threading.Thread(target=reconcile_loop, daemon=True).start()
-                workers.append(_spawn_worker(urls.database_url, urls.redis_url, log))
-                console.print(f"worker 2 started (pid {workers[1].pid}); waiting for recovery")
-                _wait(
-                    lambda: client.get(session_id).status in {"completed", "failed"},
-                    45,
-                    "the session to finish",
-                )
-            finally:
-                stop.set()
-                for proc in workers:
-                    if proc.poll() is None:
-                        proc.terminate()
-                        proc.wait(timeout=30)
-
-            session = client.get(session_id)
-            events = client.events(session_id)
-            console.print(_timeline(events))
-            refunds_issued = len(shop.refunds)
-            refund_requests = sum(shop.requests.values())
-            recovered = any(e.event_type == "lease_recovered" for e in events)
-            checks = {
-                "session completed": session.status == "completed",
-                "worker crash recovered from the checkpoint": recovered,
-                f"card refunded exactly once (refunds issued: {refunds_issued})": refunds_issued
-                == 1,
-                f"refund API called once (requests: {refund_requests})": refund_requests == 1,
-            }
-        db.close()
+                story.tell()
+            except DemoError as exc:
+                console.print(f"[red]demo failed:[/] {exc}", highlight=False)
+                console.print(deployment.logs(), markup=False, highlight=False)
+        if story is not None and story.seen.session_id is not None:
+            events = client.events(story.seen.session_id)
+            rows = timeline.describe_all(events, story.seen.workers)
+            rows += story.seen.notes + [timeline.from_shop(e) for e in shop.ledger.events]
+            console.print(timeline.render(rows, "timeline"))
+            claims = proof.check(
+                story.seen, client, db, shop.ledger, events, time.monotonic() - started
+            )
+            proof.show(console, claims)
+    except DemoError as exc:
+        console.print(f"[red]demo failed:[/] {exc}", highlight=False)
+    finally:
         broker.close()
-    for claim, ok in checks.items():
-        console.print(f"{'[green]✔' if ok else '[red]✘'} {claim}[/]")
-    console.print(f"done in {time.monotonic() - started:.1f} s")
-    return 0 if all(checks.values()) else 1
+        db.close()
+    ok = bool(claims) and all(c.holds for c in claims)
+    console.print(
+        f"[bold {'green' if ok else 'red'}]{'every claim holds' if ok else 'DEMO FAILED'}[/] "
+        f"in {time.monotonic() - started:.1f} s",
+        highlight=False,
+    )
+    return 0 if ok else 1

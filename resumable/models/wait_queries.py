@@ -219,3 +219,12 @@ VALUES (%(name)s, %(steps)s::jsonb, %(checks)s::jsonb, now())
 ON CONFLICT (name) DO UPDATE SET steps = EXCLUDED.steps, checks = EXCLUDED.checks,
                                  updated_at = now()
 """
+
+# A poll check found its value (or the wait's deadline passed): the audit
+# record of the wake-up, as the other wake-ups write in WAKE_* above.
+RESUMED_BY_POLL = """
+INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+SELECT id, step_seq, cursor, 'resumed',
+       jsonb_build_object('by', %(kind)s::text, 'check', %(check)s::text)
+FROM sessions WHERE id = %(id)s AND lease_epoch = %(epoch)s
+"""

@@ -146,7 +146,7 @@ class FailureHandler:
             record["message"],
             extra={"action": "retry_scheduled", "error_code": record["code"]},
         )
-        self._enqueue_later(held.session_id, delay)
+        self.enqueue_later(held.session_id, delay)
         return Outcome.RETRYING
 
     # -- sagas --------------------------------------------------------------------------
@@ -225,7 +225,7 @@ class FailureHandler:
                 record["message"],
                 extra={"action": "compensation_retry_scheduled"},
             )
-            self._enqueue_later(held.session_id, delay)
+            self.enqueue_later(held.session_id, delay)
             return Outcome.COMPENSATING
         logger.error(
             "compensation %s failed %d times; saga stopped, manual intervention needed: %s",
@@ -296,7 +296,7 @@ class FailureHandler:
         )
         return Outcome.FAILED
 
-    def _enqueue_later(self, session_id: Any, delay: float) -> None:
+    def enqueue_later(self, session_id: Any, delay: float) -> None:
         try:
             self.broker.enqueue(
                 session_message(self.settings, session_id), delay=max(int(delay * 1000), 0)

@@ -180,6 +180,8 @@ class SessionRunner:
         try:
             agent = self.registry.get(claim.agent)
         except ResumableError as exc:
+            if self._known_elsewhere(claim.agent):
+                return self._hand_back(claim, f"agent {claim.agent!r} is not loaded here")
             return self.failures.step_failed(claim.held, None, exc, claim.cursor)
         if claim.status == "compensating":
             error = claim.error or {}
@@ -244,6 +246,28 @@ class SessionRunner:
             assert decision.next_step is not None
             cursor, state, seq, wake = decision.next_step, step.ctx.state, committed, None
             attempts = 0
+
+    def _known_elsewhere(self, agent: str) -> bool:
+        """Whether another worker announced this agent (a deployment whose
+        workers load different agents on one queue): then this worker hands
+        the session back instead of failing it."""
+        with self.db.connection() as conn:
+            return (
+                conn.execute("SELECT 1 FROM agents WHERE name = %s", (agent,)).fetchone()
+                is not None
+            )
+
+    def _hand_back(self, claim: Claim, reason: str) -> str:
+        with self.db.connection() as conn:
+            released = conn.execute(
+                queries.RELEASE_LEASE,
+                {"id": claim.session_id, "epoch": claim.epoch, "reason": reason},
+            ).fetchone()
+        if released is None:
+            return RunOutcome.LEASE_LOST
+        logger.warning("%s; handing the session back", reason, extra={"action": "handed_back"})
+        self.failures.enqueue_later(claim.session_id, 1.0)
+        return RunOutcome.YIELDED
 
     def _resolve_wake(self, claim: Claim, agent: Agent) -> Wake | None:
         """The wake the first step sees; a due poll check runs here first."""
@@ -343,13 +367,26 @@ class SessionRunner:
         wait = claim.wait or {}
         poll = wait["poll"]
         value = agent.get_check(poll["check"])(poll["args"])
-        if value is not None:
-            serialization.dumps(value, f"value of check {poll['check']!r}")
-            return Wake(kind="poll", topic=poll["check"], payload=value)
         now = datetime.now(UTC)
         deadline = _parse_time(wait.get("deadline"))
-        if deadline is not None and now >= deadline:
-            return Wake(kind="timeout")
+        wake: Wake | None = None
+        if value is not None:
+            serialization.dumps(value, f"value of check {poll['check']!r}")
+            wake = Wake(kind="poll", topic=poll["check"], payload=value)
+        elif deadline is not None and now >= deadline:
+            wake = Wake(kind="timeout")
+        if wake is not None:
+            with self.db.connection() as conn:
+                conn.execute(
+                    wait_queries.RESUMED_BY_POLL,
+                    {
+                        "id": claim.session_id,
+                        "epoch": claim.epoch,
+                        "kind": wake.kind,
+                        "check": poll["check"],
+                    },
+                )
+            return wake
         candidates = [now + timedelta(seconds=float(poll["every"]))]
         candidates += [t for t in (deadline, _parse_time(wait.get("timer_at"))) if t is not None]
         with self.db.connection() as conn:

@@ -1,0 +1,175 @@
+"""A fake OpenAI-compatible chat API, for trying the research agent without a
+key and for testing it.
+
+``POST {base}/chat/completions`` answers like OpenAI's Chat Completions API,
+following a fixed script: the first turn asks for the ``fetch_url`` tool on a
+page this server also serves (``GET /pages/{slug}``); after a tool result it
+writes a report; after reviewer feedback it writes a revised one. It counts
+every request, so a test can tell whether a recovered agent called it again.
+
+``page_gate`` lets a test hold a page fetch in flight (to kill the worker in
+the middle of a step); ``page_requested`` says a fetch has arrived.
+
+Run it on its own with ``python examples/fake_llm.py --port 8765`` and point
+the agent at it: ``OPENAI_BASE_URL=http://127.0.0.1:8765/v1 OPENAI_API_KEY=sk-fake``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_PAGE = """A suspend-and-resume job queue keeps an agent's state in a database after
+every step. When the agent waits for a human it holds no worker; when a worker
+dies, another resumes the session from its last checkpoint, and side effects
+recorded with an idempotency key are not repeated."""
+
+
+class FakeLLM:
+    """The fake API on ``127.0.0.1`` (port 0: a free one); ``base_url`` ends in ``/v1``."""
+
+    def __init__(self, *, api_key: str | None = None, port: int = 0) -> None:
+        self.api_key = api_key
+        self.lock = threading.Lock()
+        self.chat_requests: list[dict[str, Any]] = []
+        self.authorizations: list[str] = []
+        self.page_fetches = 0
+        self.page_gate = threading.Event()
+        self.page_gate.set()
+        self.page_requested = threading.Event()
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.base_url = f"{self.url}/v1"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    # -- what the tests look at -----------------------------------------------------
+
+    @property
+    def chat_calls(self) -> int:
+        with self.lock:
+            return len(self.chat_requests)
+
+    # -- the script -----------------------------------------------------------------
+
+    def reply(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The assistant message for a chat request."""
+        messages: list[dict[str, Any]] = request.get("messages", [])
+        last = messages[-1] if messages else {}
+        seen_tool = any(m.get("role") == "tool" for m in messages)
+        if last.get("role") == "tool":
+            page = json.loads(last.get("content") or "{}")
+            first_line = str(page.get("text", "")).splitlines()[0] if page.get("text") else ""
+            return {"role": "assistant", "content": f"Report: {first_line}"}
+        if seen_tool:
+            feedback = str(last.get("content", ""))
+            return {"role": "assistant", "content": f"Revised report, after '{feedback}'."}
+        n = len(self.chat_requests)
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": f"call_{n}",
+                    "type": "function",
+                    "function": {
+                        "name": "fetch_url",
+                        "arguments": json.dumps({"url": f"{self.url}/pages/durable-agents"}),
+                    },
+                }
+            ],
+        }
+
+    def completion(self, request: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            self.chat_requests.append(request)
+            n = len(self.chat_requests)
+        message = self.reply(request)
+        return {
+            "id": f"chatcmpl-fake-{n}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.get("model", "fake"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+        }
+
+    # -- HTTP -----------------------------------------------------------------------
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    self._send(404, {"error": {"message": "not found"}})
+                    return
+                authorization = self.headers.get("Authorization", "")
+                with fake.lock:
+                    fake.authorizations.append(authorization)
+                if fake.api_key and authorization != f"Bearer {fake.api_key}":
+                    self._send(401, {"error": {"message": "invalid api key"}})
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                self._send(200, fake.completion(json.loads(self.rfile.read(length) or b"{}")))
+
+            def do_GET(self) -> None:
+                if not self.path.startswith("/pages/"):
+                    self._send(404, {"error": {"message": "not found"}})
+                    return
+                with fake.lock:
+                    fake.page_fetches += 1
+                fake.page_requested.set()
+                fake.page_gate.wait(timeout=60)
+                self._send(200, _PAGE, content_type="text/plain")
+
+            def _send(self, status: int, body: Any, content_type: str = "application/json") -> None:
+                data = (body if isinstance(body, str) else json.dumps(body)).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client is gone (a test killed the worker waiting for this)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        return Handler
+
+    def __enter__(self) -> FakeLLM:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.page_gate.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="A fake OpenAI-compatible chat API.")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--api-key", default=None, help="Require this bearer token.")
+    args = parser.parse_args()
+    with FakeLLM(api_key=args.api_key, port=args.port) as fake:
+        print(f"fake OpenAI-compatible API: OPENAI_BASE_URL={fake.base_url}", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
