@@ -616,6 +616,11 @@ COMMIT_STEP_DEFAULTS: dict[str, Any] = {
     "wake_at": None,
     "delivery_id": None,
     "after_wake": False,
+    # A no-op step's checkpoint is a plain snapshot of the live state.
+    "kind": "snapshot",
+    "history_state": None,
+    "patch": None,
+    "step_events": None,
 }
 
 
