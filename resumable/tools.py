@@ -55,6 +55,7 @@ class ToolCalls:
         step_seq: int,
         step: str,
         redact: Callable[[Any], Any] = lambda value: value,
+        scrub: Callable[[str], str | None] = lambda text: text,
     ) -> None:
         self._db = db
         self._session_id = session_id
@@ -63,6 +64,7 @@ class ToolCalls:
         self._step = step
         self._next_index = 0
         self._redact = redact
+        self._scrub = scrub
         self.replayed = 0
         self.executed = 0
 
@@ -109,13 +111,11 @@ class ToolCalls:
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:
-            error = self._redact(
-                {
-                    "type": type(exc).__name__,
-                    "message": str(exc),
-                    "traceback": traceback.format_exc(),
-                }
-            )
+            error = {
+                "type": type(exc).__name__,
+                "message": self._scrub(str(exc)),
+                "traceback": self._scrub(traceback.format_exc()),
+            }
             with self._db.connection() as conn:
                 conn.execute(
                     queries.FAIL_TOOL_CALL, {"key": key, "error": serialization.dumps(error)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.error
@@ -410,7 +411,14 @@ def hold_secret(ctx: StepContext) -> str:
     secret = ctx.input["secret"]
     ctx.state["auth"] = {"api_key": secret, "user": "alice"}
     ctx.tool("login", post_json, f"{ctx.input['api']}/login", {"user": "alice", "password": secret})
+    # A failed call is recorded too; its error must not hold the secret.
+    with contextlib.suppress(ValueError):
+        ctx.tool("refuse", _refuse, {"password": secret})
     return "leak"
+
+
+def _refuse(body: dict[str, Any]) -> None:
+    raise ValueError(f"wrong password {body['password']}")
 
 
 @leaky.step

@@ -288,7 +288,15 @@ class SessionRunner:
     ) -> StepRun:
         """Run one step with no transaction open; validate and encode its outcome."""
         step_fn = agent.get_step(cursor)
-        tools = ToolCalls(self.db, claim.session_id, claim.epoch, seq + 1, cursor, writer.redact)
+        tools = ToolCalls(
+            self.db,
+            claim.session_id,
+            claim.epoch,
+            seq + 1,
+            cursor,
+            writer.redact,
+            lambda text: Redactor.scrub(text, writer.secrets),
+        )
         ctx = StepContext(
             session_id=claim.session_id,
             agent=agent.name,
