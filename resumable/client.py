@@ -179,13 +179,8 @@ class Client:
     def list_sessions(
         self, *, status: str | None = None, agent: str | None = None, limit: int = 50
     ) -> list[SessionRow]:
-        query = select(SessionRow).order_by(col(SessionRow.created_at).desc()).limit(limit)
-        if status:
-            query = query.where(SessionRow.status == status)
-        if agent:
-            query = query.where(SessionRow.agent == agent)
-        with Session(self.db.engine, expire_on_commit=False) as db:
-            return list(db.exec(query).all())
+        """The newest sessions (the first page of `page_sessions`)."""
+        return self.page_sessions(status=status, agent=agent, limit=limit)[0]
 
     def events(
         self, session_id: uuid.UUID | str, *, after: int = 0, limit: int | None = None

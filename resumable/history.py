@@ -60,15 +60,16 @@ class History:
 
     def state_at(self, session_id: uuid.UUID, seq: int) -> PastState:
         """The state right after step `seq`, rebuilt from the nearest snapshot."""
-        agent = self._agent_of(session_id)
         with self.db.connection() as conn:
             rows = conn.execute(history_queries.CHAIN_TO, {"id": session_id, "seq": seq}).fetchall()
         if not rows or rows[-1]["seq"] != seq:
+            self._agent_of(session_id)  # an unknown session is a different error
             raise CheckpointNotFoundError(
                 f"session {session_id} has no checkpoint {seq} (compacted, or not reached)"
             )
         needs_reducer = any(row["kind"] == "events" for row in rows)
-        state = rebuild(rows, self._reducer(agent) if needs_reducer else None)
+        reducer = self._reducer(self._agent_of(session_id)) if needs_reducer else None
+        state = rebuild(rows, reducer)
         last = rows[-1]
         next_step = None if last["next_step"] is None else str(last["next_step"])
         return PastState(seq, str(last["step"]), next_step, state, len(rows))

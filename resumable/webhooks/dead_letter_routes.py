@@ -13,6 +13,7 @@ from starlette.routing import Route
 from resumable.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.webhooks.bodies import json_body
 from resumable.webhooks.errors import ApiError
+from resumable.webhooks.params import body_state_patch, bounded_int
 from resumable.webhooks.state import WebState, web_state
 
 _STATUSES = {"open", "retried", "discarded", "all"}
@@ -48,20 +49,8 @@ def _filter(source: Any, *, status: str | None = "open") -> DeadLetterFilter:
     )
 
 
-def _int(value: Any, name: str, default: int, low: int, high: int) -> int:
-    if value is None:
-        return default
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ApiError(422, "invalid_request", f"{name} must be an integer") from None
-    if not low <= number <= high:
-        raise ApiError(422, "invalid_request", f"{name} must be between {low} and {high}")
-    return number
-
-
 def _dead_letter_id(request: Request) -> int:
-    return _int(request.path_params["dead_letter_id"], "id", 0, 1, 2**62)
+    return bounded_int(request.path_params["dead_letter_id"], "id", 0, 1, 2**62)
 
 
 async def list_dead_letters(request: Request) -> Response:
@@ -86,9 +75,9 @@ async def list_dead_letters(request: Request) -> Response:
     if status not in _STATUSES:
         raise ApiError(422, "invalid_request", f"status must be one of {sorted(_STATUSES)}")
     where = _filter(params, status=None if status == "all" else status)
-    limit = _int(params.get("limit"), "limit", 50, 1, 500)
+    limit = bounded_int(params.get("limit"), "limit", 50, 1, 500)
     before = params.get("before")
-    before_id = _int(before, "before", 0, 1, 2**62) if before else None
+    before_id = bounded_int(before, "before", 0, 1, 2**62) if before else None
     rows, next_before = await run_in_threadpool(
         _letters(state).find, where, limit=limit, before_id=before_id
     )
@@ -136,9 +125,7 @@ async def retry_dead_letter(request: Request) -> Response:
     body = await json_body(request, empty={})
     if not isinstance(body, dict) or set(body) - {"reason", "state_patch"}:
         raise ApiError(422, "invalid_request", 'body must be {"reason"?, "state_patch"?}')
-    patch = body.get("state_patch")
-    if patch is not None and not isinstance(patch, list):
-        raise ApiError(422, "invalid_request", "state_patch must be a JSON Patch array")
+    patch = body_state_patch(body)
     session_id = await run_in_threadpool(
         lambda: _letters(state).retry(
             dead_letter_id, actor=actor, reason=body.get("reason"), state_patch=patch
@@ -212,7 +199,7 @@ async def drain_dead_letters(request: Request) -> Response:
     rate = body.get("rate")
     if rate is not None and (not isinstance(rate, int | float) or rate <= 0):
         raise ApiError(422, "invalid_request", "rate must be a positive number")
-    limit = _int(body.get("limit"), "limit", 100, 1, 1000)
+    limit = bounded_int(body.get("limit"), "limit", 100, 1, 1000)
     report = await run_in_threadpool(
         lambda: _letters(state).drain(
             action,

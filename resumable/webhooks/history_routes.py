@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -13,7 +12,12 @@ from starlette.routing import Route
 from resumable.history import History
 from resumable.webhooks.bodies import json_body
 from resumable.webhooks.errors import ApiError
-from resumable.webhooks.session_routes import _int_param, _session_id
+from resumable.webhooks.params import (
+    body_session_id,
+    body_state_patch,
+    path_session_id,
+    query_int,
+)
 from resumable.webhooks.state import WebState, web_state
 
 
@@ -32,9 +36,9 @@ async def list_checkpoints(request: Request) -> Response:
     """
     state = web_state(request)
     state.auth.actor(request)
-    session_id = _session_id(request)
-    after = _int_param(request, "after", 0, 0, 2**31)
-    limit = _int_param(request, "limit", 100, 1, 1000)
+    session_id = path_session_id(request)
+    after = query_int(request, "after", 0, 0, 2**31)
+    limit = query_int(request, "limit", 100, 1, 1000)
     rows = await run_in_threadpool(
         _history(state).checkpoints, session_id, after=after, limit=limit
     )
@@ -63,7 +67,7 @@ async def get_checkpoint(request: Request) -> Response:
     """
     state = web_state(request)
     state.auth.actor(request)
-    session_id = _session_id(request)
+    session_id = path_session_id(request)
     try:
         seq = int(request.path_params["seq"])
     except ValueError:
@@ -97,22 +101,15 @@ async def fork_session(request: Request) -> Response:
     """
     state = web_state(request)
     actor = state.auth.actor(request)
-    session_id = _session_id(request)
+    session_id = path_session_id(request)
     body = await json_body(request, empty={})
     if not isinstance(body, dict) or set(body) - {"at", "state_patch", "session_id"}:
         raise ApiError(422, "invalid_request", 'body must be {"at", "state_patch"?, "session_id"?}')
     at = body.get("at")
     if not isinstance(at, int) or isinstance(at, bool) or at < 1:
         raise ApiError(422, "invalid_request", "'at' must be a checkpoint number (>= 1)")
-    patch = body.get("state_patch")
-    if patch is not None and not isinstance(patch, list):
-        raise ApiError(422, "invalid_request", "state_patch must be a JSON Patch array")
-    new_id = None
-    if body.get("session_id") is not None:
-        try:
-            new_id = uuid.UUID(str(body["session_id"]))
-        except ValueError:
-            raise ApiError(422, "invalid_request", "'session_id' must be a UUID") from None
+    patch = body_state_patch(body)
+    new_id = body_session_id(body)
 
     def fork() -> Any:
         return _history(state).fork(

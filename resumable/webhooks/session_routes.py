@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import uuid
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -16,32 +15,12 @@ from resumable.models.status import SessionStatus
 from resumable.webhooks.bodies import json_body
 from resumable.webhooks.callback_routes import dedupe_key, receipt_response
 from resumable.webhooks.errors import ApiError
+from resumable.webhooks.params import body_session_id, path_session_id, query_int
 from resumable.webhooks.state import WebState, web_state
 from resumable.webhooks.views import event_json, session_json
 
 _TOPIC = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 _AGENT = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
-
-
-def _session_id(request: Request) -> uuid.UUID:
-    raw = request.path_params["session_id"]
-    try:
-        return uuid.UUID(raw)
-    except ValueError:
-        raise ApiError(404, "session_not_found", f"no session {raw[:80]!r}") from None
-
-
-def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(422, "invalid_request", f"{name} must be an integer") from None
-    if not low <= value <= high:
-        raise ApiError(422, "invalid_request", f"{name} must be between {low} and {high}")
-    return value
 
 
 def _known_agent(state: WebState, agent: str) -> None:
@@ -87,12 +66,7 @@ async def create_session(request: Request) -> Response:
     agent = body.get("agent")
     if not isinstance(agent, str) or not _AGENT.match(agent):
         raise ApiError(422, "invalid_request", "'agent' must be a non-empty name")
-    session_id = None
-    if body.get("session_id") is not None:
-        try:
-            session_id = uuid.UUID(str(body["session_id"]))
-        except ValueError:
-            raise ApiError(422, "invalid_request", "'session_id' must be a UUID") from None
+    session_id = body_session_id(body)
     key = request.headers.get("idempotency-key")
 
     def start() -> Any:
@@ -115,7 +89,7 @@ async def get_session(request: Request) -> Response:
     """
     state = web_state(request)
     state.auth.actor(request)
-    row = await run_in_threadpool(state.client.get, _session_id(request))
+    row = await run_in_threadpool(state.client.get, path_session_id(request))
     return JSONResponse(session_json(row))
 
 
@@ -135,7 +109,7 @@ async def list_sessions(request: Request) -> Response:
     status = request.query_params.get("status")
     if status is not None and status not in {s.value for s in SessionStatus}:
         raise ApiError(422, "invalid_request", f"unknown status {status[:40]!r}")
-    limit = _int_param(request, "limit", 50, 1, 200)
+    limit = query_int(request, "limit", 50, 1, 200)
     rows, next_cursor = await run_in_threadpool(
         lambda: state.client.page_sessions(
             status=status,
@@ -163,9 +137,9 @@ async def session_events(request: Request) -> Response:
     """
     state = web_state(request)
     state.auth.actor(request)
-    session_id = _session_id(request)
-    after = _int_param(request, "after", 0, 0, 2**62)
-    limit = _int_param(request, "limit", 200, 1, 1000)
+    session_id = path_session_id(request)
+    after = query_int(request, "after", 0, 0, 2**62)
+    limit = query_int(request, "limit", 200, 1, 1000)
 
     def read() -> Any:
         state.client.get(session_id)
@@ -189,7 +163,7 @@ async def cancel_session(request: Request) -> Response:
     """
     state = web_state(request)
     actor = state.auth.actor(request)
-    session_id = _session_id(request)
+    session_id = path_session_id(request)
     body = await json_body(request, empty={})
     if not isinstance(body, dict) or not isinstance(body.get("reason", ""), str):
         raise ApiError(422, "invalid_request", 'body must be {"reason": "..."}')
@@ -218,7 +192,7 @@ async def post_signal(request: Request) -> Response:
     """
     state = web_state(request)
     actor = state.auth.actor(request)
-    session_id = _session_id(request)
+    session_id = path_session_id(request)
     topic = request.path_params["topic"]
     if not _TOPIC.match(topic):
         raise ApiError(422, "invalid_request", "topic must be 1-100 of [A-Za-z0-9_.:-]")
