@@ -23,7 +23,7 @@ with real ``resumable worker`` subprocesses (``--workers`` x ``--threads``):
    history: the newest snapshot row at or before it, then the rows after it
    through ``resumable.checkpoints.rebuild`` (the event-sourced agent's reducer
    comes from the agent module), timed as query + rebuild, and once more through
-   the library's ``History.state_at``. The rebuilt states are checked against the
+   the library's ``TimeTravel.state_at``. The rebuilt states are checked against the
    session row and against the states computed here.
 
 Bytes stored per step are measured on the one-session history: the growth of the
@@ -86,11 +86,11 @@ from benchmarks.steps import CpuMeter
 from resumable.agent import AgentRegistry
 from resumable.checkpoints import EventSourced, Incremental, Reducer, rebuild
 from resumable.client import Client
-from resumable.history import History
 from resumable.inbox import Inbox, Verdict
 from resumable.models.database import Database
 from resumable.queue.broker import build_broker
 from resumable.settings import Settings
+from resumable.time_travel import TimeTravel
 
 AGENT_MODULE = "benchmarks.checkpoint_agents"
 STRATEGIES = tuple(agents.AGENTS)  # snapshot, incremental, event-sourced
@@ -199,7 +199,7 @@ class OldLoad:
     total: Timing
     fetch: Timing  # the query, rows decoded
     apply: Timing  # resumable.checkpoints.rebuild
-    library: Timing  # the same through the library's History.state_at (pooled connection)
+    library: Timing  # the same through the library's TimeTravel.state_at (pooled connection)
 
 
 @dataclass
@@ -314,7 +314,7 @@ def state_at(
 
 def time_old(
     conn: DictConnection,
-    history: History,
+    history: TimeTravel,
     session_id: uuid.UUID,
     seq: int,
     reducer: Reducer | None,
@@ -408,7 +408,7 @@ class Run:
             time.sleep(0.5)  # let the workers settle into their idle wait
             client = Client(self.settings, db, broker)
             inbox = Inbox(self.settings, db, broker)
-            history = History(db, AgentRegistry(agents.AGENTS.values()))
+            history = TimeTravel(db, AgentRegistry(agents.AGENTS.values()))
             return self._measure(conn, client, inbox, history, size, strategy)
         finally:
             try:
@@ -424,7 +424,7 @@ class Run:
         conn: DictConnection,
         client: Client,
         inbox: Inbox,
-        history: History,
+        history: TimeTravel,
         size: int,
         strategy: str,
     ) -> RunResult:
@@ -513,7 +513,7 @@ class Run:
     def _verify(
         self,
         conn: DictConnection,
-        history: History,
+        history: TimeTravel,
         session_id: uuid.UUID,
         size: int,
         reducer: Reducer | None,
@@ -533,7 +533,7 @@ class Run:
                 state_at(conn, session_id, args.old_seq, reducer),
                 old,
             ),
-            f"History.state_at({args.old_seq})": (
+            f"TimeTravel.state_at({args.old_seq})": (
                 history.state_at(session_id, args.old_seq).state,
                 old,
             ),
@@ -645,7 +645,7 @@ def report_size(
         print(
             f"    load old p50 = query {avg(strategy, lambda r: r.old.fetch.p50):.3f}"
             f" + rebuild {avg(strategy, lambda r: r.old.apply.p50):.3f} ms, p95"
-            f" {avg(strategy, lambda r: r.old.total.p95):.3f} ms; through History.state_at"
+            f" {avg(strategy, lambda r: r.old.total.p95):.3f} ms; through TimeTravel.state_at"
             f" p50 {avg(strategy, lambda r: r.old.library.p50):.3f} ms"
         )
 

@@ -10,7 +10,7 @@ transition, however many steps a session runs.
 from __future__ import annotations
 
 from resumable import Agent, Complete, StepContext
-from resumable.agent import StepFunction, StepOutcome
+from resumable.agent import StepFunction
 
 AGENT_NAME = "bench_noop"
 STEP_NAMES = [f"step_{index:03d}" for index in range(100)]
@@ -19,7 +19,7 @@ noop = Agent(AGENT_NAME, description="Benchmark agent: every step only counts.")
 
 
 def _make_step(following: str) -> StepFunction:
-    def step(ctx: StepContext) -> StepOutcome:
+    def step(ctx: StepContext) -> str | Complete:
         counter = int(ctx.state.get("counter", 0)) + 1
         ctx.state["counter"] = counter
         if counter >= int(ctx.input["steps"]):

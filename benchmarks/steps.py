@@ -72,7 +72,7 @@ from benchmarks.harness import (
     wait_for,
 )
 from resumable.client import Client
-from resumable.models import queries
+from resumable.models import step_queries
 from resumable.models.database import Database
 from resumable.queue.broker import build_broker
 from resumable.settings import Settings
@@ -625,7 +625,7 @@ COMMIT_STEP_DEFAULTS: dict[str, Any] = {
 
 
 def commit_step_params(params: dict[str, Any]) -> dict[str, Any]:
-    names = re.findall(r"%\((\w+)\)s", queries.COMMIT_STEP)
+    names = re.findall(r"%\((\w+)\)s", step_queries.COMMIT_STEP)
     return {name: params.get(name, COMMIT_STEP_DEFAULTS.get(name)) for name in names}
 
 
@@ -658,7 +658,7 @@ def raw_child(
                     params = step_params(session_id, index, steps)
                     if variant == "raw-cte":
                         row = conn.execute(
-                            queries.COMMIT_STEP, commit_step_params(params), prepare=True
+                            step_queries.COMMIT_STEP, commit_step_params(params), prepare=True
                         ).fetchone()
                     else:
                         with conn.transaction():

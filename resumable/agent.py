@@ -25,7 +25,6 @@ from resumable.retries import DEFAULT_POLICY, RetryPolicy
 
 if TYPE_CHECKING:
     from resumable.context import StepContext
-    from resumable.waits import Wait
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,6 @@ class Complete:
     result: Any = None
 
 
-StepOutcome: TypeAlias = "Next | Complete | Wait | str"
 # A step returns a step name, Next(...), Complete(...) or a Wait; the runner
 # validates it, so the static type stays loose enough for every form.
 StepFunction: TypeAlias = Callable[["StepContext"], object]

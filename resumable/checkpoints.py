@@ -64,7 +64,7 @@ CheckpointStrategy = Snapshot | Incremental | EventSourced
 
 
 @dataclass(frozen=True)
-class HistoryRecord:
+class CheckpointRecord:
     """One checkpoint row's content, encoded for the step commit."""
 
     kind: str  # 'snapshot', 'delta' or 'events'
@@ -125,13 +125,13 @@ def record(
     state: dict[str, Any],
     encoded_state: str,
     events: list[Any] | None,
-) -> HistoryRecord:
+) -> CheckpointRecord:
     """The checkpoint row for step `seq`, given the previous row's (redacted)
     state and this step's."""
     snapshot = previous is None or is_snapshot_seq(strategy, seq)
     if isinstance(strategy, EventSourced):
         encoded_events = json.dumps(events or [], separators=(",", ":"))
-        return HistoryRecord(
+        return CheckpointRecord(
             "snapshot" if snapshot else "events",
             encoded_state if snapshot else None,
             None,
@@ -139,8 +139,8 @@ def record(
         )
     if isinstance(strategy, Incremental) and not snapshot:
         patch = diff(previous, state)
-        return HistoryRecord("delta", None, json.dumps(patch, separators=(",", ":")), None)
-    return HistoryRecord("snapshot", encoded_state, None, None)
+        return CheckpointRecord("delta", None, json.dumps(patch, separators=(",", ":")), None)
+    return CheckpointRecord("snapshot", encoded_state, None, None)
 
 
 def _unescape(token: str) -> str:

@@ -29,7 +29,7 @@ from resumable.errors import (
     SessionNotFoundError,
     SessionStateError,
 )
-from resumable.models import queries, wait_queries
+from resumable.models import session_queries
 from resumable.models.database import Database
 from resumable.models.tables import AuditEventRow, CheckpointRow, SessionRow
 from resumable.queue.broker import enqueue_session
@@ -92,7 +92,7 @@ class Client:
         with self.db.connection() as conn:
             try:
                 row = conn.execute(
-                    queries.CREATE_SESSION,
+                    session_queries.CREATE_SESSION,
                     {
                         "id": new_id,
                         "agent": agent,
@@ -105,7 +105,7 @@ class Client:
                 raise SessionExistsError(f"a session with id {new_id} already exists") from None
             if row is None:
                 existing = conn.execute(
-                    queries.FIND_BY_IDEMPOTENCY_KEY, {"idempotency_key": idempotency_key}
+                    session_queries.FIND_BY_IDEMPOTENCY_KEY, {"idempotency_key": idempotency_key}
                 ).fetchone()
                 if existing is None:  # pragma: no cover - the key's row cannot vanish
                     raise IdempotencyConflictError("idempotency key conflict; try again")
@@ -135,7 +135,7 @@ class Client:
         sid = _as_uuid(session_id)
         with self.db.connection() as conn:
             row = conn.execute(
-                wait_queries.CANCEL_SESSION, {"id": sid, "actor": actor, "reason": reason}
+                session_queries.CANCEL_SESSION, {"id": sid, "actor": actor, "reason": reason}
             ).fetchone()
         if row is None:
             status = self.get(sid).status  # raises SessionNotFoundError

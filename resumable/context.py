@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 
 from resumable import serialization
 from resumable.agent import Complete, Next
-from resumable.callbacks import CallbackFactory
 from resumable.checkpoints import Reducer
 from resumable.errors import AgentDefinitionError
-from resumable.tools import ToolCalls
+from resumable.queue.callbacks import CallbackFactory
+from resumable.queue.tool_calls import ToolCalls
 from resumable.waits import Callback, Poll, Signal, Timer, Wait, Wake
 
 T = TypeVar("T")

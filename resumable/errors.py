@@ -81,12 +81,6 @@ class LeaseLostError(ResumableError):
     code = "lease_lost"
 
 
-class StepFailedError(ResumableError):
-    """A step raised an exception."""
-
-    code = "step_failed"
-
-
 class TransientError(ResumableError):
     """A failure that may pass if the step is tried again later (a timeout, a
     rate limit, a dependency briefly down). ``retry_after`` (seconds), when the

@@ -242,7 +242,7 @@ def reconciler(settings: Settings, db: Database, client: Client) -> Iterator[Non
     """Runs the reconcile function every 200 ms, as the scheduler process will."""
     import threading
 
-    from resumable.reconcile import reconcile
+    from resumable.scheduler.reconcile import reconcile
 
     stop = threading.Event()
 

@@ -9,7 +9,7 @@ workers and schedulers race, a session wakes once per wait.
 
 from __future__ import annotations
 
-# Create (or, when the step is replayed, find again) a callback token. Fenced:
+# Create (or, when the step is replayed, find again) a callback token. Claim:
 # a worker that lost its lease cannot hand out new tokens.
 CREATE_CALLBACK = """
 WITH owner AS (
@@ -187,37 +187,6 @@ WHERE kind = 'signal' AND session_id = %(session_id)s AND topic = %(topic)s
 REJECTED_DELIVERY = """
 INSERT INTO audit_events (session_id, seq, step, event_type, payload)
 VALUES (%(session_id)s, %(step_seq)s, %(step)s, %(event)s, %(payload)s::jsonb)
-"""
-
-CANCEL_SESSION = """
-WITH s AS (
-    UPDATE sessions SET
-        status = 'cancelled',
-        lease_epoch = lease_epoch + 1,
-        lease_owner = NULL,
-        lease_expires_at = NULL,
-        wake_at = NULL,
-        finished_at = now(),
-        updated_at = now()
-    WHERE id = %(id)s AND status NOT IN ('completed', 'failed', 'cancelled')
-    RETURNING id, step_seq, cursor
-), c AS (
-    UPDATE callbacks SET status = 'closed', closed_at = now()
-    FROM s WHERE callbacks.session_id = s.id AND callbacks.status = 'open'
-), e AS (
-    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
-    SELECT id, step_seq, cursor, 'session_cancelled',
-           jsonb_build_object('by', %(actor)s::text, 'reason', %(reason)s::text)
-    FROM s
-)
-SELECT id FROM s
-"""
-
-REGISTER_AGENT = """
-INSERT INTO agents (name, steps, checks, updated_at)
-VALUES (%(name)s, %(steps)s::jsonb, %(checks)s::jsonb, now())
-ON CONFLICT (name) DO UPDATE SET steps = EXCLUDED.steps, checks = EXCLUDED.checks,
-                                 updated_at = now()
 """
 
 # A poll check found its value (or the wait's deadline passed): the audit

@@ -29,10 +29,10 @@ from resumable.errors import ResumableError
 from resumable.models import failure_queries
 from resumable.models.database import Database
 from resumable.queue.broker import session_message
+from resumable.queue.tool_calls import accepts_idempotency_key
 from resumable.redaction import Redactor
 from resumable.retries import DEFAULT_POLICY, RetryPolicy
 from resumable.settings import Settings
-from resumable.tools import accepts_idempotency_key
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def error_record(
 
 
 @dataclass(frozen=True)
-class Fenced:
+class HeldLease:
     """The session a failure belongs to, as this worker holds it."""
 
     session_id: Any
@@ -80,7 +80,7 @@ class FailureHandler:
     # -- steps ------------------------------------------------------------------------
 
     def step_failed(
-        self, held: Fenced, agent: Agent | None, exc: BaseException, step: str | None
+        self, held: HeldLease, agent: Agent | None, exc: BaseException, step: str | None
     ) -> str:
         policy = agent.policy(step) if agent is not None else DEFAULT_POLICY
         attempts = held.attempts + 1
@@ -114,7 +114,7 @@ class FailureHandler:
 
     def _schedule_retry(
         self,
-        held: Fenced,
+        held: HeldLease,
         policy: RetryPolicy,
         exc: BaseException,
         record: dict[str, Any],
@@ -151,7 +151,7 @@ class FailureHandler:
 
     # -- sagas --------------------------------------------------------------------------
 
-    def _has_compensations(self, held: Fenced) -> bool:
+    def _has_compensations(self, held: HeldLease) -> bool:
         with self.db.connection() as conn:
             return (
                 conn.execute(
@@ -161,7 +161,7 @@ class FailureHandler:
             )
 
     def compensate(
-        self, held: Fenced, agent: Agent, error: dict[str, Any], policy: RetryPolicy
+        self, held: HeldLease, agent: Agent, error: dict[str, Any], policy: RetryPolicy
     ) -> str:
         """Run what is left of the saga; then dead-letter the session."""
         with self.db.connection() as conn:
@@ -191,7 +191,7 @@ class FailureHandler:
 
     def _compensation_failed(
         self,
-        held: Fenced,
+        held: HeldLease,
         call: dict[str, Any],
         exc: BaseException,
         error: dict[str, Any],
@@ -249,7 +249,7 @@ class FailureHandler:
 
     def fail(
         self,
-        held: Fenced,
+        held: HeldLease,
         error: dict[str, Any],
         attempts: int,
         *,

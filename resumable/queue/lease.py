@@ -13,7 +13,7 @@ import logging
 import threading
 import uuid
 
-from resumable.models import queries
+from resumable.models import step_queries
 from resumable.models.database import Database
 
 logger = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class LeaseKeeper:
             with self._db.connection() as conn:
                 for session_id, epoch in held:
                     row = conn.execute(
-                        queries.RENEW_LEASE,
+                        step_queries.RENEW_LEASE,
                         {"id": session_id, "epoch": epoch, "lease_seconds": self._lease_seconds},
                     ).fetchone()
                     if row is None:

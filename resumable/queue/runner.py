@@ -26,8 +26,7 @@ import dramatiq
 
 from resumable import serialization
 from resumable.agent import Agent, AgentRegistry, Complete, Next
-from resumable.callbacks import CallbackFactory
-from resumable.checkpoints import EventSourced, HistoryRecord, Reducer
+from resumable.checkpoints import CheckpointRecord, EventSourced
 from resumable.context import StepContext
 from resumable.errors import (
     InvalidStepResultError,
@@ -36,16 +35,17 @@ from resumable.errors import (
     ResumableError,
 )
 from resumable.logs import session_context
-from resumable.models import queries, wait_queries
+from resumable.models import agent_queries, step_queries, wait_queries
 from resumable.models.database import Database
 from resumable.queue.broker import enqueue_session
-from resumable.queue.failures import FailureHandler, Fenced
-from resumable.queue.history_writer import HistoryWriter
+from resumable.queue.callbacks import CallbackFactory
+from resumable.queue.checkpoint_writer import CheckpointWriter
+from resumable.queue.failures import FailureHandler, HeldLease
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.time_limits import time_limit
+from resumable.queue.tool_calls import ToolCalls
 from resumable.redaction import Redactor
 from resumable.settings import Settings
-from resumable.tools import ToolCalls
 from resumable.waits import Wait, Wake
 
 logger = logging.getLogger(__name__)
@@ -70,8 +70,8 @@ class Claim:
     history_rebase: bool
 
     @property
-    def held(self) -> Fenced:
-        return Fenced(self.session_id, self.epoch, self.attempts)
+    def held(self) -> HeldLease:
+        return HeldLease(self.session_id, self.epoch, self.attempts)
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class StepRun:
     state: str
     result: str
     ms: float
-    history: HistoryRecord
+    history: CheckpointRecord
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class SessionRunner:
     def claim(self, session_id: uuid.UUID) -> Claim | None:
         with self.db.connection() as conn:
             row = conn.execute(
-                queries.CLAIM_LEASE,
+                step_queries.CLAIM_LEASE,
                 {
                     "id": session_id,
                     "owner": self._owner(),
@@ -200,9 +200,11 @@ class SessionRunner:
         started = time.monotonic()
         steps_run = 0
         state, seq, attempts = claim.state, claim.step_seq, claim.attempts
-        writer = HistoryWriter(agent.checkpoints, self.redactor, state, rebase=claim.history_rebase)
+        writer = CheckpointWriter(
+            agent.checkpoints, self.redactor, state, rebase=claim.history_rebase
+        )
         while True:
-            held = Fenced(claim.session_id, claim.epoch, attempts, writer.secrets)
+            held = HeldLease(claim.session_id, claim.epoch, attempts, writer.secrets)
             try:
                 with time_limit(
                     agent.policy(cursor).time_limit,
@@ -252,15 +254,12 @@ class SessionRunner:
         workers load different agents on one queue): then this worker hands
         the session back instead of failing it."""
         with self.db.connection() as conn:
-            return (
-                conn.execute("SELECT 1 FROM agents WHERE name = %s", (agent,)).fetchone()
-                is not None
-            )
+            return conn.execute(agent_queries.AGENT_KNOWN, (agent,)).fetchone() is not None
 
     def _hand_back(self, claim: Claim, reason: str) -> str:
         with self.db.connection() as conn:
             released = conn.execute(
-                queries.RELEASE_LEASE,
+                step_queries.RELEASE_LEASE,
                 {"id": claim.session_id, "epoch": claim.epoch, "reason": reason},
             ).fetchone()
         if released is None:
@@ -284,7 +283,7 @@ class SessionRunner:
         seq: int,
         state: dict[str, Any],
         wake: Wake | None,
-        writer: HistoryWriter,
+        writer: CheckpointWriter,
     ) -> StepRun:
         """Run one step with no transaction open; validate and encode its outcome."""
         step_fn = agent.get_step(cursor)
@@ -335,7 +334,7 @@ class SessionRunner:
 
     @staticmethod
     def _transition(
-        step: StepRun, out_of_budget: bool, steps_run: int, writer: HistoryWriter
+        step: StepRun, out_of_budget: bool, steps_run: int, writer: CheckpointWriter
     ) -> tuple[str, list[dict[str, Any]]]:
         """The status a step leaves the session in, and its audit events."""
         decision = step.decision
@@ -444,7 +443,7 @@ class SessionRunner:
         wait = step.decision.wait
         with self.db.connection() as conn:
             row = conn.execute(
-                queries.COMMIT_STEP,
+                step_queries.COMMIT_STEP,
                 {
                     "id": claim.session_id,
                     "epoch": claim.epoch,
@@ -476,8 +475,3 @@ class SessionRunner:
 
 def _parse_time(value: object) -> datetime | None:
     return datetime.fromisoformat(str(value)) if value else None
-
-
-def _reducer(agent: Agent) -> Reducer | None:
-    strategy = agent.checkpoints
-    return strategy.reducer if isinstance(strategy, EventSourced) else None

@@ -20,7 +20,7 @@ import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
 from resumable.agent import AgentRegistry
-from resumable.models import wait_queries
+from resumable.models import agent_queries
 from resumable.models.database import Database
 from resumable.queue.broker import SESSION_ACTOR, build_broker
 from resumable.queue.lease import LeaseKeeper
@@ -82,7 +82,7 @@ def announce_agents(runtime: WorkerRuntime) -> None:
     with runtime.db.connection() as conn:
         for agent in runtime.runner.registry:
             conn.execute(
-                wait_queries.REGISTER_AGENT,
+                agent_queries.REGISTER_AGENT,
                 {
                     "name": agent.name,
                     "steps": json.dumps(agent.step_names),

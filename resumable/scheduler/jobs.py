@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 import dramatiq
 
 from resumable.agent import AgentRegistry
-from resumable.alerts import AlertSender
 from resumable.inbox import Inbox
 from resumable.models import failure_queries, wait_queries
 from resumable.models.database import Database
 from resumable.queue.broker import enqueue_session
-from resumable.reconcile import reconcile
+from resumable.scheduler.alerts import AlertSender
+from resumable.scheduler.reconcile import reconcile
 from resumable.scheduler.retention import compact_histories, retire_old_sessions
 from resumable.settings import Settings
 
@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class Poller:
+class SchedulerJobs:
     settings: Settings
     db: Database
     broker: dramatiq.Broker
@@ -105,11 +105,3 @@ class Poller:
             self.deliver_alerts,
             self.retention,
         ]
-
-    def tick(self) -> None:
-        """One pass of every job (the scheduler runs this every interval)."""
-        for job in self.jobs:
-            try:
-                job()
-            except Exception:
-                logger.exception("scheduler job %s failed", job.__name__)

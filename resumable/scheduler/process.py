@@ -18,7 +18,7 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from resumable.agent import AgentRegistry
 from resumable.models.database import Database
 from resumable.queue.broker import build_broker
-from resumable.scheduler.jobs import Poller
+from resumable.scheduler.jobs import SchedulerJobs
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ def run_scheduler(settings: Settings, database_url: str, redis_url: str) -> None
     broker = build_broker(settings, redis_url)
     # Agents are optional here: only compacting event-sourced histories needs them.
     registry = AgentRegistry.from_modules(settings.agents) if settings.agents else None
-    poller = Poller(settings, db, broker, registry=registry)
+    poller = SchedulerJobs(settings, db, broker, registry=registry)
     scheduler = BlockingScheduler(timezone=UTC)
     interval = settings.scheduler_interval_seconds
     for job in poller.jobs:

@@ -8,10 +8,10 @@ import uuid
 
 from resumable.agent import AgentRegistry
 from resumable.errors import ResumableError
-from resumable.history import History
-from resumable.models import history_queries
+from resumable.models import checkpoint_queries
 from resumable.models.database import Database
 from resumable.settings import Settings
+from resumable.time_travel import TimeTravel
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ def retire_old_sessions(settings: Settings, db: Database) -> int:
         return 0
     with db.connection() as conn:
         rows = conn.execute(
-            history_queries.RETIRE_SESSIONS,
+            checkpoint_queries.RETIRE_SESSIONS,
             {
                 "age_seconds": settings.retention_days * 86400,
                 "limit": settings.retention_batch,
@@ -52,9 +52,9 @@ def compact_histories(
         return 0
     with db.connection() as conn:
         rows = conn.execute(
-            history_queries.COMPACTION_CANDIDATES, {"threshold": 2 * keep, "limit": limit}
+            checkpoint_queries.COMPACTION_CANDIDATES, {"threshold": 2 * keep, "limit": limit}
         ).fetchall()
-    history = History(db, registry)
+    history = TimeTravel(db, registry)
     removed = 0
     for row in rows:
         try:

@@ -15,20 +15,20 @@ from starlette.types import ASGIApp
 from resumable.agent import AgentRegistry
 from resumable.client import Client
 from resumable.inbox import Inbox
-from resumable.metrics import Metrics
 from resumable.models.database import Database
 from resumable.queue.broker import build_broker
 from resumable.settings import Settings
 from resumable.webhooks import (
     callback_routes,
+    checkpoint_routes,
     dead_letter_routes,
     health_routes,
-    history_routes,
     metrics_routes,
     session_routes,
 )
 from resumable.webhooks.auth import BearerAuth, accepted_tokens
 from resumable.webhooks.errors import EXCEPTION_HANDLERS
+from resumable.webhooks.metrics import Metrics
 from resumable.webhooks.signatures import CallbackVerifier
 from resumable.webhooks.state import WebState
 from resumable.webhooks.too_large import JsonTooLarge
@@ -75,7 +75,7 @@ def create_app(
         routes=[
             *callback_routes.routes,
             *session_routes.routes,
-            *history_routes.routes,
+            *checkpoint_routes.routes,
             *dead_letter_routes.routes,
             *health_routes.routes,
             *metrics_routes.routes,

@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from resumable.errors import SessionNotFoundError, UnknownAgentError
+from resumable.models import agent_queries
 from resumable.models.status import SessionStatus
 from resumable.webhooks.bodies import json_body
 from resumable.webhooks.callback_routes import dedupe_key, receipt_response
@@ -29,7 +30,7 @@ def _known_agent(state: WebState, agent: str) -> None:
         registry.get(agent)
         return
     with state.db.connection() as conn:
-        known = conn.execute("SELECT 1 FROM agents WHERE name = %s", (agent,)).fetchone()
+        known = conn.execute(agent_queries.AGENT_KNOWN, (agent,)).fetchone()
     if known is None:
         raise UnknownAgentError(f"unknown agent {agent!r}: no worker has registered it")
 

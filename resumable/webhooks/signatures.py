@@ -22,7 +22,6 @@ class CallbackVerifier:
     through on the strength of their unguessable token."""
 
     def __init__(self, secret: str | None) -> None:
-        self.enabled = bool(secret)
         self._webhook: Webhook | None = None
         if secret:
             try:

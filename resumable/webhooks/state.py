@@ -9,10 +9,10 @@ from starlette.requests import Request
 
 from resumable.client import Client
 from resumable.inbox import Inbox
-from resumable.metrics import Metrics
 from resumable.models.database import Database
 from resumable.settings import Settings
 from resumable.webhooks.auth import BearerAuth
+from resumable.webhooks.metrics import Metrics
 from resumable.webhooks.signatures import CallbackVerifier
 
 

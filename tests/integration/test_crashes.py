@@ -13,7 +13,7 @@ import redis
 
 from resumable.client import Client
 from resumable.models.database import Database
-from resumable.reconcile import reconcile
+from resumable.scheduler.reconcile import reconcile
 from resumable.settings import Settings
 from tests.conftest import WorkerProcess, wait_until
 from tests.fake_api import FakeAPI

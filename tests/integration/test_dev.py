@@ -21,7 +21,7 @@ import httpx
 import psutil
 import pytest
 
-from resumable.dev_procfile import BUILTIN, exec_form, load_processes, resolve_command
+from resumable.dev.procfile import BUILTIN, exec_form, load_processes, resolve_command
 from resumable.embedded import EmbeddedServices
 from resumable.errors import ConfigurationError
 from tests.conftest import API_TOKEN, ROOT, free_port, wait_until

@@ -12,9 +12,9 @@ import pytest
 
 from resumable.agent import AgentRegistry
 from resumable.client import Client
-from resumable.history import History
 from resumable.models.database import Database
 from resumable.scheduler.retention import retire_old_sessions
+from resumable.time_travel import TimeTravel
 from tests import agents
 from tests.conftest import ManagedProcess, wait_until
 from tests.fake_api import FakeAPI
@@ -56,7 +56,7 @@ def test_every_past_state_matches_the_recording_across_a_crash(
     wait_until(lambda: _done(client, session_id), timeout=30, what="recovery")
 
     expected = recording(50)
-    history = History(db, REGISTRY)
+    history = TimeTravel(db, REGISTRY)
     for seq in range(1, 51):
         assert history.state_at(session_id, seq).state == expected[seq - 1], seq
     assert client.get(session_id).state == expected[-1]
@@ -82,7 +82,7 @@ def test_fork_from_step_ten_reuses_earlier_tool_results_and_leaves_the_original(
         before_checkpoints = [(c.seq, c.kind) for c in client.checkpoints(original)]
         assert api.total_calls() == 20
 
-        history = History(db, REGISTRY)
+        history = TimeTravel(db, REGISTRY)
         fork_id = history.fork(
             original, 10, actor="test", broker=client.broker, settings=client.settings
         )
@@ -116,7 +116,7 @@ def test_fork_validation(
     start_worker()
     session_id = client.start("hist_snapshot", {"steps": 3})
     wait_until(lambda: _done(client, session_id), what="completion")
-    history = History(db, REGISTRY)
+    history = TimeTravel(db, REGISTRY)
     with pytest.raises(CheckpointNotFoundError):
         history.fork(session_id, 9, actor="t")
     with pytest.raises(SessionStateError, match="finished"):
@@ -136,7 +136,7 @@ def test_compaction_keeps_every_remaining_checkpoint_loadable(
     start_worker()
     ids = {a: client.start(a, {"steps": 50}) for a in STRATEGIES}
     wait_until(lambda: all(_done(client, s) for s in ids.values()), what="three sessions")
-    history = History(db, REGISTRY)
+    history = TimeTravel(db, REGISTRY)
     expected = recording(50)
     for agent, session_id in ids.items():
         removed = history.compact(session_id, keep=13)
@@ -203,5 +203,5 @@ def test_secrets_never_reach_the_history(
             assert row is not None and row["n"] == 0, table
         letter = conn.execute("SELECT error_message FROM dead_letters").fetchone()
     assert letter is not None and "[REDACTED]" in str(letter["error_message"])
-    checkpoint = History(db, REGISTRY).state_at(session_id, 1).state
+    checkpoint = TimeTravel(db, REGISTRY).state_at(session_id, 1).state
     assert checkpoint["auth"] == {"api_key": "[REDACTED]", "user": "alice"}

@@ -13,9 +13,9 @@ from resumable.errors import (
     UnknownAgentError,
     UnknownStepError,
 )
+from resumable.queue.tool_calls import idempotency_key
 from resumable.serialization import canonical, dumps
 from resumable.settings import Settings
-from resumable.tools import idempotency_key
 
 
 def test_first_step_starts_unless_named() -> None:

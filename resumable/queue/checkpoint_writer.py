@@ -12,11 +12,11 @@ import json
 from typing import Any
 
 from resumable import checkpoints, serialization
-from resumable.checkpoints import CheckpointStrategy, HistoryRecord, Incremental
+from resumable.checkpoints import CheckpointRecord, CheckpointStrategy, Incremental
 from resumable.redaction import Redactor
 
 
-class HistoryWriter:
+class CheckpointWriter:
     def __init__(
         self,
         strategy: CheckpointStrategy,
@@ -39,7 +39,7 @@ class HistoryWriter:
 
     def record(
         self, seq: int, state: dict[str, Any], encoded_state: str, events: list[Any] | None
-    ) -> HistoryRecord:
+    ) -> CheckpointRecord:
         """The row for step `seq` whose resulting live state is `state`."""
         if self.redactor.might_match(encoded_state):
             redacted = self.redactor.redact(state, self.secrets)

@@ -14,18 +14,8 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from resumable.models import metrics_queries
 from resumable.models.database import Database
-
-_COUNTS = """
-SELECT agent, status, count(*) AS n FROM sessions GROUP BY agent, status
-"""
-
-_OTHERS = """
-SELECT (SELECT count(*) FROM dead_letters WHERE status = 'open') AS dead_letters,
-       (SELECT count(*) FROM alerts WHERE status = 'pending') AS alerts,
-       (SELECT coalesce(extract(epoch FROM now() - min(updated_at)), 0)
-          FROM sessions WHERE status = 'pending') AS oldest_pending
-"""
 
 
 class DatabaseCollector(Collector):
@@ -37,9 +27,9 @@ class DatabaseCollector(Collector):
             "resumable_sessions", "Sessions by agent and status.", labels=["agent", "status"]
         )
         with self.db.connection() as conn:
-            for row in conn.execute(_COUNTS).fetchall():
+            for row in conn.execute(metrics_queries.SESSIONS_BY_AGENT_AND_STATUS).fetchall():
                 sessions.add_metric([str(row["agent"]), str(row["status"])], float(row["n"]))  # type: ignore[arg-type]
-            others = conn.execute(_OTHERS).fetchone()
+            others = conn.execute(metrics_queries.BACKLOG).fetchone()
         yield sessions
         assert others is not None
         yield GaugeMetricFamily(

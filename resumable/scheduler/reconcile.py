@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import dramatiq
 
-from resumable.models import queries
+from resumable.models import session_queries
 from resumable.models.database import Database
 from resumable.queue.broker import enqueue_session
 from resumable.settings import Settings
@@ -46,7 +46,7 @@ def reconcile(
     grace = settings.reconcile_grace_seconds if grace_seconds is None else grace_seconds
     report = ReconcileReport()
     with db.connection() as conn:
-        rows = conn.execute(queries.RECONCILE, {"grace": grace, "limit": limit}).fetchall()
+        rows = conn.execute(session_queries.RECONCILE, {"grace": grace, "limit": limit}).fetchall()
     for row in rows:
         session_id = uuid.UUID(str(row["id"]))
         enqueue_session(broker, settings, session_id)

@@ -23,7 +23,7 @@ from resumable.errors import (
     SessionNotFoundError,
     SessionStateError,
 )
-from resumable.models import history_queries
+from resumable.models import checkpoint_queries, session_queries
 from resumable.models.database import Database
 from resumable.queue.broker import enqueue_session
 from resumable.settings import Settings
@@ -41,7 +41,7 @@ class PastState:
     rows_read: int
 
 
-class History:
+class TimeTravel:
     """Reads and rewrites history; `registry` supplies event-sourced agents' reducers."""
 
     def __init__(self, db: Database, registry: AgentRegistry | None = None) -> None:
@@ -54,14 +54,16 @@ class History:
         self._agent_of(session_id)
         with self.db.connection() as conn:
             return conn.execute(
-                history_queries.LIST_CHECKPOINTS,
+                checkpoint_queries.LIST_CHECKPOINTS,
                 {"id": session_id, "after": after, "limit": limit},
             ).fetchall()
 
     def state_at(self, session_id: uuid.UUID, seq: int) -> PastState:
         """The state right after step `seq`, rebuilt from the nearest snapshot."""
         with self.db.connection() as conn:
-            rows = conn.execute(history_queries.CHAIN_TO, {"id": session_id, "seq": seq}).fetchall()
+            rows = conn.execute(
+                checkpoint_queries.CHAIN_TO, {"id": session_id, "seq": seq}
+            ).fetchall()
         if not rows or rows[-1]["seq"] != seq:
             self._agent_of(session_id)  # an unknown session is a different error
             raise CheckpointNotFoundError(
@@ -99,7 +101,7 @@ class History:
         fork_id = new_id or uuid.uuid4()
         with self.db.connection() as conn:
             row = conn.execute(
-                history_queries.FORK_SESSION,
+                checkpoint_queries.FORK_SESSION,
                 {
                     "id": fork_id,
                     "source": session_id,
@@ -123,7 +125,7 @@ class History:
         agent = self._agent_of(session_id)
         with self.db.connection() as conn, conn.transaction():
             locked = conn.execute(
-                history_queries.LOCK_FOR_COMPACTION, {"id": session_id}
+                checkpoint_queries.LOCK_FOR_COMPACTION, {"id": session_id}
             ).fetchone()
             if locked is None:
                 return 0  # a worker is committing a step; try next time
@@ -131,7 +133,7 @@ class History:
             if cutoff <= 1:
                 return 0
             rows = conn.execute(
-                history_queries.CHAIN_TO, {"id": session_id, "seq": cutoff}
+                checkpoint_queries.CHAIN_TO, {"id": session_id, "seq": cutoff}
             ).fetchall()
             if not rows or rows[-1]["seq"] != cutoff:
                 return 0
@@ -139,17 +141,17 @@ class History:
                 needs_reducer = any(row["kind"] == "events" for row in rows)
                 state = rebuild(rows, self._reducer(agent) if needs_reducer else None)
                 conn.execute(
-                    history_queries.REBASE_ROW,
+                    checkpoint_queries.REBASE_ROW,
                     {"id": session_id, "seq": cutoff, "state": serialization.dumps(state)},
                 )
             removed = conn.execute(
-                history_queries.DROP_BEFORE, {"id": session_id, "seq": cutoff}
+                checkpoint_queries.DROP_BEFORE, {"id": session_id, "seq": cutoff}
             ).fetchone()
         return int(removed["removed"]) if removed else 0  # type: ignore[call-overload]
 
     def _agent_of(self, session_id: uuid.UUID) -> str:
         with self.db.connection() as conn:
-            row = conn.execute("SELECT agent FROM sessions WHERE id = %s", (session_id,)).fetchone()
+            row = conn.execute(session_queries.SESSION_AGENT, (session_id,)).fetchone()
         if row is None:
             raise SessionNotFoundError(f"no session {session_id}")
         return str(row["agent"])

@@ -18,7 +18,7 @@ import httpx
 from standardwebhooks.webhooks import Webhook
 
 from resumable import serialization
-from resumable.models import failure_queries
+from resumable.models import alert_queries
 from resumable.models.database import Database
 from resumable.settings import Settings
 
@@ -43,7 +43,7 @@ class AlertSender:
         if not url:
             return 0
         with self.db.connection() as conn:
-            due = conn.execute(failure_queries.TAKE_DUE_ALERTS, {"limit": limit}).fetchall()
+            due = conn.execute(alert_queries.TAKE_DUE_ALERTS, {"limit": limit}).fetchall()
         sent = 0
         if not due:
             return 0
@@ -75,7 +75,7 @@ class AlertSender:
             give_up = attempts >= self.settings.alert_max_attempts
             with self.db.connection() as conn:
                 conn.execute(
-                    failure_queries.ALERT_FAILED,
+                    alert_queries.ALERT_FAILED,
                     {
                         "id": alert["id"],
                         "give_up": give_up,
@@ -94,5 +94,5 @@ class AlertSender:
             )
             return 0
         with self.db.connection() as conn:
-            conn.execute(failure_queries.ALERT_SENT, {"id": alert["id"]})
+            conn.execute(alert_queries.ALERT_SENT, {"id": alert["id"]})
         return 1

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from resumable.history import History
+from resumable.time_travel import TimeTravel
 from resumable.webhooks.bodies import json_body
 from resumable.webhooks.errors import ApiError
 from resumable.webhooks.params import (
@@ -21,8 +21,8 @@ from resumable.webhooks.params import (
 from resumable.webhooks.state import WebState, web_state
 
 
-def _history(state: WebState) -> History:
-    return History(state.db, state.client.registry)
+def _history(state: WebState) -> TimeTravel:
+    return TimeTravel(state.db, state.client.registry)
 
 
 async def list_checkpoints(request: Request) -> Response:

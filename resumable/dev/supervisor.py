@@ -34,8 +34,8 @@ from typing import IO
 from honcho.colour import get_colours
 from honcho.printer import Message, Printer
 
-from resumable.dev_procfile import ProcessSpec
-from resumable.dev_signals import StopRequests
+from resumable.dev.procfile import ProcessSpec
+from resumable.dev.signals import StopRequests
 
 SYSTEM_NAME = "dev"
 # After SIGKILL, how long to wait for the kernel to take the processes away.

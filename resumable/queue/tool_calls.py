@@ -22,7 +22,7 @@ from typing import Any
 
 from resumable import serialization
 from resumable.errors import LeaseLostError
-from resumable.models import queries
+from resumable.models import tool_call_queries
 from resumable.models.database import Database
 
 
@@ -84,7 +84,7 @@ class ToolCalls:
         key = idempotency_key(self._session_id, self._step_seq, self._step, index, tool, request)
         with self._db.connection() as conn:
             row = conn.execute(
-                queries.CLAIM_TOOL_CALL,
+                tool_call_queries.CLAIM_TOOL_CALL,
                 {
                     "session_id": self._session_id,
                     "epoch": self._epoch,
@@ -118,13 +118,14 @@ class ToolCalls:
             }
             with self._db.connection() as conn:
                 conn.execute(
-                    queries.FAIL_TOOL_CALL, {"key": key, "error": serialization.dumps(error)}
+                    tool_call_queries.FAIL_TOOL_CALL,
+                    {"key": key, "error": serialization.dumps(error)},
                 )
             raise
         serialization.dumps(result, f"result of tool {tool!r}")
         # Recorded redacted: a replay returns secret fields as "[REDACTED]".
         encoded = serialization.dumps(self._redact(result))
         with self._db.connection() as conn:
-            conn.execute(queries.COMPLETE_TOOL_CALL, {"key": key, "response": encoded})
+            conn.execute(tool_call_queries.COMPLETE_TOOL_CALL, {"key": key, "response": encoded})
         self.executed += 1
         return result

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from resumable.cli_support import ErrorGroup, connected
+from resumable.cli.support import ErrorGroup, connected
 from resumable.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.errors import ResumableError
 from resumable.settings import Settings

@@ -1,31 +1,11 @@
-"""Every hot-path statement, named and kept together (as procrastinate keeps
-its ``queries.sql``). Each is a single statement so that, on an autocommit
-connection, it is exactly one transaction: data-modifying CTEs let a step's
-state, cursor, status, checkpoint and audit events commit together, and every
-write is fenced by the lease epoch.
+"""The step path's statements: claim a session's lease, renew it, commit a step,
+release it. Each is a single statement so that, on an autocommit connection, it
+is exactly one transaction: data-modifying CTEs let a step's state, cursor,
+status, checkpoint and audit events commit together, and every write is fenced
+by the lease epoch (as procrastinate keeps its ``queries.sql``).
 """
 
 from __future__ import annotations
-
-# Create a session and its first audit event. With an idempotency key that is
-# already taken nothing is inserted and no row comes back.
-CREATE_SESSION = """
-WITH s AS (
-    INSERT INTO sessions (id, agent, status, cursor, state, input, idempotency_key)
-    VALUES (%(id)s, %(agent)s, 'pending', %(cursor)s, '{}'::jsonb, %(input)s::jsonb,
-            %(idempotency_key)s)
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, agent, status
-), e AS (
-    INSERT INTO audit_events (session_id, event_type, payload)
-    SELECT id, 'session_created', jsonb_build_object('agent', agent) FROM s
-)
-SELECT id, status FROM s
-"""
-
-FIND_BY_IDEMPOTENCY_KEY = """
-SELECT id, agent, input, status FROM sessions WHERE idempotency_key = %(idempotency_key)s
-"""
 
 # Take the lease: a pending session, or a running one whose worker let its lease
 # expire (crashed or paused). Bumping the epoch fences out the previous owner.
@@ -67,11 +47,13 @@ WITH old AS (
 SELECT * FROM s
 """
 
+
 RENEW_LEASE = """
 UPDATE sessions SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
 WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
 RETURNING id
 """
+
 
 # A step's outcome: new state, cursor and status, the wait it suspends on (if
 # any), a checkpoint row, the audit events, and the consumption of the delivery
@@ -121,6 +103,7 @@ WITH s AS (
 SELECT step_seq FROM s
 """
 
+
 # Hand the session back without finishing it (e.g. the worker is shutting down).
 RELEASE_LEASE = """
 WITH s AS (
@@ -134,67 +117,4 @@ WITH s AS (
     FROM s
 )
 SELECT id FROM s
-"""
-
-# Claim a tool call for this epoch, unless another attempt already recorded it.
-# Fenced: a worker that lost its lease cannot start a new side effect.
-CLAIM_TOOL_CALL = """
-WITH owner AS (
-    SELECT id FROM sessions WHERE id = %(session_id)s AND lease_epoch = %(epoch)s
-                              AND status = 'running'
-), ins AS (
-    INSERT INTO tool_execution_cache
-        (idempotency_key, session_id, step_seq, step, call_index, tool, request, status,
-         lease_epoch, compensation)
-    SELECT %(key)s, id, %(step_seq)s, %(step)s, %(call_index)s, %(tool)s, %(request)s::jsonb,
-           'started', %(epoch)s, %(compensation)s
-    FROM owner
-    ON CONFLICT (idempotency_key) DO UPDATE SET
-        attempts = tool_execution_cache.attempts + 1,
-        lease_epoch = EXCLUDED.lease_epoch,
-        status = 'started',
-        updated_at = now()
-    WHERE tool_execution_cache.status <> 'completed'
-    RETURNING status, response
-)
-SELECT (SELECT count(*) FROM owner) AS owned,
-       ins.status, ins.response,
-       t.status AS recorded_status, t.response AS recorded_response
-FROM (SELECT 1) AS one
-LEFT JOIN ins ON true
-LEFT JOIN tool_execution_cache AS t ON t.idempotency_key = %(key)s
-"""
-
-COMPLETE_TOOL_CALL = """
-UPDATE tool_execution_cache
-SET status = 'completed', response = %(response)s::jsonb, error = NULL, updated_at = now()
-WHERE idempotency_key = %(key)s
-"""
-
-FAIL_TOOL_CALL = """
-UPDATE tool_execution_cache SET status = 'failed', error = %(error)s::jsonb, updated_at = now()
-WHERE idempotency_key = %(key)s AND status <> 'completed'
-"""
-
-# Sessions that should be running but may have no queue message: pending ones
-# untouched for a grace period (their message was lost, or Redis was flushed)
-# and running ones whose lease expired (their worker died). Locked rows are
-# skipped so several reconcilers never hand out the same session at once, and
-# the touch makes each session come back at most once per grace period.
-RECONCILE = """
-WITH due AS (
-    SELECT id FROM sessions
-    WHERE (status = 'pending' AND updated_at < now() - make_interval(secs => %(grace)s))
-       OR (status IN ('running', 'compensating') AND lease_expires_at < now()
-           AND (updated_at < lease_expires_at
-                OR updated_at < now() - make_interval(secs => %(grace)s)))
-       OR (status = 'compensating' AND lease_owner IS NULL AND wake_at IS NULL
-           AND updated_at < now() - make_interval(secs => %(grace)s))
-    ORDER BY updated_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE sessions SET updated_at = now()
-FROM due WHERE sessions.id = due.id
-RETURNING sessions.id, sessions.status
 """

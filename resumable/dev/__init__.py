@@ -27,9 +27,9 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
-from resumable.dev_procfile import Processes, load_processes
-from resumable.dev_signals import StopRequests
-from resumable.dev_supervisor import Supervisor
+from resumable.dev.procfile import Processes, load_processes
+from resumable.dev.signals import StopRequests
+from resumable.dev.supervisor import Supervisor
 from resumable.embedded import EmbeddedServices, ServiceURLs, service_urls
 from resumable.errors import ResumableError
 from resumable.models import migrate

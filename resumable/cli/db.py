@@ -1,0 +1,25 @@
+"""``resumable db``: the schema."""
+
+from __future__ import annotations
+
+import click
+
+from resumable.cli.support import ErrorGroup, console
+from resumable.embedded import service_urls
+from resumable.models import migrate
+from resumable.settings import Settings
+
+
+@click.group(cls=ErrorGroup)
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True)
+@click.pass_obj
+def db_upgrade(settings: Settings, revision: str) -> None:
+    """Apply migrations (safe to run from several processes at once)."""
+    with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
+        migrate.upgrade(urls.database_url, revision)
+        console.print(f"schema at {migrate.current_revision(urls.database_url)}")

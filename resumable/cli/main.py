@@ -1,0 +1,37 @@
+"""The ``resumable`` command line: the root group and its commands, one module
+per command group."""
+
+from __future__ import annotations
+
+import click
+
+from resumable.cli import db, processes, services, sessions
+from resumable.cli.dlq import dlq
+from resumable.cli.support import ErrorGroup
+from resumable.logs import configure_logging
+from resumable.settings import load_settings
+
+
+@click.group(cls=ErrorGroup)
+@click.option("--log-level", default="INFO", show_default=True, help="Logging level.")
+@click.pass_context
+def main(ctx: click.Context, log_level: str) -> None:
+    """resumable: a suspend-and-resume job queue for long-running AI agents."""
+    configure_logging(log_level.upper())
+    ctx.obj = load_settings()
+
+
+for command in (
+    db.db,
+    processes.worker,
+    processes.web,
+    processes.scheduler,
+    processes.dev,
+    processes.demo,
+    sessions.enqueue,
+    sessions.sessions,
+    sessions.reconcile,
+    dlq,
+    services.services,
+):
+    main.add_command(command)

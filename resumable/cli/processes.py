@@ -1,0 +1,91 @@
+"""The long-running processes (``worker``, ``web``, ``scheduler``) and the
+commands that run them together (``dev``, ``demo``)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import click
+
+from resumable.agent import AgentRegistry
+from resumable.cli.support import console, fail, process_urls
+from resumable.settings import Settings
+
+
+@click.command()
+@click.option(
+    "--agents", "agent_modules", multiple=True, help="Module defining agents (repeatable)."
+)
+@click.option("--threads", type=int, default=None, help="Worker threads.")
+@click.pass_obj
+def worker(settings: Settings, agent_modules: tuple[str, ...], threads: int | None) -> None:
+    """Run sessions from the queue until SIGTERM."""
+    from resumable.queue.worker import build_runtime, run_worker
+
+    modules = list(agent_modules) or settings.agents
+    if not modules:
+        fail("no agent modules: pass --agents MODULE or set RESUMABLE_AGENTS")
+    if threads:
+        settings = settings.model_copy(update={"worker_threads": threads})
+    registry = AgentRegistry.from_modules(modules)
+    with process_urls(settings) as urls:
+        runtime = build_runtime(settings, urls.database_url, urls.redis_url, registry)
+        run_worker(runtime)
+
+
+@click.command()
+@click.option("--host", default=None, help="Bind address (default RESUMABLE_WEB_HOST).")
+@click.option("--port", type=int, default=None, help="Port (default RESUMABLE_WEB_PORT).")
+@click.pass_obj
+def web(settings: Settings, host: str | None, port: int | None) -> None:
+    """Serve the HTTP API, callbacks and signals with uvicorn."""
+    import uvicorn
+
+    from resumable.webhooks.app import create_app
+
+    registry = AgentRegistry.from_modules(settings.agents) if settings.agents else None
+    # uvicorn re-raises the signal that stopped it once it has shut down; turn
+    # that into an exit that unwinds the `with`, so embedded servers are released.
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop, lambda _signum, _frame: sys.exit(0))
+    with process_urls(settings) as urls:
+        app = create_app(settings, urls.database_url, urls.redis_url, registry)
+        uvicorn.run(
+            app,
+            host=host or settings.web_host,
+            port=port if port is not None else settings.web_port,
+            log_config=None,
+            access_log=False,
+        )
+
+
+@click.command()
+@click.pass_obj
+def scheduler(settings: Settings) -> None:
+    """Wake due timers, polls and timeouts; re-enqueue stranded sessions."""
+    from resumable.scheduler.process import run_scheduler
+
+    with process_urls(settings) as urls:
+        run_scheduler(settings, urls.database_url, urls.redis_url)
+
+
+@click.command()
+@click.option(
+    "--agents", "agent_modules", multiple=True, help="Agent modules for the worker (repeatable)."
+)
+@click.pass_obj
+def dev(settings: Settings, agent_modules: tuple[str, ...]) -> None:
+    """Run web, worker and scheduler together on the embedded (or configured) servers."""
+    from resumable.dev import run_dev
+
+    sys.exit(run_dev(settings, console, list(agent_modules) or settings.agents))
+
+
+@click.command()
+@click.pass_obj
+def demo(settings: Settings) -> None:
+    """Run the end-to-end demo on the embedded default (or the configured URLs)."""
+    from resumable.demo import run_demo
+
+    sys.exit(run_demo(settings, console))

@@ -1,0 +1,30 @@
+"""``resumable services``: the embedded PostgreSQL and Valkey servers."""
+
+from __future__ import annotations
+
+import click
+
+from resumable.cli.support import ErrorGroup, console
+from resumable.embedded import EmbeddedServices, reap_orphans
+from resumable.settings import Settings
+
+
+@click.group(cls=ErrorGroup)
+def services() -> None:
+    """The embedded PostgreSQL and Valkey servers (used when the URLs are unset)."""
+
+
+@services.command("status")
+@click.pass_obj
+def services_status(settings: Settings) -> None:
+    pids = EmbeddedServices(settings.home_dir).running_pids()
+    console.print(f"{settings.home_dir}: {'running ' + str(pids) if pids else 'stopped'}")
+
+
+@services.command("stop")
+@click.pass_obj
+def services_stop(settings: Settings) -> None:
+    """Stop this home's servers, and any left behind by killed processes."""
+    EmbeddedServices(settings.home_dir).stop()
+    reaped = reap_orphans()
+    console.print(f"stopped {settings.home_dir}" + (f"; reaped {reaped}" if reaped else ""))

@@ -1,0 +1,45 @@
+"""The tool-call cache: one row per logical call, keyed by its idempotency key."""
+
+from __future__ import annotations
+
+# Claim a tool call for this epoch, unless another attempt already recorded it.
+# Claim: a worker that lost its lease cannot start a new side effect.
+CLAIM_TOOL_CALL = """
+WITH owner AS (
+    SELECT id FROM sessions WHERE id = %(session_id)s AND lease_epoch = %(epoch)s
+                              AND status = 'running'
+), ins AS (
+    INSERT INTO tool_execution_cache
+        (idempotency_key, session_id, step_seq, step, call_index, tool, request, status,
+         lease_epoch, compensation)
+    SELECT %(key)s, id, %(step_seq)s, %(step)s, %(call_index)s, %(tool)s, %(request)s::jsonb,
+           'started', %(epoch)s, %(compensation)s
+    FROM owner
+    ON CONFLICT (idempotency_key) DO UPDATE SET
+        attempts = tool_execution_cache.attempts + 1,
+        lease_epoch = EXCLUDED.lease_epoch,
+        status = 'started',
+        updated_at = now()
+    WHERE tool_execution_cache.status <> 'completed'
+    RETURNING status, response
+)
+SELECT (SELECT count(*) FROM owner) AS owned,
+       ins.status, ins.response,
+       t.status AS recorded_status, t.response AS recorded_response
+FROM (SELECT 1) AS one
+LEFT JOIN ins ON true
+LEFT JOIN tool_execution_cache AS t ON t.idempotency_key = %(key)s
+"""
+
+
+COMPLETE_TOOL_CALL = """
+UPDATE tool_execution_cache
+SET status = 'completed', response = %(response)s::jsonb, error = NULL, updated_at = now()
+WHERE idempotency_key = %(key)s
+"""
+
+
+FAIL_TOOL_CALL = """
+UPDATE tool_execution_cache SET status = 'failed', error = %(error)s::jsonb, updated_at = now()
+WHERE idempotency_key = %(key)s AND status <> 'completed'
+"""
