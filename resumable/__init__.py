@@ -1,6 +1,7 @@
 """resumable: a suspend-and-resume job queue for long-running AI agents."""
 
 from resumable.agent import Agent, AgentRegistry, Complete, Next
+from resumable.checkpoints import EventSourced, Incremental, Snapshot
 from resumable.client import Client
 from resumable.context import StepContext
 from resumable.errors import (
@@ -10,12 +11,16 @@ from resumable.errors import (
     InvalidStepResultError,
     LeaseLostError,
     NotSerializableError,
+    PermanentError,
     ResumableError,
     SessionNotFoundError,
+    StepTimeoutError,
+    TransientError,
     UnknownAgentError,
     UnknownStepError,
 )
 from resumable.models.status import SessionStatus
+from resumable.retries import RetryPolicy
 from resumable.settings import Settings, load_settings
 from resumable.waits import Callback, Poll, Signal, Timer, Wait, Wake
 
@@ -26,6 +31,11 @@ __all__ = [
     "Complete",
     "Next",
     "StepContext",
+    # Checkpoints and retries
+    "EventSourced",
+    "Incremental",
+    "RetryPolicy",
+    "Snapshot",
     # Waiting
     "Callback",
     "Poll",
@@ -45,8 +55,11 @@ __all__ = [
     "InvalidStepResultError",
     "LeaseLostError",
     "NotSerializableError",
+    "PermanentError",
     "ResumableError",
     "SessionNotFoundError",
+    "StepTimeoutError",
+    "TransientError",
     "UnknownAgentError",
     "UnknownStepError",
 ]
