@@ -1,0 +1,484 @@
+"""Does anything get lost or done twice when everything that can fail, fails?
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/chaos.py [--sessions 300 --steps 8 --workers 3 --kills 50]
+
+N sessions of ``benchmarks/chaos_agent.py`` (M steps, one ledger call each) run
+on ``--workers`` real ``resumable worker`` processes and one ``resumable
+scheduler``, while the benchmark
+
+- SIGKILLs a random worker every ``--kill-every`` seconds and starts a new one
+  (``--kills`` times),
+- SIGSTOPs one worker for longer than its lease, then SIGCONTs it (its late
+  writes must be rejected),
+- flushes Redis once (every queued message gone),
+- terminates every PostgreSQL connection of the database once.
+
+The ledger is a real HTTP server in this process. It counts requests per
+idempotency key and per logical call (session, step number), so the report
+can tell a repeated request (harmless: the key dedupes it) from a repeated
+effect (a logical call that arrived under two keys, or was recorded twice).
+
+Then it measures recovery on a quiet system: one session whose step is
+blocked, its worker SIGKILLed, and the time until another worker runs the
+step again, with the lease and heartbeat settings printed beside it.
+
+``DATABASE_URL``/``REDIS_URL`` are used when set; otherwise embedded servers
+run under ``--home``. Tables are truncated and Redis is flushed: never point
+this at a database you care about.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from functools import partial
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+
+if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.chaos_agent import AGENT_NAME
+from benchmarks.harness import (
+    ROOT,
+    ManagedProcess,
+    Services,
+    bench_services,
+    log_dir_for,
+    percentile,
+    reset_data,
+    start_worker,
+    stop_all,
+    wait_for,
+)
+from resumable.client import Client
+from resumable.models.database import Database
+from resumable.queue.broker import build_broker
+from resumable.settings import Settings
+
+TABLES = [
+    "sessions",
+    "checkpoints",
+    "audit_events",
+    "tool_execution_cache",
+    "callbacks",
+    "deliveries",
+    "agents",
+    "dead_letters",
+    "alerts",
+]
+
+
+# -- the external ledger -------------------------------------------------------------------
+
+
+@dataclass
+class Ledger:
+    """Effects by idempotency key and by logical call, as an external API would see them."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    requests: Counter[str] = field(default_factory=Counter)  # raw requests per key
+    keys_per_call: dict[tuple[str, int], set[str]] = field(default_factory=lambda: defaultdict(set))
+    requests_per_call: Counter[tuple[str, int]] = field(default_factory=Counter)
+    attempts: Counter[tuple[str, int]] = field(default_factory=Counter)  # step starts
+
+    def record(self, key: str, body: dict[str, Any]) -> None:
+        call = (str(body["session"]), int(body["n"]))
+        with self.lock:
+            self.requests[key] += 1
+            self.keys_per_call[call].add(key)
+            self.requests_per_call[call] += 1
+
+    def attempt(self, body: dict[str, Any]) -> None:
+        with self.lock:
+            self.attempts[(str(body["session"]), int(body["n"]))] += 1
+
+    def attempted(self, call: tuple[str, int], times: int) -> bool:
+        """Whether step `call` has started at least `times` times."""
+        with self.lock:
+            return self.attempts.get(call, 0) >= times
+
+
+def serve_ledger(ledger: Ledger) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            key = self.headers.get("Idempotency-Key") or ""
+            if self.path.endswith("/attempts"):
+                ledger.attempt(body)
+            else:
+                ledger.record(key, body)
+            data = json.dumps({"id": key[-12:]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+# -- the deployment ------------------------------------------------------------------------
+
+
+class Fleet:
+    """Workers and one scheduler, all real processes sharing one environment."""
+
+    def __init__(self, services: Services, env: dict[str, str], log_dir: Path) -> None:
+        self.urls = (services.database_url, services.redis_url)
+        self.env = env
+        self.log_dir = log_dir
+        self.started = 0
+        self.workers: list[ManagedProcess] = []
+        self.everything: list[ManagedProcess] = []
+
+    def add_worker(self) -> ManagedProcess:
+        worker = start_worker(
+            self.started, "benchmarks.chaos_agent", self.urls, self.env, self.log_dir
+        )
+        self.started += 1
+        self.workers.append(worker)
+        self.everything.append(worker)
+        wait_for(worker.started, 60, "a worker to start")
+        return worker
+
+    def add_scheduler(self) -> ManagedProcess:
+        scheduler = ManagedProcess(
+            "scheduler",
+            ["scheduler"],
+            self.urls,
+            self.env,
+            self.log_dir / "scheduler.log",
+            ready_text="scheduler started",
+        )
+        self.everything.append(scheduler)
+        wait_for(scheduler.started, 60, "the scheduler to start")
+        return scheduler
+
+    def kill(self, worker: ManagedProcess) -> None:
+        worker.proc.send_signal(signal.SIGKILL)
+        worker.proc.wait(timeout=10)
+        self.workers.remove(worker)
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+@dataclass
+class Faults:
+    kills: int = 0
+    stops: int = 0
+    flushes: int = 0
+    terminations: int = 0
+    last_at: float = 0.0
+    log: list[str] = field(default_factory=list)
+
+    def note(self, started: float, what: str) -> None:
+        self.last_at = time.monotonic()
+        self.log.append(f"{self.last_at - started:6.1f} s  {what}")
+
+
+def statuses(pg_url: str) -> Counter[str]:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT status, count(*) FROM sessions GROUP BY status").fetchall()
+    return Counter({str(status): int(n) for status, n in rows})
+
+
+def terminate_connections(pg_url: str) -> int:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return len(rows)
+
+
+def inject_faults(
+    args: argparse.Namespace,
+    fleet: Fleet,
+    services: Services,
+    faults: Faults,
+    started: float,
+    done: threading.Event,
+) -> None:
+    """Kill a random worker every `kill_every` seconds, with the one-off faults in between."""
+    rng = random.Random(args.seed)
+    # The one-off faults are spread over the run (a short run still sees each).
+    stop_at, flush_at, terminate_at = (max(1, k * args.kills // 5) for k in (1, 2, 3))
+    while faults.kills < args.kills and not done.wait(args.kill_every):
+        victim = rng.choice(fleet.workers)
+        fleet.kill(victim)
+        faults.kills += 1
+        faults.note(started, f"SIGKILL worker pid {victim.proc.pid} (kill {faults.kills})")
+        fleet.add_worker()
+        if faults.kills == stop_at:
+            paused = rng.choice(fleet.workers)
+            paused.proc.send_signal(signal.SIGSTOP)
+            faults.stops += 1
+            faults.note(started, f"SIGSTOP worker pid {paused.proc.pid}")
+            time.sleep(args.lease * 2.5)
+            paused.proc.send_signal(signal.SIGCONT)
+            faults.note(
+                started, f"SIGCONT worker pid {paused.proc.pid} after {args.lease * 2.5:g} s"
+            )
+        if faults.kills == flush_at:
+            client = redis.Redis.from_url(services.redis_url)
+            client.flushdb()
+            client.close()
+            faults.flushes += 1
+            faults.note(started, "Redis FLUSHDB")
+        if faults.kills == terminate_at:
+            n = terminate_connections(services.pg_url)
+            faults.terminations += 1
+            faults.note(started, f"terminated {n} PostgreSQL connections")
+
+
+@dataclass
+class Outcome:
+    sessions: int
+    completed: int
+    statuses: Counter[str]
+    logical_calls: int
+    calls_with_two_keys: int
+    calls_requested_twice: int
+    raw_requests: int
+    gapless: int
+    wall: float
+    after_last_fault: float
+
+
+def check(services: Services, ledger: Ledger, args: argparse.Namespace) -> tuple[int, int]:
+    """(sessions with checkpoints 1..M each exactly once, sessions completed)."""
+    with psycopg.connect(services.pg_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT s.id, s.status, array_agg(c.seq ORDER BY c.seq)"
+            " FROM sessions s LEFT JOIN checkpoints c ON c.session_id = s.id GROUP BY s.id"
+        ).fetchall()
+    expected = list(range(1, args.steps + 1))
+    gapless = sum(1 for _id, _status, seqs in rows if list(seqs) == expected)
+    completed = sum(1 for _id, status, _seqs in rows if status == "completed")
+    return gapless, completed
+
+
+def run_chaos(
+    args: argparse.Namespace, services: Services, settings: Settings, log_dir: Path
+) -> Outcome:
+    ledger = Ledger()
+    server = serve_ledger(ledger)
+    ledger_url = f"http://127.0.0.1:{server.server_address[1]}/effects"
+    env = worker_env(args)
+    fleet = Fleet(services, env, log_dir)
+    db = Database(services.database_url, pool_size=4)
+    broker = build_broker(settings, services.redis_url)
+    client = Client(settings, db, broker)
+    faults = Faults()
+    done = threading.Event()
+    try:
+        fleet.add_scheduler()
+        for _ in range(args.workers):
+            fleet.add_worker()
+        started = time.monotonic()
+        for index in range(args.sessions):
+            client.start(
+                AGENT_NAME,
+                {"ledger": ledger_url, "steps": args.steps, "work_ms": args.work_ms},
+                session_id=uuid.UUID(int=index + 1),
+            )
+        chaos = threading.Thread(
+            target=inject_faults, args=(args, fleet, services, faults, started, done)
+        )
+        chaos.start()
+        try:
+            wait_for(
+                lambda: (
+                    statuses(services.pg_url)["completed"] == args.sessions
+                    and faults.kills >= args.kills
+                ),
+                args.timeout,
+                "every session to complete",
+                interval=0.2,
+            )
+        finally:
+            done.set()
+            chaos.join()
+        finished = time.monotonic()
+    finally:
+        stop_all(fleet.everything)
+        broker.close()
+        db.close()
+        server.shutdown()
+        server.server_close()
+    for line in faults.log[-8:]:
+        print(f"  {line}")
+    gapless, completed = check(services, ledger, args)
+    return Outcome(
+        sessions=args.sessions,
+        completed=completed,
+        statuses=statuses(services.pg_url),
+        logical_calls=len(ledger.keys_per_call),
+        calls_with_two_keys=sum(1 for keys in ledger.keys_per_call.values() if len(keys) > 1),
+        calls_requested_twice=sum(1 for n in ledger.requests_per_call.values() if n > 1),
+        raw_requests=sum(ledger.requests.values()),
+        gapless=gapless,
+        wall=finished - started,
+        after_last_fault=finished - faults.last_at,
+    )
+
+
+def worker_env(args: argparse.Namespace) -> dict[str, str]:
+    return {
+        "RESUMABLE_LEASE_SECONDS": f"{args.lease:g}",
+        "RESUMABLE_WORKER_THREADS": str(args.threads),
+        "RESUMABLE_SCHEDULER_INTERVAL_SECONDS": "0.5",
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+def measure_recovery(
+    args: argparse.Namespace, services: Services, settings: Settings, log_dir: Path, rounds: int
+) -> list[float]:
+    """Seconds from SIGKILL of the worker running a step until another worker runs it again."""
+    ledger = Ledger()
+    server = serve_ledger(ledger)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    log_dir = log_dir / "recovery"
+    log_dir.mkdir(exist_ok=True)
+    fleet = Fleet(services, {"PYTHONPATH": str(ROOT)}, log_dir)  # documented defaults
+    db = Database(services.database_url, pool_size=2)
+    broker = build_broker(settings, services.redis_url)
+    client = Client(settings, db, broker)
+    times: list[float] = []
+    try:
+        fleet.add_scheduler()
+        for _ in range(2):
+            fleet.add_worker()
+        for _ in range(rounds):
+            sid = client.start(
+                AGENT_NAME,
+                {
+                    "ledger": f"{base}/effects",
+                    "announce": f"{base}/attempts",
+                    "steps": 2,
+                    "work_ms": 120_000,
+                },
+            )
+            call = (str(sid), 1)
+            wait_for(partial(ledger.attempted, call, 1), 30, "the step to start")
+            owner = _owner_pid(services.pg_url, sid, fleet)
+            fleet.kill(owner)
+            killed = time.monotonic()
+            fleet.add_worker()
+            # The step announces each start: its second start is the recovery.
+            wait_for(partial(ledger.attempted, call, 2), 300, "recovery")
+            times.append(time.monotonic() - killed)
+            client.cancel(sid, actor="chaos", reason="measured")
+    finally:
+        stop_all(fleet.everything)
+        broker.close()
+        db.close()
+        server.shutdown()
+        server.server_close()
+    return times
+
+
+def _owner_pid(pg_url: str, session_id: uuid.UUID, fleet: Fleet) -> ManagedProcess:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT lease_owner FROM sessions WHERE id = %s", (session_id,)
+        ).fetchone()
+    owner = str(row[0]) if row and row[0] else ""
+    pid = owner.split(":")[1] if owner.count(":") >= 2 else ""
+    for worker in fleet.workers:
+        if str(worker.proc.pid) == pid:
+            return worker
+    raise RuntimeError(f"no live worker owns {session_id} (owner {owner!r})")
+
+
+def report(outcome: Outcome, recovery: list[float], args: argparse.Namespace) -> bool:
+    lost = outcome.sessions - outcome.completed
+    print("\nresult")
+    print(f"  sessions completed          {outcome.completed} / {outcome.sessions} (lost {lost})")
+    print(f"  statuses                    {dict(outcome.statuses)}")
+    print(
+        f"  logical calls               {outcome.logical_calls}"
+        f" (expected {args.sessions * args.steps})"
+    )
+    print(f"  raw requests                {outcome.raw_requests}")
+    print(f"  calls requested again       {outcome.calls_requested_twice} (same key: deduped)")
+    print(f"  calls under two keys        {outcome.calls_with_two_keys} (duplicated effects)")
+    print(f"  gapless checkpoint seqs     {outcome.gapless} / {outcome.sessions}")
+    print(f"  wall time                   {outcome.wall:.1f} s")
+    print(f"  last fault -> all done      {outcome.after_last_fault:.1f} s")
+    if recovery:
+        print(
+            f"  recovery after a kill       p50 {percentile(recovery, 0.5):.1f} s,"
+            f" max {max(recovery):.1f} s over {len(recovery)} kills (default settings)"
+        )
+    return (
+        lost == 0
+        and outcome.calls_with_two_keys == 0
+        and outcome.gapless == outcome.sessions
+        and outcome.logical_calls == args.sessions * args.steps
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument(
+        "--work-ms", type=float, default=150.0, help="Time a step works after its call."
+    )
+    parser.add_argument("--kills", type=int, default=50)
+    parser.add_argument("--kill-every", type=float, default=1.5)
+    parser.add_argument(
+        "--lease", type=float, default=3.0, help="RESUMABLE_LEASE_SECONDS for the run."
+    )
+    parser.add_argument("--recovery-rounds", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--home", type=Path, default=ROOT / ".resumable" / "bench")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with bench_services(args.home) as services:
+        reset_data(services.pg_url, services.redis_url, TABLES)
+        settings = Settings(database_url=services.database_url, redis_url=services.redis_url)
+        log_dir = log_dir_for(args.home)
+        print(f"chaos: {args.sessions} sessions x {args.steps} steps on {args.workers} workers")
+        print(f"  servers: {services.where}; logs in {log_dir}")
+        print(f"  faults: {args.kills} SIGKILLs every {args.kill_every:g} s, one SIGSTOP past")
+        print(f"  the {args.lease:g} s lease, one Redis flush, one termination of every connection")
+        outcome = run_chaos(args, services, settings, log_dir)
+        recovery = measure_recovery(args, services, settings, log_dir, args.recovery_rounds)
+    ok = report(outcome, recovery, args)
+    print("\nOK: nothing lost, no effect doubled" if ok else "\nFAILED: see above")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

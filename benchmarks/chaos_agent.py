@@ -1,0 +1,57 @@
+"""The agent ``benchmarks/chaos.py`` runs under faults; worker subprocesses import it.
+
+Each step makes one tool call against the external ledger (a real HTTP server
+in the benchmark process) and then works for ``input["work_ms"]`` so that kills
+land inside steps, between the effect and the commit. The ledger is told which
+logical call it is (session and step number) beside the idempotency key, so the
+benchmark can count effects per logical call both raw and deduplicated by key.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from typing import Any
+
+from resumable import Agent, Complete, StepContext
+
+AGENT_NAME = "chaos"
+
+chaos = Agent(AGENT_NAME, description="Benchmark agent: one ledger call per step.")
+
+
+def record_effect(url: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
+    """The side effect: POST to the ledger, passing our idempotency key on."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+
+def announce(url: str, body: dict[str, Any]) -> None:
+    """Tell the ledger a step attempt started (not an effect: no key, not deduped)."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=10):
+        pass
+
+
+@chaos.step
+def work(ctx: StepContext) -> str | Complete:
+    n = int(ctx.state.get("n", 0)) + 1
+    if ctx.input.get("announce"):
+        announce(ctx.input["announce"], {"session": str(ctx.session_id), "n": n})
+    receipt = ctx.tool(
+        "ledger", record_effect, ctx.input["ledger"], {"session": str(ctx.session_id), "n": n}
+    )
+    time.sleep(float(ctx.input.get("work_ms", 0)) / 1000)
+    ctx.state["n"] = n
+    ctx.state.setdefault("receipts", []).append(receipt["id"])
+    if n >= int(ctx.input["steps"]):
+        return Complete({"n": n})
+    return "work"
