@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 import re
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
