@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
@@ -88,7 +88,7 @@ def snapshot(db: Database) -> dict[str, str]:
     return hashes
 
 
-def check_error(answer: httpx.Response, what: object) -> None:
+def check_error(answer: httpx2.Response, what: object) -> None:
     """No 5xx; every 4xx is exactly {"error": {"code", "message"}}."""
     assert answer.status_code < 500, (what, answer.status_code, answer.text[:300])
     if answer.status_code >= 400:
@@ -191,7 +191,7 @@ def test_every_route_refuses_hostile_input_without_a_5xx_or_a_change(
     bodies = hostile_bodies()
     sent = 0
 
-    def send(method: str, path: str, body: bytes = b"", **headers: str) -> httpx.Response:
+    def send(method: str, path: str, body: bytes = b"", **headers: str) -> httpx2.Response:
         nonlocal sent
         sent += 1
         if "/v1/callbacks/" in path:
