@@ -31,6 +31,7 @@ class Verdict(StrEnum):
 
     ACCEPTED = "accepted"  # stored; will be (or was just) consumed by the session
     DUPLICATE = "duplicate"  # the same delivery id was seen before; nothing new stored
+    REUSED = "reused"  # the same delivery id came before with another body; refused
     UNKNOWN = "unknown"  # no such callback token or session
     CLOSED = "closed"  # the wait or the session is over; recorded in the audit log
 
@@ -87,12 +88,7 @@ class Inbox:
             session_id = uuid.UUID(str(target["session_id"]))
             previous = conn.execute(wait_queries.CALLBACK_DELIVERY, {"token": token}).fetchone()
             if previous is not None and dedupe_key and previous["dedupe_key"] == dedupe_key:
-                return Receipt(
-                    Verdict.DUPLICATE,
-                    "this delivery was already received",
-                    session_id,
-                    int(previous["id"]),  # type: ignore[call-overload]
-                )
+                return _repeat(previous, payload, session_id, "delivery")
             reason = _closed_reason(target, already_delivered=previous is not None)
             if reason:
                 conn.execute(
@@ -146,12 +142,7 @@ class Inbox:
                     {"session_id": session_id, "topic": topic, "dedupe_key": dedupe_key},
                 ).fetchone()
                 if previous is not None:
-                    return Receipt(
-                        Verdict.DUPLICATE,
-                        "this signal was already received",
-                        session_id,
-                        int(previous["id"]),  # type: ignore[call-overload]
-                    )
+                    return _repeat(previous, payload, session_id, "signal")
             if session["status"] in TERMINAL_STATUSES:
                 reason = f"the session is {session['status']}; it takes no more signals"
                 conn.execute(
@@ -180,10 +171,32 @@ class Inbox:
                 },
             ).fetchone()
             if row is None:  # a concurrent duplicate won the unique index
-                return Receipt(Verdict.DUPLICATE, "this signal was already received", session_id)
+                previous = conn.execute(
+                    wait_queries.SIGNAL_DELIVERY,
+                    {"session_id": session_id, "topic": topic, "dedupe_key": dedupe_key},
+                ).fetchone()
+                if previous is None:  # pragma: no cover - the winner's row cannot vanish
+                    return Receipt(Verdict.DUPLICATE, "signal already received", session_id)
+                return _repeat(previous, payload, session_id, "signal")
             delivery_id = int(row["id"])  # type: ignore[call-overload]
         woke = self.wake(session_id)
         return Receipt(Verdict.ACCEPTED, "signal accepted", session_id, delivery_id, woke)
+
+
+def _repeat(previous: dict[str, Any], payload: Any, session_id: uuid.UUID, what: str) -> Receipt:
+    """A delivery under an id seen before: a duplicate if the body is the same
+    JSON, otherwise a reuse of the id for something else (refused, as
+    ``POST /v1/sessions`` refuses an Idempotency-Key reused for another body)."""
+    delivery_id = int(previous["id"])
+    if serialization.canonical(previous["payload"]) == serialization.canonical(payload):
+        message = f"this {what} was already received"
+        return Receipt(Verdict.DUPLICATE, message, session_id, delivery_id)
+    return Receipt(
+        Verdict.REUSED,
+        f"this {what} id was already used for a different body (delivery {delivery_id})",
+        session_id,
+        delivery_id,
+    )
 
 
 def _closed_reason(target: dict[str, Any], *, already_delivered: bool) -> str | None:

@@ -4,6 +4,12 @@ and compaction of long histories.
 The history holds redacted states (see ``redaction.py``): a state read back
 from it, or a fork started from it, has ``"[REDACTED]"`` where secrets were;
 a fork that needs them gets them back through its state patch.
+
+A fork reuses the tool results recorded before its fork point, as done. If
+the source's saga compensated those calls, their effects were undone in the
+world, and the fork would go on as if they still held: it is refused unless
+the caller says ``allow_compensated`` (and the fork's audit event says how
+many such results it reused).
 """
 
 from __future__ import annotations
@@ -14,12 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import dramatiq
+import psycopg
 
 from resumable import serialization
 from resumable.agent import AgentRegistry
 from resumable.checkpoints import EventSourced, Reducer, rebuild
 from resumable.errors import (
     CheckpointNotFoundError,
+    SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
 )
@@ -86,38 +94,61 @@ class TimeTravel:
         new_id: uuid.UUID | None = None,
         broker: dramatiq.Broker | None = None,
         settings: Settings | None = None,
+        allow_compensated: bool = False,
     ) -> uuid.UUID:
         """A new session that starts from checkpoint `at` of this one (optionally
         patched) and goes on from the step that came next. The original is not
-        touched; the fork keeps its history up to `at` and its tool results."""
+        touched; the fork keeps its history up to `at` and its tool results.
+        SessionStateError if a reused result was compensated (unless
+        `allow_compensated`), SessionExistsError if `new_id` is taken."""
         past = self.state_at(session_id, at)
         if past.next_step is None:
             raise SessionStateError(
                 f"checkpoint {at} finished session {session_id}; fork from an earlier one"
+            )
+        compensated = self.compensated_before(session_id, at)
+        if compensated and not allow_compensated:
+            first = compensated[0]
+            raise SessionStateError(
+                f"session {session_id} compensated {len(compensated)} tool call(s) made up to "
+                f"checkpoint {at} (first: {first['tool']} in step {first['step']}, undone by "
+                f"{first['compensation']}); a fork would treat their undone effects as done. "
+                "Fork from an earlier checkpoint, or pass allow_compensated to fork anyway"
             )
         state = past.state
         if state_patch:
             state = apply_state_patch(state, state_patch)
         fork_id = new_id or uuid.uuid4()
         with self.db.connection() as conn:
-            row = conn.execute(
-                checkpoint_queries.FORK_SESSION,
-                {
-                    "id": fork_id,
-                    "source": session_id,
-                    "seq": at,
-                    "cursor": past.next_step,
-                    "state": serialization.dumps(state, "state"),
-                    "rebase": bool(state_patch),
-                    "actor": actor,
-                    "patch": serialization.dumps(state_patch) if state_patch else None,
-                },
-            ).fetchone()
+            try:
+                row = conn.execute(
+                    checkpoint_queries.FORK_SESSION,
+                    {
+                        "id": fork_id,
+                        "source": session_id,
+                        "seq": at,
+                        "cursor": past.next_step,
+                        "state": serialization.dumps(state, "state"),
+                        "rebase": bool(state_patch),
+                        "actor": actor,
+                        "patch": serialization.dumps(state_patch) if state_patch else None,
+                        "compensated": len(compensated),
+                    },
+                ).fetchone()
+            except psycopg.errors.UniqueViolation:
+                raise SessionExistsError(f"a session with id {fork_id} already exists") from None
         if row is None:
             raise SessionNotFoundError(f"no session {session_id}")
         if broker is not None and settings is not None:
             enqueue_session(broker, settings, fork_id)
         return fork_id
+
+    def compensated_before(self, session_id: uuid.UUID, at: int) -> list[dict[str, Any]]:
+        """The tool results up to checkpoint `at` whose effects the saga undid."""
+        with self.db.connection() as conn:
+            return conn.execute(
+                checkpoint_queries.COMPENSATED_BEFORE, {"source": session_id, "seq": at}
+            ).fetchall()
 
     def compact(self, session_id: uuid.UUID, keep: int) -> int:
         """Keep the last `keep` checkpoints; the oldest kept one becomes a

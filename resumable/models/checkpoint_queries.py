@@ -23,6 +23,18 @@ ORDER BY seq
 LIMIT %(limit)s
 """
 
+# Tool results a fork from `seq` would reuse although the source's saga undid
+# (or is undoing) their effects: compensation attempted, or the source compensating.
+COMPENSATED_BEFORE = """
+SELECT t.step_seq, t.step, t.tool, t.compensation,
+       coalesce(t.compensation_status, 'pending') AS compensation_status
+FROM tool_execution_cache t JOIN sessions s ON s.id = t.session_id
+WHERE t.session_id = %(source)s AND t.step_seq <= %(seq)s AND t.status = 'completed'
+  AND t.compensation IS NOT NULL
+  AND (t.compensation_status IS NOT NULL OR s.status = 'compensating')
+ORDER BY t.step_seq, t.call_index
+"""
+
 FORK_SESSION = """
 WITH src AS (
     SELECT id, agent, input FROM sessions WHERE id = %(source)s
@@ -53,7 +65,8 @@ WITH src AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
     SELECT %(id)s, %(seq)s, %(cursor)s, 'session_created',
            jsonb_build_object('forked_from', %(source)s::text, 'at', %(seq)s::int,
-                              'by', %(actor)s::text, 'state_patch', %(patch)s::jsonb)
+                              'by', %(actor)s::text, 'state_patch', %(patch)s::jsonb,
+                              'compensated_calls_reused', %(compensated)s::int)
     FROM s
     UNION ALL
     SELECT %(source)s, %(seq)s, NULL, 'forked',

@@ -37,18 +37,41 @@ def libpq_url(url: str) -> str:
     )
 
 
-class Database:
-    """Both connection kinds to one database; close() releases them."""
+# A server that does not answer (a host gone from the network) would otherwise
+# hold a connection attempt for the operating system's TCP timeout, minutes.
+CONNECT_TIMEOUT_SECONDS = 5
 
-    def __init__(self, url: str, pool_size: int = 10) -> None:
+
+class Database:
+    """Both connection kinds to one database; close() releases them.
+
+    `pool_timeout` is how long a caller waits for a connection before
+    ``psycopg_pool.PoolTimeout`` (an ``OperationalError``): the 30 s default
+    suits workers riding out a restart; the web process passes a short one so
+    that, with the database down, a request fails fast (503) instead of
+    hanging.
+    """
+
+    def __init__(self, url: str, pool_size: int = 10, pool_timeout: float = 30.0) -> None:
         self.url = sqlalchemy_url(url)
         self._returned_at: dict[int, float] = {}
-        self.engine = sa.create_engine(self.url, pool_pre_ping=True, pool_size=pool_size)
+        self.engine = sa.create_engine(
+            self.url,
+            pool_pre_ping=True,
+            pool_size=pool_size,
+            pool_timeout=pool_timeout,
+            connect_args={"connect_timeout": CONNECT_TIMEOUT_SECONDS},
+        )
         self.pool: ConnectionPool[psycopg.Connection[dict[str, object]]] = ConnectionPool(
             libpq_url(url),
             min_size=1,
             max_size=pool_size,
-            kwargs={"autocommit": True, "row_factory": dict_row},
+            timeout=pool_timeout,
+            kwargs={
+                "autocommit": True,
+                "row_factory": dict_row,
+                "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+            },
             connection_class=psycopg.Connection[dict[str, object]],
             check=self._check_if_idle,
             reset=self._note_returned,
@@ -70,9 +93,12 @@ class Database:
             ConnectionPool.check_connection(conn)
 
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[dict[str, object]]]:
-        """A pooled autocommit connection: one statement is one transaction."""
-        with self.pool.connection() as conn:
+    def connection(
+        self, timeout: float | None = None
+    ) -> Iterator[psycopg.Connection[dict[str, object]]]:
+        """A pooled autocommit connection: one statement is one transaction.
+        `timeout` overrides the pool's wait for this call (a readiness probe)."""
+        with self.pool.connection(timeout=timeout) as conn:
             yield conn
 
     def close(self) -> None:

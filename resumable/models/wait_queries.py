@@ -136,7 +136,8 @@ FOR UPDATE OF c
 """
 
 CALLBACK_DELIVERY = """
-SELECT id, dedupe_key, status FROM deliveries WHERE kind = 'callback' AND token = %(token)s
+SELECT id, dedupe_key, status, payload FROM deliveries
+WHERE kind = 'callback' AND token = %(token)s
 """
 
 INSERT_CALLBACK_DELIVERY = """
@@ -179,7 +180,7 @@ SELECT id FROM d
 """
 
 SIGNAL_DELIVERY = """
-SELECT id, status FROM deliveries
+SELECT id, status, payload FROM deliveries
 WHERE kind = 'signal' AND session_id = %(session_id)s AND topic = %(topic)s
   AND dedupe_key = %(dedupe_key)s
 """

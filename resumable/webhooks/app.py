@@ -1,7 +1,9 @@
 """The Starlette application served by ``resumable web``.
 
 Everything it needs (database pool, broker, settings) is built in the
-lifespan, from explicit settings, and closed on shutdown.
+lifespan, from explicit settings, and closed on shutdown. In front of the
+routes, in order: unusable requests are refused (``guards.py``), then every
+route but the public ones needs the token (``auth.py``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.types import ASGIApp
 
 from resumable.agent import AgentRegistry
@@ -26,12 +29,17 @@ from resumable.webhooks import (
     metrics_routes,
     session_routes,
 )
-from resumable.webhooks.auth import BearerAuth, accepted_tokens
+from resumable.webhooks.auth import BearerAuth, accepted_tokens, auth_middleware
 from resumable.webhooks.errors import EXCEPTION_HANDLERS
+from resumable.webhooks.guards import RejectUnusableRequests
 from resumable.webhooks.metrics import Metrics
 from resumable.webhooks.signatures import CallbackVerifier
 from resumable.webhooks.state import WebState
 from resumable.webhooks.too_large import JsonTooLarge
+
+# How long a request waits for a database connection before answering 503:
+# with the database down, callers learn it at once instead of after 30 s.
+POOL_TIMEOUT_SECONDS = 2.0
 
 
 class _App(Starlette):
@@ -52,7 +60,9 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        db = Database(database_url, pool_size=settings.db_pool_size)
+        db = Database(
+            database_url, pool_size=settings.db_pool_size, pool_timeout=POOL_TIMEOUT_SECONDS
+        )
         broker = build_broker(settings, redis_url)
         app.state.resumable = WebState(
             settings=settings,
@@ -60,7 +70,6 @@ def create_app(
             broker=broker,
             client=Client(settings, db, broker, registry),
             inbox=Inbox(settings, db, broker),
-            auth=auth,
             verifier=verifier,
             redis_url=redis_url,
             metrics=Metrics(db),
@@ -80,6 +89,7 @@ def create_app(
             *health_routes.routes,
             *metrics_routes.routes,
         ],
+        middleware=[Middleware(RejectUnusableRequests), auth_middleware(auth)],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
         max_body_size=settings.max_body_bytes,

@@ -1,4 +1,12 @@
-"""Bearer-token authentication for the API (callbacks and health are exempt)."""
+"""Bearer-token authentication, on every route but an explicit public list.
+
+Auth is Starlette's ``AuthenticationMiddleware`` in front of the router, so a
+route added later is protected without anyone remembering a line in its
+handler. Public: liveness and readiness (probes carry no credentials) and
+callbacks (external systems prove themselves with the signature and the
+unguessable token). ``/metrics`` and ``/openapi.json`` need the token like
+the rest: Prometheus sends one with ``authorization: {credentials_file: ...}``.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +15,25 @@ import hmac
 import secrets
 from pathlib import Path
 
-from starlette.requests import Request
+from starlette.authentication import (
+    AuthCredentials,
+    AuthenticationBackend,
+    AuthenticationError,
+    SimpleUser,
+)
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
 
 from resumable.settings import Settings
-from resumable.webhooks.errors import ApiError
+from resumable.webhooks.errors import error_response
+
+# Route paths (as declared) that answer without a token; everything else needs one.
+PUBLIC_ROUTES = frozenset({"/healthz", "/readyz", "/v1/callbacks/{token}"})
+
+_CHALLENGE = 'Bearer realm="resumable"'
 
 
 def local_token(home: Path) -> str:
@@ -30,21 +53,71 @@ def accepted_tokens(settings: Settings) -> list[str]:
     return list(settings.api_tokens) or [local_token(settings.home_dir)]
 
 
+class UnauthorizedError(AuthenticationError):
+    def __init__(self, message: str, challenge: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.challenge = challenge
+
+
 class BearerAuth:
     """Checks ``Authorization: Bearer <token>`` in constant time."""
 
     def __init__(self, tokens: list[str]) -> None:
         self._tokens = [t.encode() for t in tokens if t]
 
-    def actor(self, request: Request) -> str:
-        """The caller's identity for the audit log, or a 401."""
-        header = request.headers.get("authorization", "")
+    def actor(self, conn: HTTPConnection) -> str:
+        """The caller's identity for the audit log; UnauthorizedError otherwise."""
+        header = conn.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
-        if scheme.lower() != "bearer" or not value:
-            raise ApiError(401, "unauthorized", "missing bearer token (Authorization: Bearer ...)")
-        given = value.strip().encode()
+        if scheme.lower() != "bearer" or not value.strip():
+            raise UnauthorizedError("missing bearer token (Authorization: Bearer ...)", _CHALLENGE)
+        given = value.strip().encode("utf-8", "surrogateescape")
         if not any(hmac.compare_digest(given, token) for token in self._tokens):
-            raise ApiError(401, "unauthorized", "invalid bearer token")
+            raise UnauthorizedError("invalid bearer token", f'{_CHALLENGE}, error="invalid_token"')
         fingerprint = hashlib.sha256(given).hexdigest()[:8]
-        who = request.headers.get("x-resumable-actor", "").strip()[:200]
+        who = conn.headers.get("x-resumable-actor", "").strip()[:200]
         return f"{who} (token {fingerprint})" if who else f"token {fingerprint}"
+
+
+def route_for(conn: HTTPConnection) -> BaseRoute | None:
+    """The route the router will hand this request to (a full match, else the
+    first partial one, as Starlette's router picks), or None for a 404."""
+    partial = None
+    for route in conn.scope["app"].routes:
+        match, _ = route.matches(conn.scope)
+        if match is Match.FULL:
+            return route  # type: ignore[no-any-return]
+        if match is Match.PARTIAL and partial is None:
+            partial = route
+    return partial
+
+
+def is_public(conn: HTTPConnection) -> bool:
+    route = route_for(conn)
+    return route is not None and getattr(route, "path", None) in PUBLIC_ROUTES
+
+
+class _TokenBackend(AuthenticationBackend):
+    def __init__(self, auth: BearerAuth) -> None:
+        self.auth = auth
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
+        if is_public(conn):
+            return None
+        return AuthCredentials(["api"]), SimpleUser(self.auth.actor(conn))
+
+
+def _unauthorized(conn: HTTPConnection, exc: AuthenticationError) -> Response:
+    assert isinstance(exc, UnauthorizedError)
+    return error_response(401, "unauthorized", exc.message, {"WWW-Authenticate": exc.challenge})
+
+
+def auth_middleware(auth: BearerAuth) -> Middleware:
+    return Middleware(AuthenticationMiddleware, backend=_TokenBackend(auth), on_error=_unauthorized)
+
+
+def request_actor(request: Request) -> str:
+    """Who made this (authenticated) request, for the audit log."""
+    name: str = request.user.display_name
+    return name

@@ -10,14 +10,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from resumable.time_travel import TimeTravel
+from resumable.webhooks.auth import request_actor
 from resumable.webhooks.bodies import json_body
 from resumable.webhooks.errors import ApiError
-from resumable.webhooks.params import (
-    body_session_id,
-    body_state_patch,
-    path_session_id,
-    query_int,
-)
+from resumable.webhooks.params import path_session_id, query_int
+from resumable.webhooks.request_models import MAX_SEQ, ForkSession, parse_body
 from resumable.webhooks.state import WebState, web_state
 
 
@@ -35,9 +32,8 @@ async def list_checkpoints(request: Request) -> Response:
     responses: {200: {description: "{checkpoints, next_after}"}, 404: {description: Unknown}}
     """
     state = web_state(request)
-    state.auth.actor(request)
     session_id = path_session_id(request)
-    after = query_int(request, "after", 0, 0, 2**31)
+    after = query_int(request, "after", 0, 0, MAX_SEQ)
     limit = query_int(request, "limit", 100, 1, 1000)
     rows = await run_in_threadpool(
         _history(state).checkpoints, session_id, after=after, limit=limit
@@ -66,12 +62,11 @@ async def get_checkpoint(request: Request) -> Response:
       404: {description: Unknown session or checkpoint}
     """
     state = web_state(request)
-    state.auth.actor(request)
     session_id = path_session_id(request)
-    try:
-        seq = int(request.path_params["seq"])
-    except ValueError:
-        raise ApiError(404, "checkpoint_not_found", "checkpoint must be a number") from None
+    raw = request.path_params["seq"]
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 10 and 1 <= int(raw) <= MAX_SEQ):
+        raise ApiError(404, "checkpoint_not_found", f"no checkpoint {raw[:20]!r}")
+    seq = int(raw)
     past = await run_in_threadpool(_history(state).state_at, session_id, seq)
     return JSONResponse(
         {"seq": past.seq, "step": past.step, "next_step": past.next_step, "state": past.state}
@@ -89,42 +84,41 @@ async def fork_session(request: Request) -> Response:
           schema:
             type: object
             required: [at]
+            additionalProperties: false
             properties:
-              at: {type: integer}
+              at: {type: integer, minimum: 1, maximum: 2147483647}
               state_patch: {type: array, description: RFC 6902 JSON Patch}
               session_id: {type: string, format: uuid}
+              allow_compensated:
+                type: boolean
+                description: Fork even if tool calls it would reuse were compensated
     responses:
       201: {description: "The fork: {session_id, forked_from, at}"}
       404: {description: Unknown session or checkpoint}
-      409: {description: The checkpoint finished the session}
+      409: {description: "Finished at that checkpoint, compensated effects, or id taken"}
       422: {description: Invalid request or patch}
     """
     state = web_state(request)
-    actor = state.auth.actor(request)
+    actor = request_actor(request)
     session_id = path_session_id(request)
-    body = await json_body(request, empty={})
-    if not isinstance(body, dict) or set(body) - {"at", "state_patch", "session_id"}:
-        raise ApiError(422, "invalid_request", 'body must be {"at", "state_patch"?, "session_id"?}')
-    at = body.get("at")
-    if not isinstance(at, int) or isinstance(at, bool) or at < 1:
-        raise ApiError(422, "invalid_request", "'at' must be a checkpoint number (>= 1)")
-    patch = body_state_patch(body)
-    new_id = body_session_id(body)
+    body = parse_body(ForkSession, await json_body(request, empty={}))
 
     def fork() -> Any:
         return _history(state).fork(
             session_id,
-            at,
+            body.at,
             actor=actor,
-            state_patch=patch,
-            new_id=new_id,
+            state_patch=body.state_patch,
+            new_id=body.session_id,
             broker=state.broker,
             settings=state.settings,
+            allow_compensated=body.allow_compensated,
         )
 
     fork_id = await run_in_threadpool(fork)
     return JSONResponse(
-        {"session_id": str(fork_id), "forked_from": str(session_id), "at": at}, status_code=201
+        {"session_id": str(fork_id), "forked_from": str(session_id), "at": body.at},
+        status_code=201,
     )
 
 

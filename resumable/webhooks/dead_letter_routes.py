@@ -11,9 +11,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from resumable.dead_letters import DeadLetterFilter, DeadLetters
+from resumable.webhooks.auth import request_actor
 from resumable.webhooks.bodies import json_body
 from resumable.webhooks.errors import ApiError
-from resumable.webhooks.params import body_state_patch, bounded_int
+from resumable.webhooks.params import bounded_int
+from resumable.webhooks.request_models import (
+    DiscardDeadLetter,
+    DrainDeadLetters,
+    RetryDeadLetter,
+    parse_body,
+)
 from resumable.webhooks.state import WebState, web_state
 
 _STATUSES = {"open", "retried", "discarded", "all"}
@@ -27,6 +34,8 @@ def _time(value: Any, name: str) -> datetime | None:
     if value in (None, ""):
         return None
     try:
+        if len(str(value)) > 64:
+            raise ValueError(value)
         return datetime.fromisoformat(str(value))
     except ValueError:
         raise ApiError(422, "invalid_request", f"{name} must be an ISO 8601 time") from None
@@ -69,7 +78,6 @@ async def list_dead_letters(request: Request) -> Response:
     responses: {200: {description: "{dead_letters, next_before}"}}
     """
     state = web_state(request)
-    state.auth.actor(request)
     params = request.query_params
     status = params.get("status", "open")
     if status not in _STATUSES:
@@ -96,7 +104,6 @@ async def show_dead_letter(request: Request) -> Response:
     responses: {200: {description: The dead letter}, 404: {description: Unknown id}}
     """
     state = web_state(request)
-    state.auth.actor(request)
     shown = await run_in_threadpool(_letters(state).show, _dead_letter_id(request))
     return JSONResponse(shown)
 
@@ -110,8 +117,9 @@ async def retry_dead_letter(request: Request) -> Response:
         application/json:
           schema:
             type: object
+            additionalProperties: false
             properties:
-              reason: {type: string}
+              reason: {type: string, maxLength: 2000}
               state_patch: {type: array, description: RFC 6902 JSON Patch for the state}
     responses:
       200: {description: Retrying}
@@ -120,15 +128,12 @@ async def retry_dead_letter(request: Request) -> Response:
       422: {description: Invalid patch}
     """
     state = web_state(request)
-    actor = state.auth.actor(request)
+    actor = request_actor(request)
     dead_letter_id = _dead_letter_id(request)
-    body = await json_body(request, empty={})
-    if not isinstance(body, dict) or set(body) - {"reason", "state_patch"}:
-        raise ApiError(422, "invalid_request", 'body must be {"reason"?, "state_patch"?}')
-    patch = body_state_patch(body)
+    body = parse_body(RetryDeadLetter, await json_body(request, empty={}))
     session_id = await run_in_threadpool(
         lambda: _letters(state).retry(
-            dead_letter_id, actor=actor, reason=body.get("reason"), state_patch=patch
+            dead_letter_id, actor=actor, reason=body.reason, state_patch=body.state_patch
         )
     )
     return JSONResponse(
@@ -144,7 +149,11 @@ async def discard_dead_letter(request: Request) -> Response:
       required: true
       content:
         application/json:
-          schema: {type: object, required: [reason], properties: {reason: {type: string}}}
+          schema:
+            type: object
+            required: [reason]
+            additionalProperties: false
+            properties: {reason: {type: string, minLength: 1, maxLength: 2000}}
     responses:
       200: {description: Discarded}
       404: {description: Unknown id}
@@ -152,14 +161,11 @@ async def discard_dead_letter(request: Request) -> Response:
       422: {description: No reason}
     """
     state = web_state(request)
-    actor = state.auth.actor(request)
+    actor = request_actor(request)
     dead_letter_id = _dead_letter_id(request)
-    body = await json_body(request, empty={})
-    reason = body.get("reason") if isinstance(body, dict) else None
-    if not isinstance(reason, str) or not reason.strip():
-        raise ApiError(422, "invalid_request", "a discard needs a non-empty 'reason'")
+    body = parse_body(DiscardDeadLetter, await json_body(request, empty={}))
     await run_in_threadpool(
-        lambda: _letters(state).discard(dead_letter_id, actor=actor, reason=reason)
+        lambda: _letters(state).discard(dead_letter_id, actor=actor, reason=body.reason)
     )
     return JSONResponse({"dead_letter_id": dead_letter_id, "status": "discarded"})
 
@@ -175,40 +181,37 @@ async def drain_dead_letters(request: Request) -> Response:
           schema:
             type: object
             required: [action]
+            additionalProperties: false
             properties:
               action: {type: string, enum: [retry, discard]}
               dry_run: {type: boolean}
-              limit: {type: integer, minimum: 1, maximum: 1000}
-              rate: {type: number, description: max actions per second}
+              limit: {type: integer, minimum: 1, maximum: 100000}
+              rate: {type: number, minimum: 0.01, description: max actions per second}
               reason: {type: string}
               agent: {type: string}
               error_type: {type: string}
               step: {type: string}
               since: {type: string, format: date-time}
               until: {type: string, format: date-time}
-    responses: {200: {description: "{action, dry_run, matched, done, failed}"}}
+    responses:
+      200: {description: "{action, dry_run, matched, done, failed}"}
+      422: {description: "Invalid request (checked before anything is drained)"}
     """
     state = web_state(request)
-    actor = state.auth.actor(request)
-    body = await json_body(request, empty={})
-    if not isinstance(body, dict):
-        raise ApiError(422, "invalid_request", "body must be a JSON object")
-    action = body.get("action")
-    if action not in ("retry", "discard"):
-        raise ApiError(422, "invalid_request", "action must be 'retry' or 'discard'")
-    rate = body.get("rate")
-    if rate is not None and (not isinstance(rate, int | float) or rate <= 0):
-        raise ApiError(422, "invalid_request", "rate must be a positive number")
-    limit = bounded_int(body.get("limit"), "limit", 100, 1, 1000)
+    actor = request_actor(request)
+    body = parse_body(DrainDeadLetters, await json_body(request, empty={}))
+    where = _filter(body.model_dump())
+    if body.action == "discard" and not (body.reason and body.reason.strip()):
+        raise ApiError(422, "invalid_request", "discarding needs a non-empty 'reason'")
     report = await run_in_threadpool(
         lambda: _letters(state).drain(
-            action,
-            _filter(body),
+            body.action,
+            where,
             actor=actor,
-            reason=body.get("reason"),
-            dry_run=bool(body.get("dry_run", False)),
-            limit=limit,
-            rate=float(rate) if rate else None,
+            reason=body.reason,
+            dry_run=body.dry_run,
+            limit=body.limit,
+            rate=body.rate,
         )
     )
     return JSONResponse(report.as_json())

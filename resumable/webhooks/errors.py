@@ -1,12 +1,20 @@
-"""Every HTTP error is ``{"error": {"code", "message"}}``; no stack trace leaves."""
+"""Every HTTP error is ``{"error": {"code", "message"}}``; no stack trace leaves.
+
+A database that cannot be reached is not a bug: it answers 503 with
+``Retry-After``, so load balancers and clients back off instead of seeing 500s.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
+import psycopg
+import sqlalchemy.exc
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match
 
 from resumable.errors import (
     CheckpointNotFoundError,
@@ -35,14 +43,18 @@ _HTTP_CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "invalid_request",
+    431: "headers_too_large",
 }
+
+# Seconds a client should wait before trying again while the database is down.
+RETRY_AFTER_SECONDS = 5
 
 # Package errors that are the caller's fault, and the status each maps to.
 _CLIENT_ERRORS: dict[type[ResumableError], int] = {
     SessionNotFoundError: 404,
     UnknownAgentError: 422,
     NotSerializableError: 422,
-    IdempotencyConflictError: 409,
+    IdempotencyConflictError: 409,  # answered as idempotency_key_reused, like callbacks
     SessionExistsError: 409,
     SessionStateError: 409,
     InvalidCursorError: 400,
@@ -53,37 +65,82 @@ _CLIENT_ERRORS: dict[type[ResumableError], int] = {
 }
 
 
+# The HTTP code of a package error, where the API's vocabulary differs from
+# the Python exception's: one code for "this key was used for another body".
+_HTTP_CODE_OF: dict[type[ResumableError], str] = {
+    IdempotencyConflictError: "idempotency_key_reused"
+}
+
+
 class ApiError(Exception):
     """Raised by handlers to answer with an error body."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = dict(headers or {})
 
 
-def error_response(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+def error_response(
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"code": code, "message": message}}, status_code=status, headers=headers
+    )
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.code, exc.message)
+    return error_response(exc.status, exc.code, exc.message, exc.headers)
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path (routes are one per method,
+    so the one Starlette picked for its 405 names only its own)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches({**request.scope, "method": "<probe>"})
+        if match is not Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
-    return error_response(exc.status_code, code, str(exc.detail))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = allowed_methods(request)
+    return error_response(exc.status_code, code, str(exc.detail), headers)
 
 
 async def _package_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ResumableError)
     for kind, status in _CLIENT_ERRORS.items():
         if isinstance(exc, kind):
-            return error_response(status, exc.code, exc.message)
+            return error_response(status, _HTTP_CODE_OF.get(kind, exc.code), exc.message)
     return await _unexpected(request, exc)
+
+
+async def _database_down(request: Request, exc: Exception) -> Response:
+    """No connection in time, or the server went away mid-request."""
+    logger.warning(
+        "database unavailable on %s %s: %s",
+        request.method,
+        request.url.path,
+        exc,
+        extra={"action": "database_unavailable"},
+    )
+    return error_response(
+        503,
+        "database_unavailable",
+        "the database cannot be reached; try again shortly",
+        {"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
@@ -101,5 +158,8 @@ EXCEPTION_HANDLERS = {
     ApiError: _api_error,
     HTTPException: _http_error,
     ResumableError: _package_error,
+    # psycopg_pool.PoolTimeout is an OperationalError.
+    psycopg.OperationalError: _database_down,
+    sqlalchemy.exc.OperationalError: _database_down,
     Exception: _unexpected,
 }

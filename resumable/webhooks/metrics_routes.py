@@ -15,7 +15,6 @@ async def metrics(request: Request) -> Response:
     """Prometheus metrics.
     ---
     summary: Prometheus metrics (text exposition format)
-    security: []
     responses: {200: {description: Metrics}}
     """
     state = web_state(request)

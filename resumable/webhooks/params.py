@@ -15,11 +15,13 @@ def bounded_int(value: Any, name: str, default: int, low: int, high: int) -> int
     if value is None:
         return default
     try:
+        if isinstance(value, bool) or (isinstance(value, str) and len(value) > 20):
+            raise ValueError(value)
         number = int(value)
     except (TypeError, ValueError):
-        raise ApiError(422, "invalid_request", f"{name} must be an integer") from None
+        number = low - 1
     if not low <= number <= high:
-        raise ApiError(422, "invalid_request", f"{name} must be between {low} and {high}")
+        raise ApiError(422, "invalid_request", f"{name} must be an integer from {low} to {high}")
     return number
 
 
@@ -33,22 +35,3 @@ def path_session_id(request: Request) -> uuid.UUID:
         return uuid.UUID(raw)
     except ValueError:
         raise ApiError(404, "session_not_found", f"no session {raw[:80]!r}") from None
-
-
-def body_session_id(body: dict[str, Any]) -> uuid.UUID | None:
-    """An optional client-chosen session id from a JSON body."""
-    if body.get("session_id") is None:
-        return None
-    try:
-        return uuid.UUID(str(body["session_id"]))
-    except ValueError:
-        raise ApiError(422, "invalid_request", "'session_id' must be a UUID") from None
-
-
-def body_state_patch(body: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """An optional RFC 6902 patch from a JSON body (applied, and so fully
-    validated, by ``resumable.state_patch``)."""
-    patch = body.get("state_patch")
-    if patch is not None and not isinstance(patch, list):
-        raise ApiError(422, "invalid_request", "state_patch must be a JSON Patch array")
-    return patch

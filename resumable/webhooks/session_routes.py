@@ -13,15 +13,18 @@ from starlette.routing import Route
 from resumable.errors import SessionNotFoundError, UnknownAgentError
 from resumable.models import agent_queries
 from resumable.models.status import SessionStatus
+from resumable.webhooks.auth import request_actor
 from resumable.webhooks.bodies import json_body
-from resumable.webhooks.callback_routes import dedupe_key, receipt_response
+from resumable.webhooks.callback_routes import dedupe_key, idempotency_key, receipt_response
 from resumable.webhooks.errors import ApiError
-from resumable.webhooks.params import body_session_id, path_session_id, query_int
+from resumable.webhooks.params import path_session_id, query_int
+from resumable.webhooks.request_models import CancelSession, CreateSession, parse_body
 from resumable.webhooks.state import WebState, web_state
 from resumable.webhooks.views import event_json, session_json
 
 _TOPIC = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
-_AGENT = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+# Cursors this API hands out are ~90 characters; anything much longer is not one.
+_MAX_CURSOR_LENGTH = 200
 
 
 def _known_agent(state: WebState, agent: str) -> None:
@@ -53,27 +56,18 @@ async def create_session(request: Request) -> Response:
               session_id: {type: string, format: uuid}
     responses:
       201: {description: Created (or replayed, with header Idempotent-Replayed true)}
+      400: {description: Malformed JSON, or an Idempotency-Key over 256 characters}
       409: {description: Idempotency key reused for a different request, or id taken}
       422: {description: Unknown agent or invalid input}
     """
     state = web_state(request)
-    state.auth.actor(request)
-    body = await json_body(request)
-    if not isinstance(body, dict):
-        raise ApiError(422, "invalid_request", "body must be a JSON object with an 'agent'")
-    unknown = set(body) - {"agent", "input", "session_id"}
-    if unknown:
-        raise ApiError(422, "invalid_request", f"unknown fields: {', '.join(sorted(unknown))}")
-    agent = body.get("agent")
-    if not isinstance(agent, str) or not _AGENT.match(agent):
-        raise ApiError(422, "invalid_request", "'agent' must be a non-empty name")
-    session_id = body_session_id(body)
-    key = request.headers.get("idempotency-key")
+    key = idempotency_key(request, "idempotency-key")
+    body = parse_body(CreateSession, await json_body(request))
 
     def start() -> Any:
-        _known_agent(state, agent)
+        _known_agent(state, body.agent)
         started = state.client.start_session(
-            agent, body.get("input"), idempotency_key=key, session_id=session_id
+            body.agent, body.input, idempotency_key=key, session_id=body.session_id
         )
         return started, state.client.get(started.session_id)
 
@@ -89,7 +83,6 @@ async def get_session(request: Request) -> Response:
     responses: {200: {description: The session}, 404: {description: Unknown session}}
     """
     state = web_state(request)
-    state.auth.actor(request)
     row = await run_in_threadpool(state.client.get, path_session_id(request))
     return JSONResponse(session_json(row))
 
@@ -106,17 +99,19 @@ async def list_sessions(request: Request) -> Response:
     responses: {200: {description: "A page: {sessions, next_cursor}"}}
     """
     state = web_state(request)
-    state.auth.actor(request)
     status = request.query_params.get("status")
     if status is not None and status not in {s.value for s in SessionStatus}:
         raise ApiError(422, "invalid_request", f"unknown status {status[:40]!r}")
     limit = query_int(request, "limit", 50, 1, 200)
+    cursor = request.query_params.get("cursor")
+    if cursor is not None and len(cursor) > _MAX_CURSOR_LENGTH:
+        raise ApiError(400, "invalid_cursor", "not a cursor this API handed out (too long)")
     rows, next_cursor = await run_in_threadpool(
         lambda: state.client.page_sessions(
             status=status,
             agent=request.query_params.get("agent"),
             limit=limit,
-            cursor=request.query_params.get("cursor"),
+            cursor=cursor,
         )
     )
     return JSONResponse(
@@ -137,7 +132,6 @@ async def session_events(request: Request) -> Response:
     responses: {200: {description: "{events, next_after}"}, 404: {description: Unknown session}}
     """
     state = web_state(request)
-    state.auth.actor(request)
     session_id = path_session_id(request)
     after = query_int(request, "after", 0, 0, 2**62)
     limit = query_int(request, "limit", 200, 1, 1000)
@@ -156,20 +150,24 @@ async def cancel_session(request: Request) -> Response:
     ---
     summary: Cancel a session that has not finished
     requestBody:
-      content: {application/json: {schema: {type: object, properties: {reason: {type: string}}}}}
+      content:
+        application/json:
+          schema:
+            type: object
+            additionalProperties: false
+            properties: {reason: {type: string, maxLength: 2000}}
     responses:
       200: {description: Cancelled}
       404: {description: Unknown session}
       409: {description: Already finished}
+      422: {description: "Not {reason?}: unknown field, or reason not a string"}
     """
     state = web_state(request)
-    actor = state.auth.actor(request)
+    actor = request_actor(request)
     session_id = path_session_id(request)
-    body = await json_body(request, empty={})
-    if not isinstance(body, dict) or not isinstance(body.get("reason", ""), str):
-        raise ApiError(422, "invalid_request", 'body must be {"reason": "..."}')
+    body = parse_body(CancelSession, await json_body(request, empty={}))
     await run_in_threadpool(
-        lambda: state.client.cancel(session_id, actor=actor, reason=body.get("reason"))
+        lambda: state.client.cancel(session_id, actor=actor, reason=body.reason)
     )
     return JSONResponse({"session_id": str(session_id), "status": "cancelled"})
 
@@ -188,19 +186,19 @@ async def post_signal(request: Request) -> Response:
     responses:
       202: {description: Accepted and stored}
       200: {description: Duplicate}
+      400: {description: Malformed JSON, or an Idempotency-Key over 256 characters}
       404: {description: Unknown session}
-      409: {description: Session finished}
+      409: {description: "Session finished, or Idempotency-Key reused with another body"}
     """
     state = web_state(request)
-    actor = state.auth.actor(request)
+    actor = request_actor(request)
     session_id = path_session_id(request)
     topic = request.path_params["topic"]
     if not _TOPIC.match(topic):
         raise ApiError(422, "invalid_request", "topic must be 1-100 of [A-Za-z0-9_.:-]")
+    key = dedupe_key(request)
     payload = await json_body(request)
-    receipt = await run_in_threadpool(
-        state.inbox.signal, session_id, topic, payload, dedupe_key(request), actor
-    )
+    receipt = await run_in_threadpool(state.inbox.signal, session_id, topic, payload, key, actor)
     state.metrics.deliveries.labels("signal", receipt.verdict.value).inc()
     if receipt.verdict.value == "unknown":
         raise SessionNotFoundError(f"no session {session_id}")

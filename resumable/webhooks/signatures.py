@@ -5,16 +5,37 @@ five-minute timestamp tolerance; it raises its own error for most failures but
 ``ValueError`` (or worse) on some malformed headers, and it keeps no replay
 store. So every failure becomes a 401 here, and replays are handled by the
 delivery dedupe on ``webhook-id``.
+
+The library decodes the body as UTF-8 before it computes the HMAC, so a
+validly signed body that is not UTF-8 would fail as a bad signature; the
+HMAC is computed here over the raw bytes instead, and such a body is then
+refused for what it is (400, not UTF-8) when it is parsed.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 from collections.abc import Mapping
+from datetime import UTC, datetime
+from math import floor
 
 from standardwebhooks.webhooks import Webhook
 
 from resumable.errors import ConfigurationError
 from resumable.webhooks.errors import ApiError
+
+
+class _RawBodyWebhook(Webhook):
+    """`sign` over the raw body bytes (carried through as a ``surrogateescape``
+    string), so a signature over any bytes can be checked."""
+
+    def sign(self, msg_id: str, timestamp: datetime, data: str) -> str:
+        timestamp_str = str(floor(timestamp.replace(tzinfo=UTC).timestamp()))
+        to_sign = f"{msg_id}.{timestamp_str}.{data}".encode("utf-8", "surrogateescape")
+        signature = hmac.new(self._whsecret, to_sign, hashlib.sha256).digest()
+        return f"v1,{base64.b64encode(signature).decode('ascii')}"
 
 
 class CallbackVerifier:
@@ -25,7 +46,7 @@ class CallbackVerifier:
         self._webhook: Webhook | None = None
         if secret:
             try:
-                self._webhook = Webhook(secret)
+                self._webhook = _RawBodyWebhook(secret)
             except Exception as exc:
                 raise ConfigurationError(
                     "RESUMABLE_WEBHOOK_SECRET is not a valid Standard Webhooks secret "
@@ -37,7 +58,13 @@ class CallbackVerifier:
             return
         wanted = ("webhook-id", "webhook-timestamp", "webhook-signature")
         subset = {name: headers.get(name, "") for name in wanted}
+        raw = body.decode("utf-8", "surrogateescape")
         try:
-            self._webhook.verify(body, subset, json_parse=False)
+            self._webhook.verify(raw, subset, json_parse=False)
         except Exception as exc:
-            raise ApiError(401, "invalid_signature", f"webhook signature rejected: {exc}") from None
+            raise ApiError(
+                401,
+                "invalid_signature",
+                f"webhook signature rejected: {str(exc)[:200]}",
+                {"WWW-Authenticate": 'Webhook-Signature realm="resumable"'},
+            ) from None

@@ -11,7 +11,6 @@ from resumable.client import Client
 from resumable.inbox import Inbox
 from resumable.models.database import Database
 from resumable.settings import Settings
-from resumable.webhooks.auth import BearerAuth
 from resumable.webhooks.metrics import Metrics
 from resumable.webhooks.signatures import CallbackVerifier
 
@@ -23,7 +22,6 @@ class WebState:
     broker: dramatiq.Broker
     client: Client
     inbox: Inbox
-    auth: BearerAuth
     verifier: CallbackVerifier
     redis_url: str
     metrics: Metrics

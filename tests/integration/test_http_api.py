@@ -245,7 +245,7 @@ def test_signals_validate_topic_session_and_state(api: TestClient, client: Clien
 
 
 def test_openapi_describes_every_route(api: TestClient) -> None:
-    schema = api.get("/openapi.json").json()
+    schema = api.get("/openapi.json", headers=AUTH).json()
     described = {(path, method.upper()) for path, ops in schema["paths"].items() for method in ops}
     expected = {
         ("/v1/sessions", "POST"),
@@ -283,7 +283,7 @@ def test_metrics_count_sessions_and_deliveries(
     assert api.post(path, content=body, headers=headers).status_code == 202
     assert api.post(path, content=body, headers=headers).status_code == 200
     wait_until(lambda: client.get(session_id).status == "completed", what="completion")
-    text = api.get("/metrics").text
+    text = api.get("/metrics", headers=AUTH).text
     assert 'resumable_sessions{agent="approval",status="completed"} 1.0' in text
     assert 'resumable_deliveries_total{kind="callback",outcome="accepted"} 1.0' in text
     assert 'resumable_deliveries_total{kind="callback",outcome="duplicate"} 1.0' in text

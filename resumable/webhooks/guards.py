@@ -1,0 +1,49 @@
+"""Refusing requests no route can handle, before any route sees them.
+
+uvicorn's default HTTP parser (httptools) takes headers of any size (20 MB
+were accepted in a test), so the app bounds them itself: over
+``MAX_HEADER_BYTES`` in total answers 431. A NUL byte in the path, the query
+string or a header value would reach PostgreSQL, which refuses NUL in text
+(a 500 otherwise): it answers 400 here.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote_to_bytes
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from resumable.webhooks.errors import error_response
+
+# Names and values of all headers together (h11, uvicorn's other parser, stops at 16 KiB).
+MAX_HEADER_BYTES = 16 * 1024
+
+
+def _problem(scope: Scope) -> tuple[int, str, str] | None:
+    headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
+    if sum(len(name) + len(value) for name, value in headers) > MAX_HEADER_BYTES:
+        return 431, "headers_too_large", f"request headers exceed {MAX_HEADER_BYTES} bytes"
+    if "\x00" in scope.get("path", ""):
+        return 400, "invalid_request", "the path may not contain NUL (%00)"
+    if b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
+        return 400, "invalid_request", "the query string may not contain NUL (%00)"
+    if any(b"\x00" in value for _, value in headers):
+        return 400, "invalid_request", "header values may not contain NUL"
+    return None
+
+
+class RejectUnusableRequests:
+    """ASGI middleware: 431 for huge headers, 400 for NUL anywhere but the body
+    (the body's JSON is checked when it is parsed, see ``bodies.py``)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        problem = _problem(scope) if scope["type"] == "http" else None
+        if problem is None:
+            await self.app(scope, receive, send)
+            return
+        status, code, message = problem
+        response = error_response(status, code, message, {"Connection": "close"})
+        await response(scope, receive, send)

@@ -1,0 +1,506 @@
+"""Invariant 7 over HTTP: every route, walked from ``app.routes`` (so a new
+route is swept without anyone adding it here), gets hostile input and answers
+a 4xx in the API's error shape, never a 5xx, and the database is unchanged."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx2
+import pytest
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from resumable.client import Client
+from resumable.models.database import Database
+from resumable.settings import Settings
+from resumable.webhooks import request_models
+from resumable.webhooks.app import create_app
+from resumable.webhooks.auth import PUBLIC_ROUTES
+from tests.conftest import API_TOKEN, WEBHOOK_SECRET, ManagedProcess, wait_until
+from tests.fake_api import FakeAPI
+
+AUTH = {"authorization": f"Bearer {API_TOKEN}"}
+_PARAM = re.compile(r"{(\w+)(?::\w+)?}")
+
+
+@pytest.fixture
+def app(settings: Settings, db: Database, client: Client) -> Starlette:
+    configured = settings.model_copy(
+        update={"api_tokens": [API_TOKEN], "webhook_secret": WEBHOOK_SECRET}
+    )
+    return create_app(configured, settings.database_url or "", settings.redis_url or "")
+
+
+@pytest.fixture
+def api(app: Starlette) -> Iterator[TestClient]:
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+def signed_raw(body: bytes, msg_id: str | None = None) -> dict[str, str]:
+    """Standard Webhooks headers for any body bytes, computed here (not with the
+    library, which only signs text)."""
+    msg_id = msg_id or f"msg_{uuid.uuid4().hex}"
+    timestamp = str(int(time.time()))
+    secret = base64.b64decode(WEBHOOK_SECRET.removeprefix("whsec_"))
+    digest = hmac.new(secret, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    return {
+        "content-type": "application/json",
+        "webhook-id": msg_id,
+        "webhook-timestamp": timestamp,
+        "webhook-signature": f"v1,{base64.b64encode(digest).decode()}",
+    }
+
+
+def snapshot(db: Database) -> dict[str, str]:
+    """Every table's rows, hashed (`agents` is the workers' heartbeat, not data)."""
+    with db.connection() as conn:
+        tables = [
+            str(row["table_name"])
+            for row in conn.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+            ).fetchall()
+        ]
+        assert "sessions" in tables
+        hashes = {}
+        for table in sorted(set(tables) - {"agents", "alembic_version"}):
+            row = conn.execute(
+                f"SELECT count(*) AS n, md5(coalesce(string_agg(t::text, '|' "
+                f"ORDER BY t::text), '')) AS h FROM \"{table}\" t"
+            ).fetchone()
+            assert row is not None
+            hashes[table] = f"{row['n']}:{row['h']}"
+    return hashes
+
+
+def check_error(answer: httpx2.Response, what: object) -> None:
+    """No 5xx; every 4xx is exactly {"error": {"code", "message"}}."""
+    assert answer.status_code < 500, (what, answer.status_code, answer.text[:300])
+    if answer.status_code >= 400:
+        body = answer.json()
+        assert set(body) == {"error"}, (what, body)
+        assert set(body["error"]) == {"code", "message"}, (what, body)
+        assert all(isinstance(v, str) and v for v in body["error"].values()), (what, body)
+        if answer.status_code == 405:
+            assert answer.headers.get("allow"), what
+        if answer.status_code == 401:
+            assert answer.headers.get("www-authenticate"), what
+
+
+def routes_of(app: Starlette) -> list[Route]:
+    routes = list(app.routes)
+    assert routes and all(isinstance(r, Route) for r in routes), "sweep walks Routes only"
+    return [r for r in routes if isinstance(r, Route)]
+
+
+def path_for(route: Route, values: dict[str, str], **override: str) -> str:
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in override:
+            return override[name]
+        assert name in values, f"the sweep needs a real value for path parameter {name!r}"
+        return values[name]
+
+    return _PARAM.sub(value, route.path)
+
+
+def methods_of(route: Route) -> list[str]:
+    return sorted((route.methods or set()) - {"HEAD"})
+
+
+def _field_names() -> list[str]:
+    """Every field of every request body, and one free-form key (signals, callbacks)."""
+    names = {"x"}
+    for model in vars(request_models).values():
+        if isinstance(model, type) and issubclass(model, request_models._Body):
+            names |= set(model.model_fields)
+    return sorted(names)
+
+
+def hostile_bodies() -> dict[str, bytes]:
+    bodies = {
+        "nested arrays": b"[" * 50_000,
+        "nested objects": b'{"a":' * 50_000,
+        "nested past the bound": b"[" * 150 + b"]" * 150,
+        "big integer": b'{"x": ' + b"9" * 4_400 + b"}",
+        "big integer alone": b"9" * 4_400,
+        "overflowing float": b'{"x": 1e400}',
+        "NaN": b'{"x": NaN}',
+        "NUL in a key": b'{"a\\u0000": 1}',
+        "not UTF-8": b'{"x": "\xff"}',
+    }
+    for name in _field_names():
+        bodies[f"NUL in {name}"] = b'{"%s": "a\\u0000b"}' % name.encode()
+        bodies[f"lone surrogate in {name}"] = b'{"%s": "\\ud800"}' % name.encode()
+        bodies[f"NUL nested in {name}"] = b'{"%s": [{"k": "\\u0000"}]}' % name.encode()
+    return bodies
+
+
+def nested_cursor() -> str:
+    return base64.urlsafe_b64encode(b"[" * 5_000).decode().rstrip("=")
+
+
+@pytest.fixture
+def world(
+    api: TestClient,
+    client: Client,
+    tmp_path: Path,
+    start_worker: Callable[..., ManagedProcess],
+) -> dict[str, str]:
+    """Real values for every path parameter: a suspended session with an open
+    callback, a dead letter, a checkpoint. The worker is stopped after, so the
+    database only changes if a request changes it."""
+    worker = start_worker()
+    waiting = client.start("approval", {})
+    dead = client.start("fragile", {"flag": str(tmp_path / "never")})
+    wait_until(
+        lambda: client.get(waiting).status == "suspended" and client.get(dead).status == "failed",
+        what="a suspended and a failed session",
+    )
+    worker.stop()
+    [letter] = api.get("/v1/dead-letters", headers=AUTH).json()["dead_letters"]
+    token = urlsplit(client.get(waiting).state["callback_url"]).path.rsplit("/", 1)[1]
+    return {
+        "session_id": str(waiting),
+        "token": token,
+        "dead_letter_id": str(letter["id"]),
+        "seq": "1",
+        "topic": "approval",
+    }
+
+
+def test_every_route_refuses_hostile_input_without_a_5xx_or_a_change(
+    app: Starlette, api: TestClient, db: Database, world: dict[str, str]
+) -> None:
+    before = snapshot(db)
+    bodies = hostile_bodies()
+    sent = 0
+
+    def send(method: str, path: str, body: bytes = b"", **headers: str) -> httpx2.Response:
+        nonlocal sent
+        sent += 1
+        if "/v1/callbacks/" in path:
+            headers = {**signed_raw(body), **headers}
+        headers = {**AUTH, "content-type": "application/json", **headers}
+        return api.request(method, path, content=body, headers=headers)
+
+    for route in routes_of(app):
+        for method in methods_of(route):
+            path = path_for(route, world)
+            if method == "POST":  # every POST route takes JSON
+                for name, body in bodies.items():
+                    answer = send(method, path, body)
+                    check_error(answer, (method, path, name))
+                    assert answer.status_code == 400, (method, path, name, answer.text)
+            for query in ("agent=a%00b", "x%00=1", "cursor=%00"):
+                answer = send(method, f"{path}?{query}")
+                check_error(answer, (method, path, query))
+                assert answer.status_code == 400, (method, path, query)
+            if method == "GET":
+                for name in ("status", "agent", "limit", "cursor", "after", "before", "since"):
+                    for value in ("9" * 4_400, "x" * 5_000, nested_cursor()):
+                        check_error(send(method, f"{path}?{name}={value}"), (path, name))
+            for param in _PARAM.findall(route.path):
+                for value in ("abc%00def", "x" * 3_000, "9" * 4_400):
+                    bad_path = path_for(route, world, **{param: value})
+                    answer = send(method, bad_path, b"{}" if method == "POST" else b"")
+                    check_error(answer, (method, route.path, param, value[:12]))
+                    assert 400 <= answer.status_code < 500, (method, route.path, param)
+
+    for route in routes_of(app):
+        path = path_for(route, world)
+        # Every route whose pattern takes this path (drain is also a dead letter id).
+        served = set().union(
+            *(r.methods or set() for r in routes_of(app) if r.path_regex.match(path))
+        )
+        for method in {"GET", "POST", "PUT", "PATCH", "DELETE"} - served:
+            answer = send(method, path)
+            check_error(answer, (method, path))
+            assert answer.status_code == 405, (method, path)
+            assert set(answer.headers["allow"].split(", ")) == served, (method, path)
+
+    assert sent > 500
+    assert snapshot(db) == before
+
+
+def test_every_route_but_the_public_ones_needs_the_token(app: Starlette, api: TestClient) -> None:
+    assert {"/healthz", "/readyz", "/v1/callbacks/{token}"} == PUBLIC_ROUTES
+    values = {name: "00000000-0000-0000-0000-000000000000" for name in ("session_id",)}
+    values |= {"token": "t", "dead_letter_id": "1", "seq": "1", "topic": "go"}
+    for route in routes_of(app):
+        for method in methods_of(route):
+            path = path_for(route, values)
+            for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": "Basic x"}):
+                answer = api.request(method, path, headers=headers)
+                check_error(answer, (method, path, headers))
+                challenge = answer.headers.get("www-authenticate", "")
+                if route.path in PUBLIC_ROUTES:
+                    assert not challenge.startswith("Bearer"), (method, path)
+                else:
+                    assert answer.status_code == 401, (method, path, headers)
+                    assert challenge.startswith('Bearer realm="resumable"'), (method, path)
+    wrong = api.get("/metrics", headers={"authorization": "Bearer wrong"})
+    assert 'error="invalid_token"' in wrong.headers["www-authenticate"]
+    assert api.get("/metrics", headers=AUTH).status_code == 200
+    assert api.get("/openapi.json", headers=AUTH).json()["paths"]
+
+    # A route added later is protected without a line in its handler.
+    async def leak(request: Any) -> JSONResponse:
+        return JSONResponse({"secret": True})
+
+    app.routes.append(Route("/v1/added-later", leak, methods=["GET"]))
+    assert api.get("/v1/added-later").status_code == 401
+    assert api.get("/v1/added-later", headers=AUTH).json() == {"secret": True}
+    assert api.get("/v1/no-such-route").status_code == 401
+    assert api.get("/v1/no-such-route", headers=AUTH).status_code == 404
+
+
+def test_method_not_allowed_names_every_method_of_the_path(api: TestClient) -> None:
+    answer = api.delete("/v1/sessions", headers=AUTH)
+    assert answer.status_code == 405
+    assert answer.headers["allow"] == "GET, HEAD, POST"
+    assert answer.json()["error"]["code"] == "method_not_allowed"
+    assert api.get("/v1/callbacks/x").headers["allow"] == "POST"
+
+
+def test_idempotency_keys_are_bounded_with_a_400(
+    api: TestClient, db: Database, world: dict[str, str]
+) -> None:
+    before = snapshot(db)
+    long_key = "k" * 3_000
+    create = api.post(
+        "/v1/sessions", json={"agent": "five"}, headers={**AUTH, "Idempotency-Key": long_key}
+    )
+    assert (create.status_code, create.json()["error"]["code"]) == (400, "invalid_idempotency_key")
+    assert "256" in create.json()["error"]["message"]
+    empty = api.post(
+        "/v1/sessions", json={"agent": "five"}, headers={**AUTH, "Idempotency-Key": ""}
+    )
+    assert empty.status_code == 400
+    signal = api.post(
+        f"/v1/sessions/{world['session_id']}/signals/go",
+        json={"ok": 1},
+        headers={**AUTH, "Idempotency-Key": long_key},
+    )
+    assert (signal.status_code, signal.json()["error"]["code"]) == (400, "invalid_idempotency_key")
+    body = b'{"approved": true}'
+    callback = api.post(
+        f"/v1/callbacks/{world['token']}", content=body, headers=signed_raw(body, "m" * 3_000)
+    )
+    assert (callback.status_code, callback.json()["error"]["code"]) == (
+        400,
+        "invalid_idempotency_key",
+    )
+    assert snapshot(db) == before
+    ok = api.post(
+        "/v1/sessions", json={"agent": "five"}, headers={**AUTH, "Idempotency-Key": "k" * 256}
+    )
+    assert ok.status_code == 201
+
+
+def test_callbacks_refuse_an_empty_body_and_a_signed_non_utf8_one_and_stay_open(
+    api: TestClient, db: Database, world: dict[str, str]
+) -> None:
+    before = snapshot(db)
+    path = f"/v1/callbacks/{world['token']}"
+    empty = api.post(path, content=b"", headers=signed_raw(b""))
+    assert (empty.status_code, empty.json()["error"]["code"]) == (400, "malformed_json")
+    latin1 = b'{"name": "Jos\xe9"}'
+    answer = api.post(path, content=latin1, headers=signed_raw(latin1))
+    assert (answer.status_code, answer.json()["error"]["code"]) == (400, "malformed_json")
+    assert "UTF-8" in answer.json()["error"]["message"]
+    forged = {**signed_raw(b"{}"), "webhook-signature": signed_raw(latin1)["webhook-signature"]}
+    unsigned = api.post(path, content=latin1, headers=forged)
+    assert unsigned.status_code == 401
+    assert unsigned.headers["www-authenticate"].startswith("Webhook-Signature")
+    assert snapshot(db) == before
+    body = b'{"approved": true}'
+    assert api.post(path, content=body, headers=signed_raw(body)).status_code == 202
+
+
+def test_a_delivery_id_reused_for_another_body_is_409(
+    api: TestClient, client: Client, world: dict[str, str]
+) -> None:
+    path = f"/v1/callbacks/{world['token']}"
+    body = b'{"approved": true}'
+    first = api.post(path, content=body, headers=signed_raw(body, "msg_1"))
+    assert first.status_code == 202
+    respaced = b'{ "approved" : true }'
+    again = api.post(path, content=respaced, headers=signed_raw(respaced, "msg_1"))
+    assert (again.status_code, again.json()["status"]) == (200, "duplicate")
+    other = b'{"approved": false}'
+    reused = api.post(path, content=other, headers=signed_raw(other, "msg_1"))
+    assert (reused.status_code, reused.json()["error"]["code"]) == (409, "idempotency_key_reused")
+
+    session_id = client.start("five")
+    signal = f"/v1/sessions/{session_id}/signals/go"
+    headers = {**AUTH, "Idempotency-Key": "approve-1"}
+    assert api.post(signal, json={"ok": True}, headers=headers).status_code == 202
+    assert api.post(signal, json={"ok": True}, headers=headers).status_code == 200
+    changed = api.post(signal, json={"ok": False}, headers=headers)
+    assert (changed.status_code, changed.json()["error"]["code"]) == (409, "idempotency_key_reused")
+    create = {**AUTH, "Idempotency-Key": "order-1"}
+    assert api.post("/v1/sessions", json={"agent": "five"}, headers=create).status_code == 201
+    other_input = api.post("/v1/sessions", json={"agent": "five", "input": 1}, headers=create)
+    assert (other_input.status_code, other_input.json()["error"]["code"]) == (
+        409,
+        "idempotency_key_reused",
+    )
+
+
+def test_reasons_are_strings_and_bodies_are_closed(
+    api: TestClient, db: Database, world: dict[str, str]
+) -> None:
+    before = snapshot(db)
+    session = world["session_id"]
+    letter = world["dead_letter_id"]
+    cases = [
+        (f"/v1/sessions/{session}/cancel", {"reason": 5}),
+        (f"/v1/sessions/{session}/cancel", {"reason": "ok", "force": True}),
+        (f"/v1/sessions/{session}/cancel", {"reason": ["a"]}),
+        (f"/v1/dead-letters/{letter}/retry", {"reason": 5}),
+        (f"/v1/dead-letters/{letter}/discard", {"reason": 5}),
+        (f"/v1/dead-letters/{letter}/discard", {"reason": "   "}),
+        ("/v1/dead-letters/drain", {"action": "discard", "reason": 5}),
+        (f"/v1/sessions/{session}/fork", {"at": True}),
+        (f"/v1/sessions/{session}/fork", {"at": 10**30}),
+        (f"/v1/sessions/{session}/fork", {"at": 1, "allow_compensated": "yes"}),
+        ("/v1/sessions", {"agent": "five", "session_id": 5}),
+    ]
+    for path, body in cases:
+        answer = api.post(path, json=body, headers=AUTH)
+        check_error(answer, (path, body))
+        assert answer.status_code == 422, (path, body, answer.text)
+    assert "reason" in api.post(cases[0][0], json=cases[0][1], headers=AUTH).text
+    assert snapshot(db) == before
+
+
+def test_drain_validates_before_it_acts(
+    api: TestClient, db: Database, world: dict[str, str]
+) -> None:
+    before = snapshot(db)
+    for body in (
+        {"action": "discard", "reason": "r", "rate": 1e-300},
+        {"action": "discard", "reason": "r", "rate": 0},
+        {"action": "discard", "reason": "r", "rate": True},
+        {"action": "discard", "reason": "r", "rate": "fast"},
+        {"action": "discard", "reason": "r", "limit": 0},
+        {"action": "discard", "reason": "r", "limit": 100_001},
+        {"action": "discard", "reason": "r", "limit": 1.5},
+        {"action": "discard", "reason": "r", "dry_run": "no"},
+        {"action": "discard"},
+        {"action": "retry", "since": "yesterday"},
+        {"action": "retry", "flavour": "x"},
+    ):
+        answer = api.post("/v1/dead-letters/drain", json=body, headers=AUTH)
+        check_error(answer, body)
+        assert answer.status_code == 422, (body, answer.text)
+    answer = api.post(
+        "/v1/dead-letters/drain",
+        content=b'{"action": "retry", "rate": 1e400}',
+        headers={**AUTH, "content-type": "application/json"},
+    )
+    assert answer.status_code == 400
+    assert snapshot(db) == before
+    dry = api.post(
+        "/v1/dead-letters/drain",
+        json={"action": "discard", "reason": "r", "rate": 0.01, "limit": 100_000, "dry_run": True},
+        headers=AUTH,
+    )
+    assert dry.status_code == 200 and dry.json()["matched"] == [int(world["dead_letter_id"])]
+    assert snapshot(db) == before
+
+
+def test_fork_onto_a_taken_session_id_is_409(
+    api: TestClient, client: Client, db: Database, world: dict[str, str]
+) -> None:
+    source = world["session_id"]
+    for taken in (source, str(client.start("five"))):
+        before = snapshot(db)
+        answer = api.post(
+            f"/v1/sessions/{source}/fork", json={"at": 1, "session_id": taken}, headers=AUTH
+        )
+        assert (answer.status_code, answer.json()["error"]["code"]) == (409, "session_exists")
+        assert snapshot(db) == before
+    chosen = str(uuid.uuid4())
+    made = api.post(
+        f"/v1/sessions/{source}/fork", json={"at": 1, "session_id": chosen}, headers=AUTH
+    )
+    assert made.status_code == 201 and made.json()["session_id"] == chosen
+
+
+def test_fork_of_a_compensated_saga_is_refused_unless_allowed(
+    api: TestClient, client: Client, db: Database, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    start_worker()
+    with FakeAPI() as fake:
+        session_id = client.start("saga", {"api": fake.url})
+        wait_until(lambda: client.get(session_id).status == "failed", what="the saga")
+        assert [path for path, _ in fake.order].count("/undo") == 3
+        before = snapshot(db)
+        for at in (1, 2, 3):
+            refused = api.post(f"/v1/sessions/{session_id}/fork", json={"at": at}, headers=AUTH)
+            assert refused.status_code == 409, refused.text
+            message = refused.json()["error"]["message"]
+            assert "compensated" in message and "allow_compensated" in message
+        assert snapshot(db) == before
+        allowed = api.post(
+            f"/v1/sessions/{session_id}/fork",
+            json={"at": 2, "allow_compensated": True},
+            headers=AUTH,
+        )
+        assert allowed.status_code == 201
+    fork_id = uuid.UUID(allowed.json()["session_id"])
+    [created] = [e for e in client.events(fork_id) if e.event_type == "session_created"]
+    assert created.payload["compensated_calls_reused"] == 2
+    assert json.loads(json.dumps(created.payload))["forked_from"] == str(session_id)
+
+
+def _raw_http(port: int, head: bytes) -> tuple[int, dict[str, str], bytes]:
+    """One request over a plain socket (http clients refuse NUL in headers)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(head)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head_part, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head_part.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+def test_a_real_web_process_bounds_header_size_and_refuses_nul_headers(
+    start_web: Callable[..., ManagedProcess], web_port: int
+) -> None:
+    start_web()
+
+    def get(*extra: bytes) -> tuple[int, dict[str, str], bytes]:
+        lines = [b"GET /healthz HTTP/1.1", b"Host: x", b"Connection: close", *extra]
+        return _raw_http(web_port, b"\r\n".join(lines) + b"\r\n\r\n")
+
+    assert get(b"X-Filler: " + b"a" * 8_000)[0] == 200
+    for size in (20_000, 1_000_000):
+        status, headers, body = get(b"X-Filler: " + b"a" * size)
+        assert status == 431, size
+        assert headers["content-type"] == "application/json"
+        assert json.loads(body)["error"]["code"] == "headers_too_large"
+    many = [b"X-%d: %s" % (i, b"b" * 50) for i in range(1_000)]
+    assert get(*many)[0] == 431
+    # uvicorn's parser refuses this one itself (plain text); the app's guard
+    # covers servers that pass it on.
+    assert get(b"X-Resumable-Actor: a\x00b")[0] == 400
