@@ -52,12 +52,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,25 +69,22 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import checkpoint_agents as agents
-from benchmarks.harness import (
-    ROOT,
-    ManagedProcess,
-    Services,
-    bench_services,
-    log_dir_for,
+from benchmarks import harness
+from benchmarks.cpu import CpuMeter
+from benchmarks.harness import BenchDeployment, Services
+from benchmarks.report import (
+    add_deployment,
+    bench_parser,
+    context_lines,
+    mean,
+    parse,
     percentile,
-    reset_data,
-    start_worker,
-    stop_all,
-    wait_for,
+    verdict,
 )
-from benchmarks.steps import CpuMeter
 from resumable.agent import AgentRegistry
 from resumable.checkpoints import EventSourced, Incremental, Reducer, rebuild
 from resumable.client import Client
 from resumable.inbox import Inbox, Verdict
-from resumable.models.database import Database
-from resumable.queue.broker import build_broker
 from resumable.settings import Settings
 from resumable.time_travel import TimeTravel
 
@@ -97,7 +93,6 @@ STRATEGIES = tuple(agents.AGENTS)  # snapshot, incremental, event-sourced
 TRUNCATED = ("sessions", "checkpoints", "audit_events", "tool_execution_cache", "deliveries")
 VACUUMED = ("sessions", "checkpoints", "audit_events")
 GROWTH_SEED = 1_000_000  # the one-session run's seed; throughput sessions use 0..N-1
-DEFAULT_POOL_SIZE = Settings.model_fields["db_pool_size"].default
 FLAT_RATIO = 1.25  # "flat": p50 after the long history within 25 % of p50 after the short
 FLAT_FLOOR_MS = 0.05  # ... or within this much (timer and scheduling noise)
 BYTES_TARGET = 0.15
@@ -357,67 +352,43 @@ class Run:
         self.settings = settings
         self.log_dir = log_dir
         self.meter = meter
-        self.workers: list[ManagedProcess] = []
-
-    def statuses(self, conn: DictConnection, ids: Sequence[uuid.UUID]) -> dict[str, int]:
-        rows = conn.execute(
-            "SELECT status, count(*) AS n FROM sessions WHERE id = ANY(%(ids)s) GROUP BY status",
-            {"ids": list(ids)},
-        ).fetchall()
-        return {str(row["status"]): int(row["n"]) for row in rows}
+        self.deployment: BenchDeployment | None = None
 
     def wait_sessions(
         self,
         conn: DictConnection,
         ids: Sequence[uuid.UUID],
-        done: Callable[[dict[str, int]], bool],
+        done: Callable[[Counter[str]], bool],
         what: str,
     ) -> None:
-        deadline = time.monotonic() + self.args.timeout
-        while True:
-            counts = self.statuses(conn, ids)
-            if counts.get("failed") or counts.get("cancelled"):
-                raise RuntimeError(f"sessions failed ({counts}); see worker logs in {self.log_dir}")
-            if done(counts):
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"timed out waiting for {what}: {counts}; logs in {self.log_dir}"
-                )
-            for worker in self.workers:
-                worker.check_alive()
-            time.sleep(0.01)
+        assert self.deployment is not None
+        harness.wait_sessions(
+            conn,
+            done,
+            what=f"{what} (worker logs in {self.log_dir})",
+            timeout=self.args.timeout,
+            ids=ids,
+            alive=self.deployment.check_alive,
+        )
 
     def execute(self, size: int, strategy: str) -> RunResult:
         args, services = self.args, self.services
-        reset_data(services.pg_url, services.redis_url, TRUNCATED, VACUUMED)
-        env = {
-            "RESUMABLE_WORKER_THREADS": str(args.threads),
-            "RESUMABLE_MAX_STEPS_PER_RUN": str(args.steps + 10),
-            "RESUMABLE_MAX_SECONDS_PER_RUN": "3600",
-            "RESUMABLE_DB_POOL_SIZE": str(max(DEFAULT_POOL_SIZE, args.threads + 2)),
-        }
-        urls = (services.database_url, services.redis_url)
-        db = Database(services.database_url, pool_size=2)
-        broker = build_broker(self.settings, services.redis_url)
-        conn = dict_connect(services.pg_url)
-        try:
-            for index in range(args.workers):
-                self.workers.append(start_worker(index, AGENT_MODULE, urls, env, self.log_dir))
-            wait_for(lambda: all(w.started() for w in self.workers), 60, "workers to start")
+        harness.reset_data(services.pg_url, services.redis_url, TRUNCATED, VACUUMED)
+        env = harness.worker_env(
+            args.threads,
+            RESUMABLE_MAX_STEPS_PER_RUN=str(args.steps + 10),
+            RESUMABLE_MAX_SECONDS_PER_RUN="3600",
+        )
+        with (
+            BenchDeployment(services, self.log_dir, env) as self.deployment,
+            harness.bench_client(self.settings, pool_size=2) as client,
+            dict_connect(services.pg_url) as conn,
+        ):
+            self.deployment.start_workers(args.workers, AGENT_MODULE)
             time.sleep(0.5)  # let the workers settle into their idle wait
-            client = Client(self.settings, db, broker)
-            inbox = Inbox(self.settings, db, broker)
-            history = TimeTravel(db, AgentRegistry(agents.AGENTS.values()))
+            inbox = Inbox(self.settings, client.db, client.broker)
+            history = TimeTravel(client.db, AgentRegistry(agents.AGENTS.values()))
             return self._measure(conn, client, inbox, history, size, strategy)
-        finally:
-            try:
-                stop_all(self.workers)
-            finally:
-                self.workers.clear()
-                conn.close()
-                broker.close()
-                db.close()
 
     def _measure(
         self,
@@ -431,7 +402,8 @@ class Run:
         args = self.args
         agent = agents.AGENTS[strategy].name
         per_session = args.steps // args.sessions
-        pids = [worker.proc.pid for worker in self.workers]
+        assert self.deployment is not None
+        pids = [worker.pid for worker in self.deployment.workers]
 
         # 1. throughput: sessions in parallel
         relation_before, wal_before = history_bytes(conn), wal_position(conn)
@@ -544,14 +516,6 @@ class Run:
 
 
 # -- report ------------------------------------------------------------------------------
-
-
-def mean(values: Sequence[float]) -> float:
-    return statistics.fmean(values)
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
 
 
 def kb(value: float) -> str:
@@ -694,33 +658,11 @@ def report_size(
     return lines
 
 
-def library_version() -> str:
-    """The git commit of the code the workers ran, and whether resumable/ had edits."""
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "resumable"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown (no git)"
-    return f"git {head}" + (" + uncommitted changes in resumable/" if dirty else "")
-
-
 # -- main --------------------------------------------------------------------------------
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = bench_parser(__doc__, home="bench-checkpoints", timeout=600)
     parser.add_argument("--steps", type=int, default=1000, help="steps per measurement")
     parser.add_argument(
         "--sessions", type=int, default=8, help="parallel sessions of the throughput run"
@@ -728,29 +670,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--sizes", default="2048,65536", help="state sizes in bytes of JSON, comma-separated"
     )
-    parser.add_argument("--workers", type=int, default=2, help="worker processes")
-    parser.add_argument("--threads", type=int, default=4, help="threads per worker process")
+    add_deployment(parser, threads=4)
     parser.add_argument("--rounds", type=int, default=3, help="repetitions of every run")
     parser.add_argument(
         "--pause-at", type=int, default=100, help="step after which 'load latest' is first timed"
     )
     parser.add_argument("--old-seq", type=int, default=100, help="the old step to rebuild")
     parser.add_argument("--load-reps", type=int, default=200, help="timed loads per measurement")
-    parser.add_argument(
-        "--home",
-        type=Path,
-        default=ROOT / ".resumable" / "bench-checkpoints",
-        help="home of the embedded servers (when DATABASE_URL/REDIS_URL are unset)",
-    )
-    parser.add_argument("--timeout", type=float, default=600, help="seconds allowed per wait")
-    args = parser.parse_args(argv)
+    args = parse(parser, argv, ("steps", "sessions", "workers", "threads", "rounds", "load_reps"))
     try:
         args.sizes = [int(part) for part in str(args.sizes).split(",") if part.strip()]
     except ValueError:
         parser.error("--sizes takes integers, e.g. 2048,65536")
-    for name in ("steps", "sessions", "workers", "threads", "rounds", "load_reps"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if not args.sizes or min(args.sizes) < 256:
         parser.error("--sizes must be at least 256 bytes each")
     if args.sessions > args.steps:
@@ -764,22 +695,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    home: Path = args.home.expanduser().resolve()
     per_session = args.steps // args.sessions
-    with bench_services(home) as services:
-        settings = Settings(
-            database_url=services.database_url,
-            redis_url=services.redis_url,
-            home=home,
-            worker_threads=args.threads,
-        )
-        log_dir = log_dir_for(home)
+    with harness.bench_services(args.home) as services:
+        settings = services.settings(worker_threads=args.threads)
+        log_dir = harness.log_dir_for(args.home)
         meter = CpuMeter.find(services.pg_url, services.redis_url)
-        print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
-        print(f"library: {library_version()}")
-        print(f"servers: {services.where}; worker logs in {log_dir}")
-        load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
-        print(f"machine: {os.cpu_count()} CPUs, load average {load}")
+        for line in context_lines(f"{services.where}; worker logs in {log_dir}"):
+            print(line)
         print(
             f"throughput: {args.sessions} sessions x {per_session} steps, {args.workers}"
             f" workers x {args.threads} threads; history: 1 session x {args.steps} steps;"
@@ -803,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
                         f" old {result.old.total.p50:.3f} ms",
                         flush=True,
                     )
-        reset_data(services.pg_url, services.redis_url, TRUNCATED, ())
+        harness.reset_data(services.pg_url, services.redis_url, TRUNCATED, ())
         verdicts: list[str] = []
         for size in args.sizes:
             verdicts += report_size(args, size, results[size])

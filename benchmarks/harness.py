@@ -1,32 +1,44 @@
-"""Helpers shared by the benchmark scripts: servers, processes, waiting, statistics.
+"""What every benchmark script needs besides what it measures: the servers, the
+database, the resumable processes, and starting and waiting for sessions.
 
 The scripts run as ``.venv/bin/python benchmarks/NAME.py`` and import this module
 as ``benchmarks.harness`` (they put the repository root on ``sys.path`` first).
+Processes are spawned and stopped the way ``resumable dev``, the demo and the
+tests do it (``resumable/dev/processes.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import psycopg
 import redis
+from psycopg.rows import tuple_row
 
+from resumable.client import Client
+from resumable.dev.processes import Deployment, Process, free_port
 from resumable.embedded import service_urls
 from resumable.models import migrate
-from resumable.models.database import libpq_url
+from resumable.models.database import Database, libpq_url
+from resumable.queue.broker import build_broker
+from resumable.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
+BENCH_TAG = "/* bench */"  # marks the benchmark's own statements in pg_stat_statements
+DEFAULT_POOL_SIZE = Settings.model_fields["db_pool_size"].default
+START_TIMEOUT = 60.0
+# A worker stopping finishes its steps in flight first.
+STOP_GRACE_SECONDS = 60.0
 
 
 # -- servers -------------------------------------------------------------------------------
@@ -41,6 +53,12 @@ class Services:
     pg_url: str  # the same database in the form libpq/psycopg takes
     where: str  # for the report
     own_database: bool  # an embedded server under the benchmark's home, not DATABASE_URL
+    home: Path
+
+    def settings(self, **overrides: Any) -> Settings:
+        return Settings(
+            database_url=self.database_url, redis_url=self.redis_url, home=self.home, **overrides
+        )
 
 
 @contextlib.contextmanager
@@ -63,6 +81,7 @@ def bench_services(home: Path) -> Iterator[Services]:
             pg_url=libpq_url(urls.database_url),
             where=where,
             own_database=not database_env,
+            home=home,
         )
 
 
@@ -104,105 +123,136 @@ def reset_data(
 # -- processes -----------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+def worker_env(threads: int, **extra: str) -> dict[str, str]:
+    """A worker with `threads` threads and a pool large enough for them."""
+    return {
+        "RESUMABLE_WORKER_THREADS": str(threads),
+        "RESUMABLE_DB_POOL_SIZE": str(max(DEFAULT_POOL_SIZE, threads + 2)),
+        **extra,
+    }
 
 
-class ManagedProcess:
-    """A real ``python -m resumable.cli ...`` subprocess logging to a file."""
+class BenchDeployment:
+    """The benchmark's ``resumable web`` and ``worker`` processes on its servers,
+    logging to `log_dir`; all stopped on the way out."""
 
-    def __init__(
-        self,
-        name: str,
-        command: list[str],
-        urls: tuple[str, str],
-        env: dict[str, str],
-        log_path: Path,
-        ready_text: str | None = None,
-    ) -> None:
-        self.name = name
-        self.log_path = log_path
-        self.ready_text = ready_text
-        self._log: IO[str] = open(log_path, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "resumable.cli", *command],
-            cwd=ROOT,
-            env={
-                **os.environ,
+    def __init__(self, services: Services, log_dir: Path, env: dict[str, str]) -> None:
+        self.log_dir = log_dir
+        self.processes = Deployment(
+            {
                 **env,
-                "DATABASE_URL": urls[0],
-                "REDIS_URL": urls[1],
+                "DATABASE_URL": services.database_url,
+                "REDIS_URL": services.redis_url,
                 "PYTHONPATH": str(ROOT),
             },
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+            log_dir,
+            cwd=ROOT,
+            grace_seconds=STOP_GRACE_SECONDS,
         )
+        self.workers: list[Process] = []
+        self.web: Process | None = None
+        self.url = ""
+
+    def start_workers(self, count: int, agent_module: str) -> list[Process]:
+        """`count` workers of `agent_module`, once all have started."""
+        started = [
+            self.processes.worker(agent_module, name=f"worker-{len(self.workers) + index}")
+            for index in range(count)
+        ]
+        self.workers += started
+        for worker in started:
+            worker.wait_ready(START_TIMEOUT)
+        return started
+
+    def start_web(self, **env: str) -> str:
+        """A web process on a free port, once it serves; its base URL. Start it
+        before the workers, so the callback URLs they hand out point at it."""
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        # Every process started from now on hands out callback URLs pointing here.
+        self.processes.env["RESUMABLE_PUBLIC_URL"] = self.url
+        self.web = self.processes.web(port, **env)
+        self.web.wait_ready(START_TIMEOUT)
+        return self.url
+
+    @property
+    def pids(self) -> list[int]:
+        return [child.pid for child in self.processes.children]
 
     def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"{self.name} exited early:\n{self.log_path.read_text()}")
+        self.processes.check_alive()
 
-    def started(self) -> bool:
-        """Whether the ready text is in the log yet; raises if the process died."""
-        self.check_alive()
-        return self.ready_text is not None and self.ready_text in self.log_path.read_text()
+    def __enter__(self) -> BenchDeployment:
+        return self
 
-    def output(self) -> str:
-        return self.log_path.read_text()
-
-    def stop(self, timeout: float = 60) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._log.close()
+    def __exit__(self, *exc: object) -> None:
+        self.processes.stop_all()
 
 
-def start_worker(
-    index: int, agent_module: str, urls: tuple[str, str], env: dict[str, str], log_dir: Path
-) -> ManagedProcess:
-    """A ``resumable worker`` process; ready once it logs "worker started"."""
-    return ManagedProcess(
-        "worker",
-        ["worker", "--agents", agent_module],
-        urls,
-        env,
-        log_dir / f"worker-{index}.log",
-        ready_text="worker started",
-    )
+# -- sessions ------------------------------------------------------------------------------
 
 
-def stop_all(processes: Sequence[ManagedProcess]) -> None:
-    """SIGTERM each (last started first), waiting for it; errors do not stop the rest."""
-    errors: list[BaseException] = []
-    for process in reversed(processes):
-        try:
-            process.stop()
-        except BaseException as exc:
-            errors.append(exc)
-    if errors:
-        raise errors[0]
+@contextlib.contextmanager
+def bench_client(settings: Settings, pool_size: int) -> Iterator[Client]:
+    """A Client on its own pool and broker, closed on the way out."""
+    assert settings.database_url and settings.redis_url
+    db = Database(settings.database_url, pool_size=pool_size)
+    broker = build_broker(settings, settings.redis_url)
+    try:
+        yield Client(settings, db, broker)
+    finally:
+        broker.close()
+        db.close()
 
 
-# -- waiting and statistics ----------------------------------------------------------------
+def start_sessions(
+    client: Client, agent: str, inputs: Iterable[dict[str, Any] | None], threads: int
+) -> list[Any]:
+    """``Client.start`` of `agent` once per input, from `threads` threads; the ids."""
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(lambda session_input: client.start(agent, session_input), inputs))
 
 
-def wait_for(
-    predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05
-) -> None:
+def wait_sessions(
+    conn: psycopg.Connection[Any],
+    done: Callable[[Counter[str]], bool],
+    *,
+    what: str,
+    timeout: float,
+    ids: Sequence[Any] | None = None,
+    alive: Callable[[], None] = lambda: None,
+    interval: float = 0.01,
+) -> int:
+    """Poll the sessions' counts by status (of `ids`, or all) until `done(counts)`.
+
+    Raises if a session failed or was cancelled, if `alive()` raises (a process
+    died) or after `timeout` seconds. Returns the number of polls, one
+    transaction each on an autocommit connection.
+    """
+    where = "" if ids is None else " WHERE id = ANY(%s::uuid[])"
+    params = [] if ids is None else [[str(session_id) for session_id in ids]]
+    sql = f"SELECT status, count(*) FROM sessions {BENCH_TAG}{where} GROUP BY status"
     deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
+    polls = 0
+    with conn.cursor(row_factory=tuple_row) as cursor:
+        while True:
+            counts = Counter({str(status): int(n) for status, n in cursor.execute(sql, params)})
+            polls += 1
+            if counts["failed"] or counts["cancelled"]:
+                raise RuntimeError(f"sessions failed ({dict(counts)}); see the worker logs")
+            if done(counts):
+                return polls
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out after {timeout:g} s waiting for {what}: {counts}")
+            alive()
+            time.sleep(interval)
 
 
-def percentile(values: Sequence[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+def join_or_kill(children: Iterable[BaseProcess], timeout: float) -> None:
+    """Wait up to `timeout` for each multiprocessing child, then kill what is left
+    (the scripts' own helper processes: raw clients, a BLPOP waiter)."""
+    for child in children:
+        child.join(timeout=timeout)
+        if child.is_alive():
+            child.kill()
+            child.join()

@@ -44,9 +44,7 @@ and Redis is flushed: never point this at a database you care about.
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
-import json
 import multiprocessing
 import os
 import queue
@@ -54,11 +52,7 @@ import secrets
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -66,30 +60,24 @@ from typing import Any
 import httpx
 import psycopg
 import redis
-from standardwebhooks.webhooks import Webhook
 
 if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import (
-    ROOT,
-    ManagedProcess,
-    Services,
-    bench_services,
-    connect,
-    free_port,
-    log_dir_for,
+from benchmarks import harness
+from benchmarks.cpu import Contention, ServerPids
+from benchmarks.harness import BenchDeployment, Services
+from benchmarks.report import (
+    add_deployment,
+    bench_parser,
+    context_lines,
+    latency_header,
+    latency_line,
+    parse,
     percentile,
-    reset_data,
-    start_worker,
-    stop_all,
-    wait_for,
 )
 from benchmarks.resume_agent import AGENT_NAME
-from resumable.client import Client
-from resumable.models.database import Database
-from resumable.queue.broker import build_broker
-from resumable.settings import Settings
+from resumable.demo.webhook_sender import WebhookSender, new_secret
 
 AGENT_MODULE = "benchmarks.resume_agent"
 TRUNCATED = (
@@ -101,7 +89,6 @@ TRUNCATED = (
     "deliveries",
     "agents",
 )
-DEFAULT_POOL_SIZE = Settings.model_fields["db_pool_size"].default
 TARGET_P50_MS = 10.0
 TARGET_P99_MS = 50.0
 FLOOR_KEY = "bench:resume:floor"
@@ -112,119 +99,15 @@ PG = psycopg.Connection[tuple[Any, ...]]
 # -- the deployment ------------------------------------------------------------------------
 
 
-@dataclass
-class Deployment:
-    base_url: str
-    secret: str
-    web: ManagedProcess
-    workers: list[ManagedProcess]
-
-    def check_alive(self) -> None:
-        for process in (self.web, *self.workers):
-            process.check_alive()
-
-
-def start_deployment(
-    args: argparse.Namespace, services: Services, log_dir: Path, started: list[ManagedProcess]
-) -> Deployment:
-    """Start the web process and the workers, appending each to `started` at once
-    (so the caller stops whatever did start if a later one fails), and wait until
-    all are ready."""
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
-    env = {
-        "RESUMABLE_PUBLIC_URL": base_url,
-        "RESUMABLE_API_TOKENS": "bench-" + secrets.token_hex(16),
-        "RESUMABLE_WEBHOOK_SECRET": secret,
-        "RESUMABLE_WORKER_THREADS": str(args.threads),
-        "RESUMABLE_DB_POOL_SIZE": str(max(DEFAULT_POOL_SIZE, args.threads + 2)),
-    }
-    urls = (services.database_url, services.redis_url)
-    web = ManagedProcess("web", ["web", "--port", str(port)], urls, env, log_dir / "web.log")
-    started.append(web)
-    workers: list[ManagedProcess] = []
-    for index in range(args.workers):
-        workers.append(start_worker(index, AGENT_MODULE, urls, env, log_dir))
-        started.append(workers[-1])
-
-    def web_ready() -> bool:
-        web.check_alive()
-        try:
-            return httpx.get(f"{base_url}/healthz", timeout=1).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_for(web_ready, 60, f"the web process to answer /healthz (log {web.log_path})")
-    wait_for(lambda: all(w.started() for w in workers), 60, f"workers to start (logs {log_dir})")
-    return Deployment(base_url, secret, web, workers)
-
-
-class Signer:
-    """Signs callback bodies the way a Standard Webhooks sender does."""
-
-    def __init__(self, secret: str) -> None:
-        self._webhook = Webhook(secret)
-
-    def sign(self, payload: Any) -> tuple[bytes, dict[str, str]]:
-        body = json.dumps(payload)
-        msg_id = f"msg_{uuid.uuid4().hex}"
-        when = datetime.now(UTC)
-        headers = {
-            "content-type": "application/json",
-            "webhook-id": msg_id,
-            "webhook-timestamp": str(int(when.timestamp())),
-            "webhook-signature": self._webhook.sign(msg_id, when, body),
-        }
-        return body.encode(), headers
+def start_deployment(args: argparse.Namespace, deployment: BenchDeployment) -> WebhookSender:
+    """The web process, then the workers (their callback URLs point at it); how to
+    sign the callbacks they expect."""
+    deployment.start_web()
+    deployment.start_workers(args.workers, AGENT_MODULE)
+    return WebhookSender(deployment.processes.env["RESUMABLE_WEBHOOK_SECRET"])
 
 
 # -- sessions ------------------------------------------------------------------------------
-
-
-def start_sessions(args: argparse.Namespace, services: Services) -> None:
-    settings = Settings(
-        database_url=services.database_url, redis_url=services.redis_url, home=args.home
-    )
-    db = Database(services.database_url, pool_size=args.enqueue_threads)
-    broker = build_broker(settings, services.redis_url)
-    try:
-        client = Client(settings, db, broker)
-        with ThreadPoolExecutor(args.enqueue_threads) as pool:
-            list(pool.map(lambda _: client.start(AGENT_NAME), range(args.sessions)))
-    finally:
-        broker.close()
-        db.close()
-
-
-def wait_statuses(
-    poller: PG,
-    deployment: Deployment,
-    ids: Sequence[str] | None,
-    status: str,
-    expected: int,
-    timeout: float,
-    interval: float = 0.01,
-) -> None:
-    """Until `expected` sessions (of `ids`, or all) have `status`; raises if any
-    failed or a process died."""
-    where = "" if ids is None else " WHERE id = ANY(%s::uuid[])"
-    params = [] if ids is None else [list(ids)]
-    deadline = time.monotonic() + timeout
-    while True:
-        reached, failed = poller.execute(
-            "SELECT count(*) FILTER (WHERE status = %s),"
-            f" count(*) FILTER (WHERE status IN ('failed', 'cancelled')) FROM sessions{where}",
-            [status, *params],
-        ).fetchone() or (0, 0)
-        if failed:
-            raise RuntimeError(f"{failed} sessions failed; see the worker logs")
-        if reached >= expected:
-            return
-        deployment.check_alive()
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"only {reached}/{expected} sessions {status} after {timeout} s")
-        time.sleep(interval)
 
 
 def callback_urls(poller: PG) -> list[tuple[str, str]]:
@@ -299,103 +182,19 @@ def redis_floor(redis_url: str, samples: int, gap: float) -> list[float]:
     finally:
         client.delete(FLOOR_KEY)
         client.close()
-        child.join(timeout=10)
-        if child.is_alive():
-            child.kill()
-            child.join()
+        harness.join_or_kill([child], timeout=10)
         ours.close()
     return latencies
 
 
 # -- CPU contention ------------------------------------------------------------------------
 
-
-def _run_queue_ns(pid: int) -> int:
-    """Nanoseconds the threads of `pid` have spent runnable but waiting for a CPU."""
-    total = 0
-    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
-        try:
-            total += int(stat.read_text().split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # the thread exited meanwhile
-    return total
+RESUME_PATH = "web, workers, PostgreSQL, Valkey and this process"
 
 
-def _children(parent: int) -> list[int]:
-    found: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(") ", 1)[1].split()[1]) == parent:
-                found.append(int(entry.name))
-    return found
-
-
-def _cpu_pressure_us() -> int | None:
-    """Machine-wide microseconds in which some runnable task waited for a CPU (PSI)."""
-    try:
-        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
-        return int(line.rsplit("total=", 1)[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-@dataclass
-class Contention:
-    """Who waited for a CPU: the machine (PSI) and the processes of the resume path."""
-
-    at: float
-    pressure_us: int | None
-    waited_ns: dict[int, int]  # per process; a process new since `before` counts from 0
-
-    @classmethod
-    def sample(cls, pids: list[int]) -> Contention:
-        waited: dict[int, int] = {}
-        for pid in pids:
-            try:
-                waited[pid] = _run_queue_ns(pid)
-            except OSError:
-                continue
-        return cls(time.monotonic(), _cpu_pressure_us(), waited)
-
-    def describe(self, before: Contention, resumes: int) -> str:
-        parts = []
-        if self.pressure_us is not None and before.pressure_us is not None:
-            share = (self.pressure_us - before.pressure_us) / 1e6 / (self.at - before.at)
-            parts.append(f"some task waited for a CPU {share:.0%} of the time (PSI, machine-wide)")
-        if self.waited_ns and resumes:
-            total = sum(ns - before.waited_ns.get(pid, 0) for pid, ns in self.waited_ns.items())
-            waited = total / 1e6 / resumes
-            parts.append(
-                f"web, workers, PostgreSQL, Valkey and this process waited {waited:.2f} ms"
-                " per resume in run queues"
-            )
-        return "; ".join(parts) or "not measurable here (no /proc)"
-
-
-def resume_path_pids(deployment: Deployment, poller: PG, redis_url: str) -> list[int]:
+def resume_path_pids(deployment: BenchDeployment, servers: ServerPids) -> list[int]:
     """This process, the web process, the workers, and the local servers' processes."""
-    pids = [os.getpid(), deployment.web.proc.pid, *(w.proc.pid for w in deployment.workers)]
-    try:
-        row = poller.execute("SELECT pg_backend_pid()").fetchone()
-        backend = int(row[0]) if row else 0
-        stat = Path(f"/proc/{backend}/stat").read_text()
-        pids += _children(int(stat.rsplit(") ", 1)[1].split()[1]))  # the postmaster's
-    except (OSError, IndexError, ValueError):
-        pass  # a remote server
-    client = redis.Redis.from_url(redis_url)
-    try:
-        valkey = int(client.info("server")["process_id"])
-        if Path(f"/proc/{valkey}").exists():
-            pids.append(valkey)
-    except (redis.RedisError, KeyError, ValueError):
-        pass
-    finally:
-        client.close()
-    return pids
+    return [os.getpid(), *deployment.pids, *servers.all()]
 
 
 # -- the phases ----------------------------------------------------------------------------
@@ -414,11 +213,11 @@ class Sample:
         return self.resumed_at - self.sent_at
 
 
-def post_callback(http: httpx.Client, signer: Signer, session_id: str, url: str) -> Sample:
-    body, headers = signer.sign({"approved": True, "session": session_id})
+def post_callback(http: httpx.Client, sender: WebhookSender, session_id: str, url: str) -> Sample:
+    signed = sender.sign({"approved": True, "session": session_id})
     sent_at = time.time()
     started = time.perf_counter()
-    response = http.post(url, content=body, headers=headers)
+    response = http.post(url, content=signed.body, headers=signed.headers)
     accepted = time.perf_counter() - started
     if response.status_code != 202:
         raise RuntimeError(f"callback for {session_id}: {response.status_code} {response.text}")
@@ -426,7 +225,7 @@ def post_callback(http: httpx.Client, signer: Signer, session_id: str, url: str)
 
 
 def wait_resumed(
-    poller: PG, deployment: Deployment, session_id: str, timeout: float, interval: float
+    poller: PG, deployment: BenchDeployment, session_id: str, timeout: float, interval: float
 ) -> float:
     """Poll until the session completed; the time its resumed step started."""
     deadline = time.monotonic() + timeout
@@ -449,16 +248,16 @@ def wait_resumed(
 
 def phase_a(
     args: argparse.Namespace,
-    deployment: Deployment,
+    deployment: BenchDeployment,
+    sender: WebhookSender,
     http: httpx.Client,
     poller: PG,
     targets: list[tuple[str, str]],
 ) -> list[Sample]:
-    signer = Signer(deployment.secret)
     samples: list[Sample] = []
     for session_id, url in targets:
         time.sleep(args.gap_ms / 1000)
-        sample = post_callback(http, signer, session_id, url)
+        sample = post_callback(http, sender, session_id, url)
         sample.resumed_at = wait_resumed(
             poller, deployment, session_id, args.timeout, args.poll_ms / 1000
         )
@@ -481,11 +280,11 @@ class Throughput:
 
 def phase_b(
     args: argparse.Namespace,
-    deployment: Deployment,
+    deployment: BenchDeployment,
+    sender: WebhookSender,
     poller: PG,
     targets: list[tuple[str, str]],
 ) -> Throughput:
-    signer = Signer(deployment.secret)
     work: queue.Queue[tuple[str, str]] = queue.Queue()
     for target in targets:
         work.put(target)
@@ -494,9 +293,9 @@ def phase_b(
     lock = threading.Lock()
     ready = threading.Barrier(args.concurrency + 1)
 
-    def sender() -> None:
+    def post_some() -> None:
         try:
-            with httpx.Client(base_url=deployment.base_url, timeout=args.timeout) as http:
+            with httpx.Client(base_url=deployment.url, timeout=args.timeout) as http:
                 http.get("/healthz")  # connected and warm before the start
                 ready.wait(timeout=60)
                 while True:
@@ -504,14 +303,14 @@ def phase_b(
                         session_id, url = work.get_nowait()
                     except queue.Empty:
                         return
-                    sample = post_callback(http, signer, session_id, url)
+                    sample = post_callback(http, sender, session_id, url)
                     with lock:
                         samples.append(sample)
         except BaseException as exc:
             errors.append(exc)
             ready.abort()
 
-    threads = [threading.Thread(target=sender) for _ in range(args.concurrency)]
+    threads = [threading.Thread(target=post_some) for _ in range(args.concurrency)]
     for thread in threads:
         thread.start()
     with contextlib.suppress(threading.BrokenBarrierError):  # a sender failed: reported below
@@ -521,7 +320,15 @@ def phase_b(
     if errors:
         raise RuntimeError(f"{len(errors)} senders failed; first: {errors[0]!r}")
     ids = [session_id for session_id, _ in targets]
-    wait_statuses(poller, deployment, ids, "completed", len(ids), args.timeout, interval=0.005)
+    harness.wait_sessions(
+        poller,
+        lambda counts: counts["completed"] >= len(ids),
+        what=f"{len(ids)} sessions to complete",
+        timeout=args.timeout,
+        ids=ids,
+        alive=deployment.check_alive,
+        interval=0.005,
+    )
     all_completed_seen = time.time()
     resumed: dict[str, float] = {
         str(session_id): float(resumed_at)
@@ -609,21 +416,6 @@ def hop_breakdown(poller: PG, samples: list[Sample]) -> Hops:
 # -- report --------------------------------------------------------------------------------
 
 
-def ms(seconds: float) -> str:
-    return f"{seconds * 1e3:8.2f}"
-
-
-def stats_line(label: str, values: Sequence[float], width: int = 50) -> str:
-    return (
-        f"  {label:<{width}}{ms(percentile(values, 0.5))}{ms(percentile(values, 0.95))}"
-        f"{ms(percentile(values, 0.99))}{ms(max(values))}"
-    )
-
-
-def header(title: str, width: int = 50) -> str:
-    return f"{title:<{width + 2}}{'p50 ms':>8}{'p95':>8}{'p99':>8}{'max':>8}"
-
-
 def report(
     args: argparse.Namespace,
     services: Services,
@@ -648,18 +440,21 @@ def report(
         f" {len(load.samples)} with {args.concurrency} concurrent senders),"
         f" {args.workers} workers x {args.threads} threads, 1 web process"
     )
-    print(f"servers: {services.where}; logs in {log_dir}")
-    average = ", ".join(f"{value:.2f}" for value in os.getloadavg())
-    print(f"machine: {os.cpu_count()} CPUs, load average now {average} (shared with others)")
+    for line in context_lines(f"{services.where}; logs in {log_dir}"):
+        print(line)
     print()
-    print(header(f"floors (idle deployment, {len(http_lat)} samples each)"))
-    print(stats_line("HTTP GET /healthz, keep-alive, back to back", http_lat))
-    print(stats_line(f"HTTP GET /healthz, keep-alive, {args.gap_ms:g} ms apart", http_idle_lat))
-    print(stats_line(f"Redis LPUSH -> BLPOP elsewhere, {args.gap_ms:g} ms apart", redis_lat))
+    print(latency_header(f"floors (idle deployment, {len(http_lat)} samples each)"))
+    print(latency_line("HTTP GET /healthz, keep-alive, back to back", http_lat))
+    print(latency_line(f"HTTP GET /healthz, keep-alive, {args.gap_ms:g} ms apart", http_idle_lat))
+    print(latency_line(f"Redis LPUSH -> BLPOP elsewhere, {args.gap_ms:g} ms apart", redis_lat))
     print()
-    print(header(f"phase A: {len(latency)} callbacks one at a time ({args.gap_ms:g} ms apart)"))
-    print(stats_line("callback accepted (POST -> 202)", accepted))
-    print(stats_line("resume (POST -> resumed step started)", resume))
+    print(
+        latency_header(
+            f"phase A: {len(latency)} callbacks one at a time ({args.gap_ms:g} ms apart)"
+        )
+    )
+    print(latency_line("callback accepted (POST -> 202)", accepted))
+    print(latency_line("resume (POST -> resumed step started)", resume))
     for label, resumed, floors in (
         ("p50", resume50, (http50, idle50, redis50)),
         ("p99", resume99, (http99, idle99, redis99)),
@@ -677,19 +472,19 @@ def report(
         f" {latency[0].accepted * 1e3:.2f} ms to accept, {latency[0].resume * 1e3:.2f} ms to resume"
     )
     print()
-    print(header("phase A, hop by hop (DB, step and sender clocks)"))
+    print(latency_header("phase A, hop by hop (DB, step and sender clocks)"))
     for (name, what), values in zip(HOP_NAMES, hops.hops, strict=True):
-        print(stats_line(name, values))
+        print(latency_line(name, values))
         print(f"    ({what})")
-    print(stats_line("wake statement -> 202 received", hops.wake_to_accepted))
-    print(stats_line("(after) resumed step -> its commit", hops.step_to_committed))
+    print(latency_line("wake statement -> 202 received", hops.wake_to_accepted))
+    print(latency_line("(after) resumed step -> its commit", hops.step_to_committed))
     sums = [sum(parts) for parts in zip(*hops.hops, strict=True)]
-    print(stats_line("sum of the four hops (= resume)", sums))
+    print(latency_line("sum of the four hops (= resume)", sums))
     print()
     burst = load.last_accepted - load.first_sent
-    print(header(f"phase B: {len(load.samples)} callbacks, {args.concurrency} senders"))
-    print(stats_line("callback accepted (POST -> 202)", [s.accepted for s in load.samples]))
-    print(stats_line("resume (POST -> resumed step started)", [s.resume for s in load.samples]))
+    print(latency_header(f"phase B: {len(load.samples)} callbacks, {args.concurrency} senders"))
+    print(latency_line("callback accepted (POST -> 202)", [s.accepted for s in load.samples]))
+    print(latency_line("resume (POST -> resumed step started)", [s.resume for s in load.samples]))
     print(
         f"  accepted: {len(load.samples)} in {burst:.3f} s = {load.accepted_rate:.1f} callbacks/s;"
         f" all completed {load.last_finished - load.first_sent:.3f} s after the first POST"
@@ -711,17 +506,10 @@ def report(
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = bench_parser(__doc__, home="bench-resume", timeout=300)
     parser.add_argument("--sessions", type=int, default=500, help="sessions (half per phase)")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes")
-    parser.add_argument("--threads", type=int, default=8, help="threads per worker process")
+    add_deployment(parser, threads=8)
     parser.add_argument("--concurrency", type=int, default=8, help="phase B senders")
-    parser.add_argument(
-        "--home",
-        type=Path,
-        default=ROOT / ".resumable" / "bench-resume",
-        help="home of the embedded servers (when DATABASE_URL/REDIS_URL are unset)",
-    )
     parser.add_argument("--enqueue-threads", type=int, default=4, help="Client.start threads")
     parser.add_argument(
         "--floor-samples", type=int, default=500, help="samples of each floor measurement"
@@ -732,31 +520,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--poll-ms", type=float, default=2.0, help="phase A: database poll interval"
     )
-    parser.add_argument("--timeout", type=float, default=300, help="seconds allowed per wait")
-    args = parser.parse_args(argv)
-    for name in ("sessions", "workers", "threads", "concurrency", "enqueue_threads"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    names = ("sessions", "workers", "threads", "concurrency", "enqueue_threads", "floor_samples")
+    args = parse(parser, argv, names)
     if args.sessions < 2:
         parser.error("--sessions must be at least 2 (one per phase)")
-    if args.floor_samples < 1:
-        parser.error("--floor-samples must be at least 1")
     return args
 
 
 def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
-    reset_data(services.pg_url, services.redis_url, TRUNCATED)
-    processes: list[ManagedProcess] = []
-    try:
-        deployment = start_deployment(args, services, log_dir, processes)
-        print(f"web on {deployment.base_url}, {args.workers} workers x {args.threads} threads")
+    harness.reset_data(services.pg_url, services.redis_url, TRUNCATED)
+    env = harness.worker_env(
+        args.threads,
+        RESUMABLE_API_TOKENS="bench-" + secrets.token_hex(16),
+        RESUMABLE_WEBHOOK_SECRET=new_secret(),
+    )
+    servers = ServerPids.find(services.pg_url, services.redis_url)
+    with BenchDeployment(services, log_dir, env) as deployment:
+        sender = start_deployment(args, deployment)
+        print(f"web on {deployment.url}, {args.workers} workers x {args.threads} threads")
         with (
-            connect(services.pg_url) as poller,
-            httpx.Client(base_url=deployment.base_url, timeout=args.timeout) as http,
+            harness.connect(services.pg_url) as poller,
+            httpx.Client(base_url=deployment.url, timeout=args.timeout) as http,
+            harness.bench_client(services.settings(), args.enqueue_threads) as client,
         ):
             started = time.monotonic()
-            start_sessions(args, services)
-            wait_statuses(poller, deployment, None, "suspended", args.sessions, args.timeout)
+            harness.start_sessions(client, AGENT_NAME, [None] * args.sessions, args.enqueue_threads)
+            harness.wait_sessions(
+                poller,
+                lambda counts: counts["suspended"] >= args.sessions,
+                what=f"{args.sessions} sessions to suspend",
+                timeout=args.timeout,
+                alive=deployment.check_alive,
+            )
             print(f"{args.sessions} sessions suspended in {time.monotonic() - started:.2f} s")
             targets = callback_urls(poller)
             half = args.sessions // 2
@@ -764,21 +559,19 @@ def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
             http_idle_lat = http_floor(http, args.floor_samples, args.gap_ms / 1000)
             redis_lat = redis_floor(services.redis_url, args.floor_samples, args.gap_ms / 1000)
             print(f"floors measured; phase A: {half} callbacks one at a time")
-            pids = resume_path_pids(deployment, poller, services.redis_url)
+            pids = resume_path_pids(deployment, servers)
             before = Contention.sample(pids)
-            latency = phase_a(args, deployment, http, poller, targets[:half])
+            latency = phase_a(args, deployment, sender, http, poller, targets[:half])
             after_a = Contention.sample(pids)
             hops = hop_breakdown(poller, latency)
             print(f"phase B: {len(targets) - half} callbacks, {args.concurrency} senders")
             before_b = Contention.sample(pids)
-            load = phase_b(args, deployment, poller, targets[half:])
-            after_b = Contention.sample(resume_path_pids(deployment, poller, services.redis_url))
+            load = phase_b(args, deployment, sender, poller, targets[half:])
+            after_b = Contention.sample(resume_path_pids(deployment, servers))
             contention = (
-                after_a.describe(before, len(latency)),
-                after_b.describe(before_b, len(load.samples)),
+                after_a.describe(before, len(latency), RESUME_PATH, "resume"),
+                after_b.describe(before_b, len(load.samples), RESUME_PATH, "resume"),
             )
-    finally:
-        stop_all(processes)
     report(
         args, services, log_dir, http_lat, http_idle_lat, redis_lat, latency, hops, load, contention
     )
@@ -786,10 +579,8 @@ def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    args.home = args.home.expanduser().resolve()
-    with bench_services(args.home) as services:
-        log_dir = log_dir_for(args.home)
-        run(args, services, log_dir)
+    with harness.bench_services(args.home) as services:
+        run(args, services, harness.log_dir_for(args.home))
     return 0
 
 

@@ -21,8 +21,9 @@ import contextlib
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from resumable.dev.fake_server import FakeServer, Reply, Request
 
 _PAGE = """A suspend-and-resume job queue keeps an agent's state in a database after
 every step. When the agent waits for a human it holds no worker; when a worker
@@ -30,10 +31,11 @@ dies, another resumes the session from its last checkpoint, and side effects
 recorded with an idempotency key are not repeated."""
 
 
-class FakeLLM:
+class FakeLLM(FakeServer):
     """The fake API on ``127.0.0.1`` (port 0: a free one); ``base_url`` ends in ``/v1``."""
 
     def __init__(self, *, api_key: str | None = None, port: int = 0) -> None:
+        super().__init__(port=port)
         self.api_key = api_key
         self.lock = threading.Lock()
         self.chat_requests: list[dict[str, Any]] = []
@@ -42,11 +44,7 @@ class FakeLLM:
         self.page_gate = threading.Event()
         self.page_gate.set()
         self.page_requested = threading.Event()
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.base_url = f"{self.url}/v1"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     # -- what the tests look at -----------------------------------------------------
 
@@ -107,57 +105,25 @@ class FakeLLM:
 
     # -- HTTP -----------------------------------------------------------------------
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
+    def handle(self, request: Request) -> Reply:
+        if request.method == "POST" and request.path.rstrip("/") == "/v1/chat/completions":
+            authorization = request.header("Authorization") or ""
+            with self.lock:
+                self.authorizations.append(authorization)
+            if self.api_key and authorization != f"Bearer {self.api_key}":
+                return Reply(401, {"error": {"message": "invalid api key"}})
+            return Reply(200, self.completion(request.json()))
+        if request.method == "GET" and request.path.startswith("/pages/"):
+            with self.lock:
+                self.page_fetches += 1
+            self.page_requested.set()
+            self.page_gate.wait(timeout=60)
+            return Reply(200, _PAGE, content_type="text/plain")
+        return Reply(404, {"error": {"message": "not found"}})
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                if self.path.rstrip("/") != "/v1/chat/completions":
-                    self._send(404, {"error": {"message": "not found"}})
-                    return
-                authorization = self.headers.get("Authorization", "")
-                with fake.lock:
-                    fake.authorizations.append(authorization)
-                if fake.api_key and authorization != f"Bearer {fake.api_key}":
-                    self._send(401, {"error": {"message": "invalid api key"}})
-                    return
-                length = int(self.headers.get("Content-Length") or 0)
-                self._send(200, fake.completion(json.loads(self.rfile.read(length) or b"{}")))
-
-            def do_GET(self) -> None:
-                if not self.path.startswith("/pages/"):
-                    self._send(404, {"error": {"message": "not found"}})
-                    return
-                with fake.lock:
-                    fake.page_fetches += 1
-                fake.page_requested.set()
-                fake.page_gate.wait(timeout=60)
-                self._send(200, _PAGE, content_type="text/plain")
-
-            def _send(self, status: int, body: Any, content_type: str = "application/json") -> None:
-                data = (body if isinstance(body, str) else json.dumps(body)).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", content_type)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client is gone (a test killed the worker waiting for this)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        return Handler
-
-    def __enter__(self) -> FakeLLM:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.page_gate.set()
-        self.server.shutdown()
-        self.server.server_close()
+    def close(self) -> None:
+        self.page_gate.set()  # a held page fetch would keep shutdown waiting
+        super().close()
 
 
 def main() -> None:

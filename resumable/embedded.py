@@ -35,6 +35,7 @@ from pathlib import Path
 import redis
 
 from resumable.errors import EmbeddedServiceError
+from resumable.procfs import pid_alive, start_time
 
 logger = logging.getLogger(__name__)
 
@@ -48,32 +49,6 @@ class ServiceURLs:
 
     database_url: str
     redis_url: str
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0); treat it as dead (where /proc exists).
-    if not os.path.isdir("/proc"):
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
-def _process_start(pid: int) -> str:
-    """The kernel's start time of a process, to tell a reused pid from the original."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
 
 
 @contextlib.contextmanager
@@ -108,7 +83,7 @@ class EmbeddedServices:
             urls = ServiceURLs(self._ensure_postgres(), self._ensure_valkey())
             self.users_dir.mkdir(exist_ok=True)
             pid = os.getpid()
-            (self.users_dir / str(pid)).write_text(_process_start(pid))
+            (self.users_dir / str(pid)).write_text(start_time(pid))
             _register_home(self.home)
         return urls
 
@@ -148,7 +123,7 @@ class EmbeddedServices:
             except ValueError:
                 entry.unlink(missing_ok=True)
                 continue
-            if _pid_alive(pid) and _process_start(pid) == entry.read_text().strip():
+            if pid_alive(pid) and start_time(pid) == entry.read_text().strip():
                 live.append(pid)
             else:
                 entry.unlink(missing_ok=True)
@@ -199,17 +174,14 @@ class EmbeddedServices:
             pid = int(pid_file.read_text().splitlines()[0])
         except (OSError, ValueError, IndexError):
             return None
-        return pid if _pid_alive(pid) else None
+        return pid if pid_alive(pid) else None
 
     def _stop_postgres(self) -> None:
         pid = self._postgres_pid()
         if pid is None:
             return
         # SIGINT is PostgreSQL's "fast shutdown": roll back clients, checkpoint, exit.
-        os.kill(pid, signal.SIGINT)
-        if not _wait_dead(pid, 20.0):
-            os.kill(pid, signal.SIGKILL)
-            _wait_dead(pid, 5.0)
+        _stop(pid, signal.SIGINT, grace=20.0)
 
     # -- Valkey ----------------------------------------------------------------------
 
@@ -226,7 +198,7 @@ class EmbeddedServices:
             pid = int((self.redis_dir / "valkey.pid").read_text().strip())
         except (OSError, ValueError):
             return None
-        return pid if _pid_alive(pid) else None
+        return pid if pid_alive(pid) else None
 
     def _ensure_valkey(self) -> str:
         url = f"unix://{self._valkey_socket}"
@@ -269,10 +241,7 @@ class EmbeddedServices:
         pid = self._valkey_pid()
         if pid is None:
             return
-        os.kill(pid, signal.SIGTERM)
-        if not _wait_dead(pid, 10.0):
-            os.kill(pid, signal.SIGKILL)
-            _wait_dead(pid, 5.0)
+        _stop(pid, signal.SIGTERM, grace=10.0)
         self._valkey_socket.unlink(missing_ok=True)
 
 
@@ -287,13 +256,21 @@ def _redis_answers(url: str) -> bool:
         return False
 
 
+def _stop(pid: int, sig: signal.Signals, grace: float) -> None:
+    """Send `sig`; SIGKILL if the server outlives `grace` seconds."""
+    os.kill(pid, sig)
+    if not _wait_dead(pid, grace):
+        os.kill(pid, signal.SIGKILL)
+        _wait_dead(pid, 5.0)
+
+
 def _wait_dead(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             return True
         time.sleep(0.02)
-    return not _pid_alive(pid)
+    return not pid_alive(pid)
 
 
 def _register_home(home: Path) -> None:

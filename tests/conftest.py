@@ -1,14 +1,14 @@
 """Fixtures: real PostgreSQL and Redis (embedded unless DATABASE_URL/REDIS_URL
-are set), a clean schema per test, and real worker subprocesses."""
+are set), a clean schema per test, and a deployment of real web, worker and
+scheduler subprocesses (``deployment``; ``start_worker`` & co. start one part)."""
 
 from __future__ import annotations
 
 import base64
 import os
-import signal
-import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +18,8 @@ import pytest
 import redis
 
 from resumable.client import Client
+from resumable.dev import processes
+from resumable.dev.processes import Deployment, Process
 from resumable.embedded import ServiceURLs, service_urls
 from resumable.models import migrate
 from resumable.models.database import Database
@@ -100,77 +102,79 @@ WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"resumable-test-secret-0123456789"
 API_TOKEN = "test-token-" + "x" * 20
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+# How long a process may take to say it is ready.
+START_TIMEOUT = 30.0
+# How long a process may take to stop on SIGTERM before it is killed.
+STOP_GRACE_SECONDS = 15.0
+
+free_port = processes.free_port
+# A started `resumable ...` process (the one kind every tool spawns).
+ManagedProcess = Process
+WorkerProcess = Process
 
 
-class ManagedProcess:
-    """A real `resumable ...` subprocess (worker, web, scheduler), logging to a file."""
+def run_cli(
+    settings: Settings, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``resumable ARGS`` run to its end against the test servers, its output
+    captured; nothing else of this environment (no RESUMABLE_* leaks in)."""
+    env = {
+        "DATABASE_URL": settings.database_url or "",
+        "REDIS_URL": settings.redis_url or "",
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(ROOT),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "resumable.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+        timeout=timeout,
+    )
 
-    def __init__(
-        self,
-        command: list[str],
-        settings: Settings,
-        log_path: Path,
-        env: dict[str, str],
-        ready_text: str,
-    ) -> None:
-        self.log_path = log_path
-        full_env = {
-            **os.environ,
-            **WORKER_ENV,
-            **env,
-            "DATABASE_URL": settings.database_url or "",
-            "REDIS_URL": settings.redis_url or "",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
-        }
-        self.log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "resumable.cli", *command],
-            cwd=ROOT,
-            env=full_env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        self.ready_text = ready_text
-        wait_until(self._ready, timeout=30, what=f"{command[0]} to start (log {log_path})")
 
-    def _ready(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"process exited early:\n{self.log_path.read_text()}")
-        return self.ready_text in self.log_path.read_text()
+class LocalDeployment:
+    """One test's deployment: real ``resumable web``, ``worker`` and ``scheduler``
+    processes on the test servers, each waited for until it says it is ready,
+    all stopped (SIGTERM, then SIGKILL) when the test ends."""
+
+    def __init__(self, processes: Deployment, port: int) -> None:
+        self.processes = processes
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
 
     @property
-    def pid(self) -> int:
-        return self.proc.pid
+    def children(self) -> list[Process]:
+        return self.processes.children
 
-    def output(self) -> str:
-        return self.log_path.read_text()
+    def start(self, command: list[str], ready_text: str, **env: str) -> Process:
+        """``resumable COMMAND...``, once it has printed `ready_text`."""
+        process = self.processes.spawn(command[0], command, ready_text, **_env(env))
+        return process.wait_ready(START_TIMEOUT)
 
-    def signal(self, sig: int) -> None:
-        self.proc.send_signal(sig)
+    def web(self, **env: str) -> Process:
+        return self.processes.web(self.port, **_env(env)).wait_ready(START_TIMEOUT)
 
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(timeout=10)
+    def worker(self, *agent_modules: str, **env: str) -> Process:
+        """A worker of `agent_modules` (by default the test agents in tests.agents)."""
+        modules = agent_modules or ("tests.agents",)
+        return self.processes.worker(*modules, **_env(env)).wait_ready(START_TIMEOUT)
 
-    def stop(self, timeout: float = 15) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.log.close()
-        return self.proc.returncode
+    def scheduler(self, **env: str) -> Process:
+        return self.processes.scheduler(**_env(env)).wait_ready(START_TIMEOUT)
+
+    def kill(self, process: Process) -> None:
+        """SIGKILL: no clean-up, no lease release, no message ack."""
+        self.processes.kill(process)
 
 
-WorkerProcess = ManagedProcess
+def _env(env: dict[str, str]) -> dict[str, str]:
+    """A process's own PYTHONPATH comes after the repository's, which it also needs."""
+    if "PYTHONPATH" not in env:
+        return env
+    return {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), env["PYTHONPATH"]])}
 
 
 @pytest.fixture
@@ -191,57 +195,52 @@ def process_env(web_port: int) -> dict[str, str]:
 
 
 @pytest.fixture
-def start_process(
+def deployment(
     settings: Settings,
     tmp_path: Path,
     db: Database,
     redis_client: redis.Redis,
     process_env: dict[str, str],
-) -> Iterator[Callable[..., ManagedProcess]]:
-    started: list[ManagedProcess] = []
+    web_port: int,
+) -> Iterator[LocalDeployment]:
+    """Web, workers and schedulers for one test, on clean tables and an empty Redis."""
+    env = {
+        **WORKER_ENV,
+        **process_env,
+        "DATABASE_URL": settings.database_url or "",
+        "REDIS_URL": settings.redis_url or "",
+        "PYTHONPATH": str(ROOT),
+    }
+    with Deployment(env, tmp_path, cwd=ROOT, grace_seconds=STOP_GRACE_SECONDS) as children:
+        yield LocalDeployment(children, web_port)
 
-    def start(command: list[str], ready_text: str, **env: str) -> ManagedProcess:
-        log = tmp_path / f"{command[0]}-{len(started)}.log"
-        process = ManagedProcess(command, settings, log, {**process_env, **env}, ready_text)
-        started.append(process)
-        return process
 
-    yield start
-    for process in reversed(started):
-        process.stop()
-
-
-@pytest.fixture
-def start_worker(start_process: Callable[..., ManagedProcess]) -> Callable[..., ManagedProcess]:
-    def start(**env: str) -> ManagedProcess:
-        return start_process(["worker", "--agents", "tests.agents"], "worker started", **env)
-
-    return start
+# The deployment's parts one at a time, as most tests were first written.
 
 
 @pytest.fixture
-def start_web(
-    start_process: Callable[..., ManagedProcess], web_port: int
-) -> Callable[..., ManagedProcess]:
-    def start(**env: str) -> ManagedProcess:
-        return start_process(["web", "--port", str(web_port)], "Uvicorn running", **env)
-
-    return start
+def start_process(deployment: LocalDeployment) -> Callable[..., Process]:
+    return deployment.start
 
 
 @pytest.fixture
-def start_scheduler(start_process: Callable[..., ManagedProcess]) -> Callable[..., ManagedProcess]:
-    def start(**env: str) -> ManagedProcess:
-        return start_process(["scheduler"], "scheduler started", **env)
+def start_worker(deployment: LocalDeployment) -> Callable[..., Process]:
+    return deployment.worker
 
-    return start
+
+@pytest.fixture
+def start_web(deployment: LocalDeployment) -> Callable[..., Process]:
+    return deployment.web
+
+
+@pytest.fixture
+def start_scheduler(deployment: LocalDeployment) -> Callable[..., Process]:
+    return deployment.scheduler
 
 
 @pytest.fixture
 def reconciler(settings: Settings, db: Database, client: Client) -> Iterator[None]:
     """Runs the reconcile function every 200 ms, as the scheduler process will."""
-    import threading
-
     from resumable.scheduler.reconcile import reconcile
 
     stop = threading.Event()

@@ -12,9 +12,10 @@ database and from what the fake payment API received, that the card was
 refunded exactly once.
 
 Modules: ``story.py`` (the acts), ``proof.py`` (the claims), ``timeline.py``,
-``processes.py`` (spawning and stopping the real processes), ``shop.py`` (the
-fake order and payment APIs), ``webhook_sender.py``, ``preflight.py``,
-``gate.py`` (where the worker is killed), ``deadline.py``.
+``shop.py`` (the fake order and payment APIs), ``webhook_sender.py``,
+``preflight.py``, ``gate.py`` (where the worker is killed), ``deadline.py``.
+The processes are spawned and stopped, and stop signals caught, the way
+``resumable dev`` does it (``resumable/dev/processes.py``, ``signals.py``).
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ from rich.console import Console
 from resumable.client import Client
 from resumable.demo import preflight, proof, timeline
 from resumable.demo.deadline import Deadline, DemoError
-from resumable.demo.processes import Deployment
 from resumable.demo.shop import FakeShop
-from resumable.demo.signals import StoppedBySignalError, StopSignals
-from resumable.demo.story import Story, free_port
+from resumable.demo.story import Story
 from resumable.demo.webhook_sender import WebhookSender, new_secret
+from resumable.dev.processes import Deployment, ProcessExitedError, free_port
+from resumable.dev.signals import StoppedBySignalError, StopRequests
 from resumable.embedded import ServiceURLs, service_urls
 from resumable.models import migrate
 from resumable.models.database import Database
@@ -62,7 +63,7 @@ def run_demo(settings: Settings, console: Console) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request
     started = time.monotonic()
     console.rule("[bold]resumable demo: a refund agent that survives a crash")
-    with StopSignals() as stop:
+    with StopRequests(interruptible=False) as stop:
         clock = Deadline(_BUDGET_SECONDS, interrupted=stop.check)
         try:
             with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
@@ -119,7 +120,7 @@ def _run(
             )
             try:
                 story.tell()
-            except DemoError as exc:
+            except (DemoError, ProcessExitedError) as exc:
                 console.print(f"[red]demo failed:[/] {exc}", highlight=False)
                 console.print(deployment.logs(), markup=False, highlight=False)
         if story is not None and story.seen.session_id is not None:

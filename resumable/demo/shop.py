@@ -9,14 +9,14 @@ settles some time after it is issued (here: on the third status check).
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from resumable.dev.fake_server import NOT_FOUND, FakeServer, Reply, Request
 
 SETTLES_ON_CHECK = 3
 
@@ -85,55 +85,24 @@ class ShopLedger:
             return {"refund_id": refund_id, "status": status, "checks": checks}
 
 
-class FakeShop:
+class FakeShop(FakeServer):
     """The order and payment APIs on ``127.0.0.1`` (a random free port)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.ledger = ShopLedger()
-        ledger = self.ledger
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if order := _ORDER.match(self.path):
-                    self._answer(200, ledger.look_up(order.group(1)))
-                elif (refund := _REFUND.match(self.path)) and (
-                    status := ledger.refund_status(refund.group(1))
-                ):
-                    self._answer(200, status)
-                else:
-                    self._answer(404, {"error": "not found"})
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                key = self.headers.get("Idempotency-Key")
-                if self.path != "/refunds":
-                    self._answer(404, {"error": "not found"})
-                elif not key:
-                    self._answer(400, {"error": "an Idempotency-Key header is required"})
-                else:
-                    self._answer(200, ledger.refund(key, body))
-
-            def _answer(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeShop:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def handle(self, request: Request) -> Reply:
+        if request.method == "GET":
+            if order := _ORDER.match(request.path):
+                return Reply(200, self.ledger.look_up(order.group(1)))
+            if (refund := _REFUND.match(request.path)) and (
+                status := self.ledger.refund_status(refund.group(1))
+            ):
+                return Reply(200, status)
+        elif request.method == "POST" and request.path == "/refunds":
+            key = request.header("Idempotency-Key")
+            if not key:
+                return Reply(400, {"error": "an Idempotency-Key header is required"})
+            return Reply(200, self.ledger.refund(key, request.json()))
+        return NOT_FOUND

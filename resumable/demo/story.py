@@ -9,7 +9,6 @@ shop's ledger.
 
 from __future__ import annotations
 
-import socket
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,27 +21,22 @@ from rich.console import Console
 from resumable.client import Client
 from resumable.demo import gate
 from resumable.demo.deadline import Deadline
-from resumable.demo.processes import Child, Deployment
 from resumable.demo.shop import FakeShop
 from resumable.demo.timeline import Row
 from resumable.demo.webhook_sender import Delivery, WebhookSender
+from resumable.dev.processes import Deployment, Process
 from resumable.models.database import Database
 
 AGENT_MODULES = ("resumable.demo.agent", "resumable.demo.ping")
 ORDER_ID = "ord_1001"
 APPROVER = "alice@shop.example"
+# One worker thread: a ping session running beside the suspended refund shows it holds none.
+ONE_THREAD = {"RESUMABLE_WORKER_THREADS": "1"}
 
 _REFUND_RECORDED = """
 SELECT count(*) AS n FROM tool_execution_cache
 WHERE session_id = %(id)s AND tool = 'refund' AND status = 'completed'
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -98,9 +92,11 @@ class Story:
     def start_processes(self) -> None:
         web = self.deployment.web(self.web_port)
         scheduler = self.deployment.scheduler()
-        worker = self.deployment.worker("worker 1", *AGENT_MODULES, threads=1)
+        worker = self.deployment.worker(
+            *AGENT_MODULES, name="worker 1", RESUMABLE_WORKER_THREADS="1"
+        )
         for child in (web, scheduler, worker):
-            self.clock.wait_for(f"{child.name} to start", child.is_ready)
+            self.clock.wait_for(f"{child.name} to start", child.ready)
         self.seen.workers[worker.pid] = "worker 1"
         self._say(
             f"started [bold]resumable web[/] (pid {web.pid}), [bold]scheduler[/] "
@@ -196,8 +192,10 @@ class Story:
         )
 
     def recover_on_a_new_worker(self) -> None:
-        worker = self.deployment.worker("worker 2", *AGENT_MODULES, threads=1)
-        self.clock.wait_for("worker 2 to start", worker.is_ready)
+        worker = self.deployment.worker(
+            *AGENT_MODULES, name="worker 2", RESUMABLE_WORKER_THREADS="1"
+        )
+        self.clock.wait_for("worker 2 to start", worker.ready)
         self.seen.workers[worker.pid] = "worker 2"
         self.seen.recovery_pid = worker.pid
         self.seen.note("demo", f"worker 2 started (pid {worker.pid})")
@@ -214,7 +212,7 @@ class Story:
         assert self.seen.session_id is not None
         return self.client.get(self.seen.session_id).status
 
-    def _worker(self, number: int) -> Child:
+    def _worker(self, number: int) -> Process:
         name = f"worker {number}"
         return next(c for c in self.deployment.children if c.name == name)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -34,13 +35,24 @@ class Delivery:
     answer: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Signed:
+    """A JSON body and the Standard Webhooks headers that sign it."""
+
+    body: str
+    headers: dict[str, str]
+    at: datetime
+
+
 class WebhookSender:
     """Signs and POSTs JSON payloads with one secret."""
 
     def __init__(self, secret: str) -> None:
         self._webhook = Webhook(secret)
 
-    def send(self, url: str, payload: Any, webhook_id: str) -> Delivery:
+    def sign(self, payload: Any, webhook_id: str | None = None) -> Signed:
+        """`payload` as JSON, signed under `webhook_id` (a fresh one if None)."""
+        webhook_id = webhook_id or f"msg_{uuid.uuid4().hex}"
         body = json.dumps(payload)
         now = datetime.now(UTC)
         headers = {
@@ -49,9 +61,13 @@ class WebhookSender:
             "webhook-timestamp": str(int(now.timestamp())),
             "webhook-signature": self._webhook.sign(webhook_id, now, body),
         }
-        response = httpx.post(url, content=body, headers=headers, timeout=10)
+        return Signed(body, headers, now)
+
+    def send(self, url: str, payload: Any, webhook_id: str) -> Delivery:
+        signed = self.sign(payload, webhook_id)
+        response = httpx.post(url, content=signed.body, headers=signed.headers, timeout=10)
         try:
             answer = response.json()
         except ValueError:
             answer = {"body": response.text[:200]}
-        return Delivery(now, webhook_id, response.status_code, answer)
+        return Delivery(signed.at, webhook_id, response.status_code, answer)

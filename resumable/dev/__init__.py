@@ -3,6 +3,8 @@ machine, in one terminal, on the embedded servers unless the URLs are set.
 
 The order of things is what makes it safe to stop at any moment:
 
+0. a lock in the home makes sure this is the only ``dev`` there (see
+   ``home_lock.py``);
 1. stop signals are caught first, so a Ctrl-C or SIGTERM during start-up
    still ends in an orderly stop (a second one abandons start-up);
 2. the servers are acquired through ``service_urls``, which registers this
@@ -27,6 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
+from resumable.dev.home_lock import AnotherDevError, dev_lock
 from resumable.dev.procfile import Processes, load_processes
 from resumable.dev.signals import StopRequests
 from resumable.dev.supervisor import Supervisor
@@ -46,12 +49,24 @@ STOP_GRACE_EXTRA_SECONDS = 10.0
 
 
 def run_dev(settings: Settings, console: Console, agents: list[str]) -> int:
-    """Run the Procfile's processes until Ctrl-C/SIGTERM (0) or a child dies (1)."""
+    """Run the Procfile's processes until Ctrl-C/SIGTERM (0) or a child exits (1);
+    a child killed by SIGKILL is started again (see ``supervisor.py``)."""
     processes = load_processes(Path.cwd())
     modules = list(agents) or DEMO_AGENTS
+    try:
+        with dev_lock(settings.home_dir):
+            return _run_alone(settings, console, modules, processes)
+    except AnotherDevError as exc:
+        console.print(f"[red]error:[/red] {escape(exc.message)}", soft_wrap=True, highlight=False)
+        return 1
+
+
+def _run_alone(
+    settings: Settings, console: Console, agents: list[str], processes: Processes
+) -> int:
     with StopRequests() as stops:
         try:
-            status = _run(settings, console, modules, processes, stops)
+            status = _run(settings, console, agents, processes, stops)
         except KeyboardInterrupt:
             console.print("[yellow]start-up abandoned[/yellow]")
             return 130

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 
@@ -14,7 +12,7 @@ from resumable.agent import AgentRegistry
 from resumable.client import Client
 from resumable.errors import IdempotencyConflictError, NotSerializableError, UnknownAgentError
 from tests import agents
-from tests.conftest import ROOT, WorkerProcess, wait_until
+from tests.conftest import WorkerProcess, run_cli, wait_until
 
 
 def _finished(client: Client, session_id: uuid.UUID) -> str:
@@ -105,41 +103,13 @@ def test_idempotency_key_returns_the_same_session_and_refuses_a_different_reques
 
 
 def test_cli_reports_errors_with_a_message_and_nonzero_exit(client: Client) -> None:
-    env_cmd = [sys.executable, "-m", "resumable.cli"]
-    env = {
-        "DATABASE_URL": client.settings.database_url or "",
-        "REDIS_URL": client.settings.redis_url or "",
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(ROOT),
-    }
-    bad_json = subprocess.run(
-        [*env_cmd, "enqueue", "five", "--input", "{nope"],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
+    bad_json = run_cli(client.settings, "enqueue", "five", "--input", "{nope")
     assert bad_json.returncode != 0
     assert "--input is not valid JSON" in bad_json.stderr
-    unknown = subprocess.run(
-        [*env_cmd, "enqueue", "nope", "--agents", "tests.agents"],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
+    unknown = run_cli(client.settings, "enqueue", "nope", "--agents", "tests.agents")
     assert unknown.returncode == 1
     assert "unknown agent 'nope'" in unknown.stdout
-    missing = subprocess.run(
-        [*env_cmd, "sessions", "show", str(uuid.uuid4())],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
+    missing = run_cli(client.settings, "sessions", "show", str(uuid.uuid4()))
     assert missing.returncode == 1
     assert "no session" in missing.stdout
     assert client.count_by_status() == {}

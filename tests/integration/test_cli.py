@@ -4,32 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 
 import redis
 
 from resumable.client import Client
-from tests.conftest import ROOT, ManagedProcess, wait_until
+from tests.conftest import ManagedProcess, run_cli, wait_until
 
 
 def _cli(client: Client, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        "DATABASE_URL": client.settings.database_url or "",
-        "REDIS_URL": client.settings.redis_url or "",
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(ROOT),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "resumable.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        check=False,
-        timeout=60,
-    )
+    return run_cli(client.settings, *args, timeout=60)
 
 
 def test_enqueue_then_inspect_a_session(

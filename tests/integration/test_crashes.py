@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -15,7 +14,7 @@ from resumable.client import Client
 from resumable.models.database import Database
 from resumable.scheduler.reconcile import reconcile
 from resumable.settings import Settings
-from tests.conftest import WorkerProcess, wait_until
+from tests.conftest import LocalDeployment, wait_until
 from tests.fake_api import FakeAPI
 
 
@@ -34,14 +33,11 @@ def _assert_each_step_once(client: Client, session_id: uuid.UUID, steps: int) ->
 
 
 def test_sigkill_mid_step_after_tool_call_recovers_without_repeating_it(
-    client: Client,
-    start_worker: Callable[..., WorkerProcess],
-    reconciler: None,
-    tmp_path: Path,
+    client: Client, reconciler: None, tmp_path: Path, deployment: LocalDeployment
 ) -> None:
     (tmp_path / "hold").touch()
     with FakeAPI() as api:
-        victim = start_worker()
+        victim = deployment.worker()
         session_id = client.start(
             "counter",
             {"api": api.url, "steps": 5, "hold_at": 3, "gate_dir": str(tmp_path)},
@@ -53,7 +49,7 @@ def test_sigkill_mid_step_after_tool_call_recovers_without_repeating_it(
         (tmp_path / "hold").unlink()
         assert client.get(session_id).step_seq == 2
 
-        start_worker()
+        deployment.worker()
         wait_until(lambda: _completed(client, session_id), timeout=30, what="recovery")
 
     assert client.get(session_id).result == {"n": 5}
@@ -66,15 +62,11 @@ def test_sigkill_mid_step_after_tool_call_recovers_without_repeating_it(
 
 
 def test_paused_worker_is_fenced_out_after_its_lease_expires(
-    client: Client,
-    db: Database,
-    start_worker: Callable[..., WorkerProcess],
-    reconciler: None,
-    tmp_path: Path,
+    client: Client, db: Database, reconciler: None, tmp_path: Path, deployment: LocalDeployment
 ) -> None:
     (tmp_path / "hold").touch()
     with FakeAPI() as api:
-        paused = start_worker()
+        paused = deployment.worker()
         session_id = client.start(
             "counter",
             {"api": api.url, "steps": 6, "hold_at": 2, "gate_dir": str(tmp_path)},
@@ -84,7 +76,7 @@ def test_paused_worker_is_fenced_out_after_its_lease_expires(
         (tmp_path / "hold").unlink()
         first_epoch = client.get(session_id).lease_epoch
 
-        start_worker()
+        deployment.worker()
         wait_until(lambda: _completed(client, session_id), timeout=30, what="takeover")
         assert client.get(session_id).lease_epoch > first_epoch
 
@@ -106,12 +98,12 @@ def test_paused_worker_is_fenced_out_after_its_lease_expires(
 
 
 def test_same_session_enqueued_five_times_runs_each_step_once(
-    client: Client, settings: Settings, start_worker: Callable[..., WorkerProcess]
+    client: Client, settings: Settings, deployment: LocalDeployment
 ) -> None:
     from resumable.queue.broker import enqueue_session
 
-    start_worker()
-    start_worker()
+    deployment.worker()
+    deployment.worker()
     with FakeAPI() as api:
         session_id = client.start("counter", {"api": api.url, "steps": 8, "sleep": 0.02})
         for _ in range(4):
@@ -122,10 +114,10 @@ def test_same_session_enqueued_five_times_runs_each_step_once(
 
 
 def test_many_sessions_on_two_workers(
-    client: Client, db: Database, start_worker: Callable[..., WorkerProcess]
+    client: Client, db: Database, deployment: LocalDeployment
 ) -> None:
-    start_worker()
-    start_worker()
+    deployment.worker()
+    deployment.worker()
     ids = [client.start("counter", {"steps": 10}) for _ in range(200)]
 
     def all_done() -> bool:
@@ -158,11 +150,11 @@ def test_redis_flushed_with_pending_sessions_reconcile_brings_all_back(
     settings: Settings,
     db: Database,
     redis_client: redis.Redis,
-    start_worker: Callable[..., WorkerProcess],
+    deployment: LocalDeployment,
 ) -> None:
     ids = [client.start("counter", {"steps": 3}) for _ in range(50)]
     redis_client.flushall()
-    start_worker()
+    deployment.worker()
     assert client.count_by_status() == {"pending": 50}
 
     report = reconcile(settings, db, client.broker, grace_seconds=0)
@@ -174,11 +166,11 @@ def test_redis_flushed_with_pending_sessions_reconcile_brings_all_back(
 
 
 def test_long_step_keeps_its_lease(
-    client: Client, start_worker: Callable[..., WorkerProcess], reconciler: None
+    client: Client, reconciler: None, deployment: LocalDeployment
 ) -> None:
     """A step three times longer than the lease is not taken over."""
-    start_worker()
-    start_worker()
+    deployment.worker()
+    deployment.worker()
     session_id = client.start("counter", {"steps": 1, "sleep": 6})
     wait_until(lambda: _completed(client, session_id), timeout=40, what="completion")
     events = [e.event_type for e in client.events(session_id)]
@@ -187,10 +179,8 @@ def test_long_step_keeps_its_lease(
     _assert_each_step_once(client, session_id, 1)
 
 
-def test_long_session_yields_to_others(
-    client: Client, start_worker: Callable[..., WorkerProcess]
-) -> None:
-    start_worker(RESUMABLE_MAX_STEPS_PER_RUN="4")
+def test_long_session_yields_to_others(client: Client, deployment: LocalDeployment) -> None:
+    deployment.worker(RESUMABLE_MAX_STEPS_PER_RUN="4")
     session_id = client.start("counter", {"steps": 10})
     wait_until(lambda: _completed(client, session_id), what="completion")
     events = [e.event_type for e in client.events(session_id)]

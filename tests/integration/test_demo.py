@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 from resumable.client import Client
+from resumable.dev.processes import spawn
 from resumable.models.database import Database
+from resumable.procfs import pid_alive
 from resumable.settings import Settings
 from tests.conftest import ROOT
 
@@ -24,29 +26,14 @@ def _run_demo(settings: Settings, home: Path) -> subprocess.CompletedProcess[str
         "COLUMNS": "200",  # one line per claim, so the output can be parsed
         "PYTHONPATH": str(ROOT),
     }
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "resumable.cli", "demo"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    command = [sys.executable, "-m", "resumable.cli", "demo"]
+    demo = spawn("demo", command, env=env, cwd=ROOT, log=home / "demo.log")
     try:
-        stdout, stderr = demo.communicate(timeout=90)
+        returncode = demo.popen.wait(timeout=90)
     except subprocess.TimeoutExpired:
-        demo.terminate()  # the demo stops its own processes on SIGTERM
-        stdout, stderr = demo.communicate(timeout=30)
-    return subprocess.CompletedProcess(demo.args, demo.returncode, stdout, stderr)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split(") ", 1)[1][0] != "Z"
+        demo.stop(grace_seconds=30)  # the demo stops its own processes on SIGTERM
+        returncode = demo.popen.wait(timeout=10)
+    return subprocess.CompletedProcess(command, returncode, demo.output(), "")
 
 
 def _scalar(db: Database, sql: str, *params: object) -> object:
@@ -93,7 +80,7 @@ def test_demo_refunds_exactly_once_across_a_sigkill(
     # Every process it started (web, scheduler, two workers) is gone.
     pids = {int(p) for p in re.findall(r"\(pid (\d+)", out)}
     assert len(pids) >= 4
-    assert not [pid for pid in pids if _alive(pid)]
+    assert not [pid for pid in pids if pid_alive(pid)]
 
 
 def test_demo_refuses_a_database_where_other_sessions_are_unfinished(

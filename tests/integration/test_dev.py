@@ -1,7 +1,8 @@
 """`resumable dev` as a developer runs it: a real process with a home of its
 own, so it starts (and must stop) its own embedded servers; the repository's
-Procfile; a session run end to end over HTTP; then SIGTERM, or a child's
-death, and a check that nothing is left behind.
+Procfile; a session run end to end over HTTP; then SIGTERM, a child's exit
+or a SIGKILLed worker (restarted), and a check that nothing is left behind;
+and a second `dev` in the same home, refused.
 """
 
 from __future__ import annotations
@@ -10,18 +11,19 @@ import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 import psutil
 import pytest
 
+from resumable.dev.processes import spawn
 from resumable.dev.procfile import BUILTIN, exec_form, load_processes, resolve_command
+from resumable.dev.supervisor import RestartBudget
 from resumable.embedded import EmbeddedServices
 from resumable.errors import ConfigurationError
 from tests.conftest import API_TOKEN, ROOT, free_port, wait_until
@@ -37,7 +39,6 @@ class DevProcess:
 
     def __init__(self, home: Path, log_path: Path, *args: str) -> None:
         self.home = home
-        self.log_path = log_path
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         # Nothing from the caller's configuration: no URLs, so dev starts its own servers.
@@ -52,19 +53,13 @@ class DevProcess:
             RESUMABLE_API_TOKENS=API_TOKEN,
             PYTHONPATH=str(ROOT),
         )
-        self._log: IO[str] = open(log_path, "w")  # noqa: SIM115 - closed in cleanup()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "resumable.cli", "dev", *args],
-            cwd=ROOT,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        command = [sys.executable, "-m", "resumable.cli", "dev", *args]
+        self.process = spawn("dev", command, env=env, cwd=ROOT, log=log_path)
+        self.proc = self.process.popen
         self.children: dict[str, psutil.Process] = {}
 
     def output(self) -> str:
-        return self.log_path.read_text()
+        return self.process.output()
 
     def _alive(self) -> None:
         if self.proc.poll() is not None:
@@ -97,12 +92,10 @@ class DevProcess:
     def cleanup(self) -> None:
         """Last resort after a failure: nothing this test started may outlive it."""
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+            self.process.kill()
         for child in self.children.values():
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.kill()
-        self._log.close()
 
 
 @pytest.fixture
@@ -196,18 +189,77 @@ def test_dev_runs_a_session_then_stops_everything_on_sigterm(dev: DevProcess) ->
     assert "embedded servers stopped" in output
 
 
-def test_a_child_that_dies_stops_the_others_and_dev_fails(dev: DevProcess) -> None:
+def test_a_child_that_exits_stops_the_others_and_dev_fails(dev: DevProcess) -> None:
     servers = _servers(dev.home)
     children = dev.record_children()
     descendants = list(dev.children.values())
 
-    children["worker"].kill()
+    children["scheduler"].terminate()  # it stops by itself, as on a bad setting
     assert dev.proc.wait(timeout=STOP_TIMEOUT) == 1, dev.output()
 
     assert _running(descendants) == []
     assert EmbeddedServices(dev.home).running_pids() == []
     assert _running(servers) == []
-    assert "worker exited unexpectedly (killed by SIGKILL)" in dev.output()
+    assert "scheduler exited unexpectedly (status 0); stopped the others" in dev.output()
+
+
+def test_a_sigkilled_worker_is_restarted_and_the_others_keep_running(dev: DevProcess) -> None:
+    before = dev.record_children()
+    before["worker"].kill()
+
+    def restarted() -> psutil.Process | None:
+        worker = dev.record_children().get("worker")
+        return worker if worker is not None and worker.pid != before["worker"].pid else None
+
+    worker = wait_until(restarted, timeout=30, interval=0.2, what="a new worker")
+    assert (
+        f"worker was killed by SIGKILL (pid {before['worker'].pid}); restarting it" in dev.output()
+    )
+    after = dev.record_children()
+    assert {name: after[name].pid for name in ("web", "scheduler")} == {
+        name: before[name].pid for name in ("web", "scheduler")
+    }
+    # The new worker runs sessions: the stack is whole again.
+    session_id = _start_session(dev)
+    wait_until(
+        lambda: dev.request("GET", f"/v1/sessions/{session_id}").json()["status"] == "completed",
+        timeout=30,
+        interval=0.1,
+        what="a session on the restarted worker",
+    )
+    assert worker.is_running()
+
+    dev.proc.send_signal(signal.SIGTERM)
+    assert dev.proc.wait(timeout=STOP_TIMEOUT) == 0, dev.output()
+    assert _running(list(dev.children.values())) == []
+
+
+def test_a_second_dev_in_the_same_home_refuses_to_start(dev: DevProcess, tmp_path: Path) -> None:
+    servers = EmbeddedServices(dev.home).running_pids()
+    second = DevProcess(dev.home, tmp_path / "second.log")
+    try:
+        status = second.proc.wait(timeout=30)
+    finally:
+        second.cleanup()
+    output = second.output()
+    assert status == 1, output
+    assert output.strip().splitlines() == [
+        f"error: another `resumable dev` (pid {dev.proc.pid}) is running in"
+        f" {dev.home.resolve()}; stop it, or give this one a RESUMABLE_HOME of its own"
+    ]
+    # The first one goes on, on the same servers.
+    assert dev.ready()
+    assert EmbeddedServices(dev.home).running_pids() == servers
+    assert set(dev.record_children()) == PROCESS_NAMES
+
+
+def test_the_restart_budget_allows_five_restarts_a_minute() -> None:
+    now = [0.0]
+    budget = RestartBudget(limit=5, window=60, clock=lambda: now[0])
+    assert [budget.take("worker") for _ in range(6)] == [True] * 5 + [False]
+    assert budget.take("web")  # each process has a budget of its own
+    now[0] = 60.5
+    assert budget.take("worker")
 
 
 # -- which processes run, and how (no servers needed) ---------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,7 @@ from resumable.client import Client
 from resumable.models.database import Database
 from resumable.settings import Settings
 from resumable.webhooks.app import create_app
-from tests.conftest import API_TOKEN, ManagedProcess, wait_until
+from tests.conftest import API_TOKEN, LocalDeployment, wait_until
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}", "x-resumable-actor": "ops@example.com"}
 
@@ -36,9 +36,9 @@ def _dead_letter(
 
 
 def test_show_retry_with_a_state_patch_and_refuse_a_second_retry(
-    api: TestClient, client: Client, tmp_path: Path, start_worker: Callable[..., ManagedProcess]
+    api: TestClient, client: Client, tmp_path: Path, deployment: LocalDeployment
 ) -> None:
-    start_worker()
+    deployment.worker()
     [session_id], [dead_letter_id] = _dead_letter(api, client, tmp_path / "flag")
 
     shown = api.get(f"/v1/dead-letters/{dead_letter_id}", headers=AUTH).json()
@@ -80,9 +80,9 @@ def test_show_retry_with_a_state_patch_and_refuse_a_second_retry(
 
 
 def test_discard_needs_a_reason_and_drain_dry_run_changes_nothing(
-    api: TestClient, client: Client, tmp_path: Path, start_worker: Callable[..., ManagedProcess]
+    api: TestClient, client: Client, tmp_path: Path, deployment: LocalDeployment
 ) -> None:
-    start_worker()
+    deployment.worker()
     _, letters = _dead_letter(api, client, tmp_path / "flag", n=3)
     no_reason = api.post(f"/v1/dead-letters/{letters[0]}/discard", json={}, headers=AUTH)
     assert no_reason.status_code == 422

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +14,9 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from resumable.client import Client
+from resumable.dev.fake_server import FakeServer, Reply, Request
 from resumable.models.database import Database
-from tests.conftest import ROOT, ManagedProcess, wait_until
+from tests.conftest import ManagedProcess, run_cli, wait_until
 from tests.fake_api import FakeAPI
 
 ALERT_SECRET = "whsec_" + "YWxlcnQtc2VjcmV0LWZvci10ZXN0cy0xMjM0NTY="
@@ -177,34 +175,23 @@ def test_saga_survives_a_worker_killed_while_compensating(
     assert letter["compensation"] == "completed"
 
 
-class AlertReceiver:
+class AlertReceiver(FakeServer):
     """A real HTTP server standing in for the operator's alert webhook."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.received: list[tuple[dict[str, str], bytes]] = []
-        receiver = self
+        self.alerts_url = f"{self.url}/alerts"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                receiver.received.append((dict(self.headers.items()), body))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def handle(self, request: Request) -> Reply:
+        self.received.append((request.headers, request.body))
+        return Reply(204)
 
 
 @pytest.fixture
 def alerts() -> Iterator[AlertReceiver]:
-    receiver = AlertReceiver()
-    yield receiver
-    receiver.server.shutdown()
-    receiver.server.server_close()
+    with AlertReceiver() as receiver:
+        yield receiver
 
 
 def test_a_compensation_that_always_fails_stops_the_saga_and_alerts(
@@ -215,7 +202,7 @@ def test_a_compensation_that_always_fails_stops_the_saga_and_alerts(
     start_scheduler: Callable[..., ManagedProcess],
 ) -> None:
     env = {
-        "RESUMABLE_ALERT_WEBHOOK_URL": alerts.url,
+        "RESUMABLE_ALERT_WEBHOOK_URL": alerts.alerts_url,
         "RESUMABLE_ALERT_WEBHOOK_SECRET": ALERT_SECRET,
     }
     start_worker(**env)
@@ -241,21 +228,7 @@ def test_a_compensation_that_always_fails_stops_the_saga_and_alerts(
 
 
 def _dlq(client: Client, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        "DATABASE_URL": client.settings.database_url or "",
-        "REDIS_URL": client.settings.redis_url or "",
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(ROOT),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "resumable.cli", "dlq", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        check=False,
-        timeout=120,
-    )
+    return run_cli(client.settings, "dlq", *args)
 
 
 def test_drain_retries_fifty_fixed_sessions_and_discard_records_the_reason(

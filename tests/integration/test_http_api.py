@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,7 +17,7 @@ from resumable.client import Client
 from resumable.models.database import Database
 from resumable.settings import Settings
 from resumable.webhooks.app import create_app
-from tests.conftest import API_TOKEN, WEBHOOK_SECRET, ManagedProcess, wait_until
+from tests.conftest import API_TOKEN, WEBHOOK_SECRET, LocalDeployment, wait_until
 from tests.signing import signed, signed_headers
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
@@ -42,10 +42,8 @@ def _count(db: Database, sql: str) -> int:
     return value
 
 
-def _suspended_callback(
-    client: Client, start_worker: Callable[..., ManagedProcess]
-) -> tuple[uuid.UUID, str]:
-    start_worker()
+def _suspended_callback(client: Client, deployment: LocalDeployment) -> tuple[uuid.UUID, str]:
+    deployment.worker()
     session_id = client.start("approval", {})
     wait_until(lambda: client.get(session_id).status == "suspended", what="suspension")
     return session_id, urlsplit(client.get(session_id).state["callback_url"]).path
@@ -58,9 +56,9 @@ def _nothing_stored(db: Database, client: Client, session_id: uuid.UUID) -> None
 
 
 def test_signature_failures_are_401_and_store_nothing(
-    api: TestClient, db: Database, client: Client, start_worker: Callable[..., ManagedProcess]
+    api: TestClient, db: Database, client: Client, deployment: LocalDeployment
 ) -> None:
-    session_id, path = _suspended_callback(client, start_worker)
+    session_id, path = _suspended_callback(client, deployment)
     body = json.dumps({"approved": True})
     now = datetime.now(UTC)
     good = signed_headers(body)
@@ -91,9 +89,9 @@ def test_signature_failures_are_401_and_store_nothing(
 
 
 def test_bad_bodies_get_clear_4xx_and_store_nothing(
-    api: TestClient, db: Database, client: Client, start_worker: Callable[..., ManagedProcess]
+    api: TestClient, db: Database, client: Client, deployment: LocalDeployment
 ) -> None:
-    session_id, path = _suspended_callback(client, start_worker)
+    session_id, path = _suspended_callback(client, deployment)
     not_json = "{approved: yes"
     answer = api.post(path, content=not_json, headers=signed_headers(not_json))
     assert (answer.status_code, answer.json()["error"]["code"]) == (400, "malformed_json")
@@ -126,12 +124,12 @@ def test_api_routes_need_a_bearer_token(api: TestClient) -> None:
 
 
 def test_create_session_validates_and_is_idempotent(
-    api: TestClient, client: Client, start_worker: Callable[..., ManagedProcess]
+    api: TestClient, client: Client, deployment: LocalDeployment
 ) -> None:
     answer = api.post("/v1/sessions", json={"agent": "five"}, headers=AUTH)
     assert answer.status_code == 422
     assert "no worker has registered" in answer.json()["error"]["message"]
-    start_worker()  # announces the agents in tests.agents
+    deployment.worker()  # announces the agents in tests.agents
 
     bad = {
         "not json": ("{", 400),
@@ -193,12 +191,9 @@ def test_list_pagination_filters_and_events(api: TestClient, client: Client) -> 
 
 
 def test_cancel_fences_a_running_worker_and_closes_callbacks(
-    api: TestClient,
-    client: Client,
-    tmp_path: Path,
-    start_worker: Callable[..., ManagedProcess],
+    api: TestClient, client: Client, tmp_path: Path, deployment: LocalDeployment
 ) -> None:
-    worker = start_worker()
+    worker = deployment.worker()
     (tmp_path / "hold").touch()
     session_id = client.start("approval", {"gate_dir": str(tmp_path)})
     wait_until((tmp_path / "callback_url").exists, what="the step to run")
@@ -275,9 +270,9 @@ def test_openapi_describes_every_route(api: TestClient) -> None:
 
 
 def test_metrics_count_sessions_and_deliveries(
-    api: TestClient, client: Client, start_worker: Callable[..., ManagedProcess]
+    api: TestClient, client: Client, deployment: LocalDeployment
 ) -> None:
-    session_id, path = _suspended_callback(client, start_worker)
+    session_id, path = _suspended_callback(client, deployment)
     client.start("no-worker-knows-this")
     body, headers = signed({"ok": True})
     assert api.post(path, content=body, headers=headers).status_code == 202

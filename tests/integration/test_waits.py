@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import redis
 
 from resumable.client import Client
 from resumable.models.database import Database
-from tests.conftest import API_TOKEN, ManagedProcess, wait_until
+from tests.conftest import API_TOKEN, LocalDeployment, wait_until
 from tests.signing import signed, signed_headers
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
@@ -39,13 +38,10 @@ def _count(db: Database, sql: str, *params: object) -> int:
 
 
 def test_two_hundred_suspended_sessions_on_one_thread_each_resumed_by_a_signed_post(
-    client: Client,
-    db: Database,
-    start_web: Callable[..., ManagedProcess],
-    start_worker: Callable[..., ManagedProcess],
+    client: Client, db: Database, deployment: LocalDeployment
 ) -> None:
-    start_web()
-    start_worker(RESUMABLE_WORKER_THREADS="1")
+    deployment.web()
+    deployment.worker(RESUMABLE_WORKER_THREADS="1")
     ids = [client.start("approval", {"n": i}) for i in range(200)]
     # One thread suspended all 200: none holds it while waiting.
     wait_until(
@@ -69,13 +65,10 @@ def test_two_hundred_suspended_sessions_on_one_thread_each_resumed_by_a_signed_p
 
 
 def test_ten_identical_concurrent_deliveries_resume_once(
-    client: Client,
-    db: Database,
-    start_web: Callable[..., ManagedProcess],
-    start_worker: Callable[..., ManagedProcess],
+    client: Client, db: Database, deployment: LocalDeployment
 ) -> None:
-    start_web()
-    start_worker()
+    deployment.web()
+    deployment.worker()
     session_id = client.start("approval", {})
     wait_until(lambda: _status(client, session_id) == "suspended", what="suspension")
     url = _callback_url(client, session_id)
@@ -98,14 +91,10 @@ def test_ten_identical_concurrent_deliveries_resume_once(
 
 
 def test_callback_posted_while_its_step_is_still_running_is_consumed_once(
-    client: Client,
-    db: Database,
-    tmp_path: Path,
-    start_web: Callable[..., ManagedProcess],
-    start_worker: Callable[..., ManagedProcess],
+    client: Client, db: Database, tmp_path: Path, deployment: LocalDeployment
 ) -> None:
-    start_web()
-    start_worker()
+    deployment.web()
+    deployment.worker()
     (tmp_path / "hold").touch()
     session_id = client.start("approval", {"gate_dir": str(tmp_path)})
     wait_until((tmp_path / "callback_url").exists, what="the callback URL")
@@ -126,14 +115,11 @@ def test_callback_posted_while_its_step_is_still_running_is_consumed_once(
 
 
 def test_late_callback_after_timeout_is_refused_and_audited(
-    client: Client,
-    start_web: Callable[..., ManagedProcess],
-    start_worker: Callable[..., ManagedProcess],
-    start_scheduler: Callable[..., ManagedProcess],
+    client: Client, deployment: LocalDeployment
 ) -> None:
-    start_web()
-    start_worker()
-    start_scheduler()
+    deployment.web()
+    deployment.worker()
+    deployment.scheduler()
     session_id = client.start("approval", {"timeout": 1})
     wait_until(lambda: _status(client, session_id) == "completed", what="timeout")
     finished = client.get(session_id)
@@ -155,14 +141,11 @@ def test_late_callback_after_timeout_is_refused_and_audited(
 
 
 def test_signal_sent_before_the_wait_is_kept_and_consumed(
-    client: Client,
-    web_port: int,
-    start_web: Callable[..., ManagedProcess],
-    start_worker: Callable[..., ManagedProcess],
+    client: Client, deployment: LocalDeployment
 ) -> None:
-    start_web()
+    deployment.web()
     session_id = client.start("signalled", {"topic": "approve"})
-    web_url = f"http://127.0.0.1:{web_port}"
+    web_url = deployment.url
     answer = httpx.post(
         f"{web_url}/v1/sessions/{session_id}/signals/approve",
         json={"approved_by": "alice"},
@@ -175,7 +158,7 @@ def test_signal_sent_before_the_wait_is_kept_and_consumed(
         headers={**AUTH, "Idempotency-Key": "sig-1"},
     )
     assert again.status_code == 200
-    start_worker()
+    deployment.worker()
     wait_until(lambda: _status(client, session_id) == "completed", what="completion")
     assert client.get(session_id).result == {
         "kind": "signal",
@@ -185,13 +168,10 @@ def test_signal_sent_before_the_wait_is_kept_and_consumed(
 
 
 def test_timer_and_poll_fire_within_the_poller_interval(
-    client: Client,
-    tmp_path: Path,
-    start_worker: Callable[..., ManagedProcess],
-    start_scheduler: Callable[..., ManagedProcess],
+    client: Client, tmp_path: Path, deployment: LocalDeployment
 ) -> None:
-    start_worker()
-    start_scheduler()
+    deployment.worker()
+    deployment.scheduler()
     sleeper = client.start("sleeper", {"seconds": 1.0})
     flag = tmp_path / "ready"
     polled = client.start("poller", {"path": str(flag), "every": 0.3})
@@ -213,14 +193,11 @@ def test_timer_and_poll_fire_within_the_poller_interval(
 
 
 def test_two_schedulers_resume_each_due_session_once(
-    client: Client,
-    db: Database,
-    start_worker: Callable[..., ManagedProcess],
-    start_scheduler: Callable[..., ManagedProcess],
+    client: Client, db: Database, deployment: LocalDeployment
 ) -> None:
-    start_scheduler()
-    start_scheduler()
-    start_worker()
+    deployment.scheduler()
+    deployment.scheduler()
+    deployment.worker()
     ids = [client.start("sleeper", {"seconds": 0.5}) for _ in range(60)]
     wait_until(lambda: client.count_by_status() == {"completed": 60}, timeout=30, what="60 timers")
     resumed = _count(db, "SELECT count(*) FROM audit_events WHERE event_type = 'resumed'")
@@ -230,22 +207,18 @@ def test_two_schedulers_resume_each_due_session_once(
 
 
 def test_redis_flushed_while_sessions_wait_and_others_are_pending(
-    client: Client,
-    redis_client: redis.Redis,
-    start_web: Callable[..., ManagedProcess],
-    start_worker: Callable[..., ManagedProcess],
-    start_scheduler: Callable[..., ManagedProcess],
+    client: Client, redis_client: redis.Redis, deployment: LocalDeployment
 ) -> None:
-    start_web()
-    worker = start_worker()
+    deployment.web()
+    worker = deployment.worker()
     waiting = [client.start("approval", {}) for _ in range(10)]
     wait_until(lambda: client.count_by_status() == {"suspended": 10}, what="suspension")
     worker.stop()
     pending = [client.start("five") for _ in range(10)]
     redis_client.flushall()
 
-    start_worker()
-    start_scheduler()
+    deployment.worker()
+    deployment.scheduler()
     with httpx.Client(timeout=10) as http:
         for session_id in waiting:
             body, headers = signed({"ok": True})
@@ -263,14 +236,11 @@ def test_redis_flushed_while_sessions_wait_and_others_are_pending(
 
 
 def test_a_callback_or_a_timer_whichever_comes_first(
-    client: Client,
-    start_web: Callable[..., ManagedProcess],
-    start_worker: Callable[..., ManagedProcess],
-    start_scheduler: Callable[..., ManagedProcess],
+    client: Client, deployment: LocalDeployment
 ) -> None:
-    start_web()
-    start_worker()
-    start_scheduler()
+    deployment.web()
+    deployment.worker()
+    deployment.scheduler()
     by_timer = client.start("either", {"timer": 0.5})
     by_callback = client.start("either", {"timer": 3600})
     by_timeout = client.start("either", {"timer": 3600, "callback_timeout": 0.5})

