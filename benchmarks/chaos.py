@@ -32,7 +32,6 @@ this at a database you care about.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import signal
 import sys
@@ -40,11 +39,10 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import redis
@@ -55,20 +53,20 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
 from benchmarks.chaos_agent import AGENT_NAME
 from benchmarks.harness import (
     ROOT,
-    ManagedProcess,
+    BenchDeployment,
     Services,
+    bench_client,
     bench_services,
     log_dir_for,
-    percentile,
     reset_data,
-    start_worker,
-    stop_all,
-    wait_for,
+    wait_sessions,
 )
-from resumable.client import Client
-from resumable.models.database import Database
-from resumable.queue.broker import build_broker
-from resumable.settings import Settings
+from benchmarks.report import percentile
+from resumable.dev.fake_server import FakeServer, Reply, Request
+from resumable.dev.processes import Process
+
+# The benchmark's own polling connection, spared when every other one is terminated.
+OBSERVER = "chaos-observer"
 
 TABLES = [
     "sessions",
@@ -86,26 +84,33 @@ TABLES = [
 # -- the external ledger -------------------------------------------------------------------
 
 
-@dataclass
-class Ledger:
-    """Effects by idempotency key and by logical call, as an external API would see them."""
+class Ledger(FakeServer):
+    """Effects by idempotency key and by logical call, as an external API would see them.
 
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    requests: Counter[str] = field(default_factory=Counter)  # raw requests per key
-    keys_per_call: dict[tuple[str, int], set[str]] = field(default_factory=lambda: defaultdict(set))
-    requests_per_call: Counter[tuple[str, int]] = field(default_factory=Counter)
-    attempts: Counter[tuple[str, int]] = field(default_factory=Counter)  # step starts
+    ``POST /effects`` is the side effect; ``POST /attempts`` is only a step saying
+    that it started (the recovery measurement watches for a step's second start).
+    """
 
-    def record(self, key: str, body: dict[str, Any]) -> None:
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+        self.requests: Counter[str] = Counter()  # raw requests per key
+        self.keys_per_call: dict[tuple[str, int], set[str]] = defaultdict(set)
+        self.requests_per_call: Counter[tuple[str, int]] = Counter()
+        self.attempts: Counter[tuple[str, int]] = Counter()
+
+    def handle(self, request: Request) -> Reply:
+        body = request.json()
         call = (str(body["session"]), int(body["n"]))
+        key = request.header("Idempotency-Key") or ""
         with self.lock:
-            self.requests[key] += 1
-            self.keys_per_call[call].add(key)
-            self.requests_per_call[call] += 1
-
-    def attempt(self, body: dict[str, Any]) -> None:
-        with self.lock:
-            self.attempts[(str(body["session"]), int(body["n"]))] += 1
+            if request.path.endswith("/attempts"):
+                self.attempts[call] += 1
+            else:
+                self.requests[key] += 1
+                self.keys_per_call[call].add(key)
+                self.requests_per_call[call] += 1
+        return Reply(200, {"id": key[-12:]})
 
     def attempted(self, call: tuple[str, int], times: int) -> bool:
         """Whether step `call` has started at least `times` times."""
@@ -113,71 +118,26 @@ class Ledger:
             return self.attempts.get(call, 0) >= times
 
 
-def serve_ledger(ledger: Ledger) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-            key = self.headers.get("Idempotency-Key") or ""
-            if self.path.endswith("/attempts"):
-                ledger.attempt(body)
-            else:
-                ledger.record(key, body)
-            data = json.dumps({"id": key[-12:]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 # -- the deployment ------------------------------------------------------------------------
 
 
 class Fleet:
-    """Workers and one scheduler, all real processes sharing one environment."""
+    """Workers and one scheduler on the benchmark's deployment; killed workers are replaced."""
 
-    def __init__(self, services: Services, env: dict[str, str], log_dir: Path) -> None:
-        self.urls = (services.database_url, services.redis_url)
-        self.env = env
-        self.log_dir = log_dir
-        self.started = 0
-        self.workers: list[ManagedProcess] = []
-        self.everything: list[ManagedProcess] = []
+    def __init__(self, deployment: BenchDeployment) -> None:
+        self.deployment = deployment
+        self.workers: list[Process] = []
 
-    def add_worker(self) -> ManagedProcess:
-        worker = start_worker(
-            self.started, "benchmarks.chaos_agent", self.urls, self.env, self.log_dir
-        )
-        self.started += 1
+    def add_worker(self) -> Process:
+        (worker,) = self.deployment.start_workers(1, "benchmarks.chaos_agent")
         self.workers.append(worker)
-        self.everything.append(worker)
-        wait_for(worker.started, 60, "a worker to start")
         return worker
 
-    def add_scheduler(self) -> ManagedProcess:
-        scheduler = ManagedProcess(
-            "scheduler",
-            ["scheduler"],
-            self.urls,
-            self.env,
-            self.log_dir / "scheduler.log",
-            ready_text="scheduler started",
-        )
-        self.everything.append(scheduler)
-        wait_for(scheduler.started, 60, "the scheduler to start")
-        return scheduler
+    def add_scheduler(self) -> Process:
+        return self.deployment.processes.scheduler().wait_ready(60)
 
-    def kill(self, worker: ManagedProcess) -> None:
-        worker.proc.send_signal(signal.SIGKILL)
-        worker.proc.wait(timeout=10)
+    def kill(self, worker: Process) -> None:
+        self.deployment.processes.kill(worker)
         self.workers.remove(worker)
 
 
@@ -209,6 +169,8 @@ def terminate_connections(pg_url: str) -> int:
         rows = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND application_name <> %s",
+            (OBSERVER,),
         ).fetchall()
     return len(rows)
 
@@ -267,7 +229,7 @@ class Outcome:
     after_last_fault: float
 
 
-def check(services: Services, ledger: Ledger, args: argparse.Namespace) -> tuple[int, int]:
+def check(services: Services, args: argparse.Namespace) -> tuple[int, int]:
     """(sessions with checkpoints 1..M each exactly once, sessions completed)."""
     with psycopg.connect(services.pg_url, autocommit=True) as conn:
         rows = conn.execute(
@@ -280,20 +242,21 @@ def check(services: Services, ledger: Ledger, args: argparse.Namespace) -> tuple
     return gapless, completed
 
 
-def run_chaos(
-    args: argparse.Namespace, services: Services, settings: Settings, log_dir: Path
-) -> Outcome:
-    ledger = Ledger()
-    server = serve_ledger(ledger)
-    ledger_url = f"http://127.0.0.1:{server.server_address[1]}/effects"
-    env = worker_env(args)
-    fleet = Fleet(services, env, log_dir)
-    db = Database(services.database_url, pool_size=4)
-    broker = build_broker(settings, services.redis_url)
-    client = Client(settings, db, broker)
+def run_chaos(args: argparse.Namespace, services: Services, log_dir: Path) -> Outcome:
     faults = Faults()
     done = threading.Event()
-    try:
+    env = {
+        "RESUMABLE_LEASE_SECONDS": f"{args.lease:g}",
+        "RESUMABLE_WORKER_THREADS": str(args.threads),
+        "RESUMABLE_SCHEDULER_INTERVAL_SECONDS": "0.5",
+    }
+    with (
+        Ledger() as ledger,
+        BenchDeployment(services, log_dir, env) as deployment,
+        bench_client(services.settings(), pool_size=4) as client,
+        psycopg.connect(services.pg_url, autocommit=True, application_name=OBSERVER) as conn,
+    ):
+        fleet = Fleet(deployment)
         fleet.add_scheduler()
         for _ in range(args.workers):
             fleet.add_worker()
@@ -301,7 +264,7 @@ def run_chaos(
         for index in range(args.sessions):
             client.start(
                 AGENT_NAME,
-                {"ledger": ledger_url, "steps": args.steps, "work_ms": args.work_ms},
+                {"ledger": f"{ledger.url}/effects", "steps": args.steps, "work_ms": args.work_ms},
                 session_id=uuid.UUID(int=index + 1),
             )
         chaos = threading.Thread(
@@ -309,28 +272,20 @@ def run_chaos(
         )
         chaos.start()
         try:
-            wait_for(
-                lambda: (
-                    statuses(services.pg_url)["completed"] == args.sessions
-                    and faults.kills >= args.kills
-                ),
-                args.timeout,
-                "every session to complete",
+            wait_sessions(
+                conn,
+                lambda counts: counts["completed"] == args.sessions and faults.kills >= args.kills,
+                what="every session to complete",
+                timeout=args.timeout,
                 interval=0.2,
             )
         finally:
             done.set()
             chaos.join()
         finished = time.monotonic()
-    finally:
-        stop_all(fleet.everything)
-        broker.close()
-        db.close()
-        server.shutdown()
-        server.server_close()
-    for line in faults.log[-8:]:
+    for line in faults.log:
         print(f"  {line}")
-    gapless, completed = check(services, ledger, args)
+    gapless, completed = check(services, args)
     return Outcome(
         sessions=args.sessions,
         completed=completed,
@@ -345,63 +300,51 @@ def run_chaos(
     )
 
 
-def worker_env(args: argparse.Namespace) -> dict[str, str]:
-    return {
-        "RESUMABLE_LEASE_SECONDS": f"{args.lease:g}",
-        "RESUMABLE_WORKER_THREADS": str(args.threads),
-        "RESUMABLE_SCHEDULER_INTERVAL_SECONDS": "0.5",
-        "PYTHONPATH": str(ROOT),
-    }
-
-
 def measure_recovery(
-    args: argparse.Namespace, services: Services, settings: Settings, log_dir: Path, rounds: int
+    args: argparse.Namespace, services: Services, log_dir: Path, env: dict[str, str]
 ) -> list[float]:
     """Seconds from SIGKILL of the worker running a step until another worker runs it again."""
-    ledger = Ledger()
-    server = serve_ledger(ledger)
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    log_dir = log_dir / "recovery"
-    log_dir.mkdir(exist_ok=True)
-    fleet = Fleet(services, {"PYTHONPATH": str(ROOT)}, log_dir)  # documented defaults
-    db = Database(services.database_url, pool_size=2)
-    broker = build_broker(settings, services.redis_url)
-    client = Client(settings, db, broker)
     times: list[float] = []
-    try:
+    with (
+        Ledger() as ledger,
+        BenchDeployment(services, log_dir, env) as deployment,
+        bench_client(services.settings(), pool_size=2) as client,
+    ):
+        fleet = Fleet(deployment)
         fleet.add_scheduler()
         for _ in range(2):
             fleet.add_worker()
-        for _ in range(rounds):
+        for _ in range(args.recovery_rounds):
             sid = client.start(
                 AGENT_NAME,
                 {
-                    "ledger": f"{base}/effects",
-                    "announce": f"{base}/attempts",
+                    "ledger": f"{ledger.url}/effects",
+                    "announce": f"{ledger.url}/attempts",
                     "steps": 2,
                     "work_ms": 120_000,
                 },
             )
             call = (str(sid), 1)
             wait_for(partial(ledger.attempted, call, 1), 30, "the step to start")
-            owner = _owner_pid(services.pg_url, sid, fleet)
-            fleet.kill(owner)
+            fleet.kill(_owner(services.pg_url, sid, fleet))
             killed = time.monotonic()
             fleet.add_worker()
             # The step announces each start: its second start is the recovery.
             wait_for(partial(ledger.attempted, call, 2), 300, "recovery")
             times.append(time.monotonic() - killed)
             client.cancel(sid, actor="chaos", reason="measured")
-    finally:
-        stop_all(fleet.everything)
-        broker.close()
-        db.close()
-        server.shutdown()
-        server.server_close()
     return times
 
 
-def _owner_pid(pg_url: str, session_id: uuid.UUID, fleet: Fleet) -> ManagedProcess:
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def _owner(pg_url: str, session_id: uuid.UUID, fleet: Fleet) -> Process:
     with psycopg.connect(pg_url, autocommit=True) as conn:
         row = conn.execute(
             "SELECT lease_owner FROM sessions WHERE id = %s", (session_id,)
@@ -409,7 +352,7 @@ def _owner_pid(pg_url: str, session_id: uuid.UUID, fleet: Fleet) -> ManagedProce
     owner = str(row[0]) if row and row[0] else ""
     pid = owner.split(":")[1] if owner.count(":") >= 2 else ""
     for worker in fleet.workers:
-        if str(worker.proc.pid) == pid:
+        if str(worker.pid) == pid:
             return worker
     raise RuntimeError(f"no live worker owns {session_id} (owner {owner!r})")
 
@@ -467,14 +410,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with bench_services(args.home) as services:
         reset_data(services.pg_url, services.redis_url, TABLES)
-        settings = Settings(database_url=services.database_url, redis_url=services.redis_url)
         log_dir = log_dir_for(args.home)
         print(f"chaos: {args.sessions} sessions x {args.steps} steps on {args.workers} workers")
         print(f"  servers: {services.where}; logs in {log_dir}")
         print(f"  faults: {args.kills} SIGKILLs every {args.kill_every:g} s, one SIGSTOP past")
         print(f"  the {args.lease:g} s lease, one Redis flush, one termination of every connection")
-        outcome = run_chaos(args, services, settings, log_dir)
-        recovery = measure_recovery(args, services, settings, log_dir, args.recovery_rounds)
+        outcome = run_chaos(args, services, log_dir)
+        recovery_logs = log_dir / "recovery"
+        recovery_logs.mkdir(exist_ok=True)
+        recovery = measure_recovery(args, services, recovery_logs, env={})  # the defaults
     ok = report(outcome, recovery, args)
     print("\nOK: nothing lost, no effect doubled" if ok else "\nFAILED: see above")
     return 0 if ok else 1
