@@ -14,7 +14,7 @@ import psycopg
 import psycopg_pool
 import redis
 import sqlalchemy.exc
-from dramatiq.errors import ConnectionError as BrokerConnectionError
+from dramatiq.errors import BrokerConnectionError
 from sqlalchemy.engine import make_url
 
 from resumable.errors import ResumableError

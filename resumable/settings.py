@@ -257,7 +257,8 @@ def load_settings(**overrides: object) -> Settings:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         problems = [
-            f"{env_name(str(error['loc'][0])) if error['loc'] else 'settings'}: {error['msg']}"
+            f"{env_name(str(error['loc'][0])) if error['loc'] else 'settings'}: "
+            + error["msg"].removeprefix("Value error, ")
             for error in exc.errors()
         ]
         raise ConfigurationError("invalid setting " + "; ".join(problems)) from None

@@ -4,7 +4,7 @@ refused up front when PostgreSQL could not store it.
 Valid JSON is not enough: PostgreSQL rejects ``\\u0000`` in ``jsonb`` and
 ``text``, psycopg cannot encode a lone surrogate (``"\\ud800"``, or a byte that
 is not UTF-8 in ``argv``), and Python's parser gives up on deep nesting and
-huge integers. Each is a ``click.BadParameter`` naming the option and where
+huge integers. Each is a ``click.UsageError`` naming the option and where
 in the value the problem sits, before anything is written.
 """
 
@@ -52,14 +52,14 @@ def parse_json(value: str | None, option: str) -> Any:
     try:
         decoded = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"{option} is not valid JSON: {exc}") from None
+        raise click.UsageError(f"{option} is not valid JSON: {exc}") from None
     except RecursionError:
-        raise click.BadParameter(f"{option} is nested too deeply") from None
+        raise click.UsageError(f"{option} is nested too deeply") from None
     except ValueError as exc:  # an integer of more than 4,300 digits
-        raise click.BadParameter(f"{option}: {exc}") from None
+        raise click.UsageError(f"{option}: {exc}") from None
     problem = _find_bad_text(decoded, "$")
     if problem:
-        raise click.BadParameter(f"{option}: {problem}")
+        raise click.UsageError(f"{option}: {problem}")
     return decoded
 
 
@@ -69,9 +69,9 @@ def parse_text(value: str | None, option: str, *, max_length: int | None = None)
         return None
     problem = _bad_text(value)
     if problem:
-        raise click.BadParameter(f"{option} {problem}")
+        raise click.UsageError(f"{option} {problem}")
     if max_length is not None and len(value.encode()) > max_length:
-        raise click.BadParameter(f"{option} is longer than {max_length} bytes")
+        raise click.UsageError(f"{option} is longer than {max_length} bytes")
     return value
 
 
@@ -79,5 +79,5 @@ def parse_patch(value: str | None, option: str = "--patch") -> list[dict[str, An
     """An RFC 6902 JSON Patch: a JSON array of operations."""
     patch = parse_json(value, option)
     if patch is not None and not isinstance(patch, list):
-        raise click.BadParameter(f"{option} must be a JSON array of operations")
+        raise click.UsageError(f"{option} must be a JSON array of operations")
     return patch

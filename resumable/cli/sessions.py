@@ -226,7 +226,7 @@ def sessions_cancel(settings: Settings, session_id: str, reason: str, by: str | 
     """Cancel a session that has not finished (fences out a running worker)."""
     parse_text(reason, "--reason")
     if not reason.strip():
-        raise click.BadParameter("--reason must not be empty")
+        raise click.UsageError("--reason must not be empty")
     with connected(settings) as c:
         sid = resolve_session(c.db, session_id)
         c.client.cancel(sid, actor=actor(by), reason=reason)
@@ -253,7 +253,7 @@ def sessions_signal(
     from resumable.inbox import Inbox, Verdict
 
     if not _TOPIC.match(topic):
-        raise click.BadParameter("TOPIC must be 1-100 of [A-Za-z0-9_.:-]")
+        raise click.UsageError("TOPIC must be 1-100 of [A-Za-z0-9_.:-]")
     value: Any = parse_json(payload, "--payload")
     parse_text(idempotency_key, "--idempotency-key", max_length=MAX_KEY_BYTES)
     with connected(settings, broker=True) as c:

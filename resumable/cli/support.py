@@ -132,14 +132,43 @@ def describe(exc: BaseException) -> str | None:
     return None
 
 
+def usage_error(exc: click.ClickException) -> NoReturn:
+    """A bad argument or option: one line (click's default adds a usage block)
+    and click's exit status (2)."""
+    hint = ""
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        hint = f" (see `{exc.ctx.command_path} --help`)"
+    errors.print(
+        f"[red]error:[/red] {escape(exc.format_message())}{escape(hint)}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    sys.exit(exc.exit_code)
+
+
 class ErrorGroup(click.Group):
     """Turns every foreseeable failure into one line on stderr and exit
-    status 1; a bug also gets one line, and its traceback with --log-level DEBUG."""
+    status 1 (2 for a bad argument); a bug also gets one line, and its
+    traceback with --log-level DEBUG."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as exc:
+            usage_error(exc)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
+        except click.ClickException as exc:
+            usage_error(exc)
+        except (click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:
             message = describe(exc)

@@ -131,7 +131,7 @@ def test_cli_reports_errors_with_a_message_and_nonzero_exit(client: Client) -> N
         cwd=ROOT,
     )
     assert unknown.returncode == 1
-    assert "unknown agent 'nope'" in unknown.stdout
+    assert "unknown agent 'nope'" in unknown.stderr
     missing = subprocess.run(
         [*env_cmd, "sessions", "show", str(uuid.uuid4())],
         check=False,
@@ -141,6 +141,6 @@ def test_cli_reports_errors_with_a_message_and_nonzero_exit(client: Client) -> N
         cwd=ROOT,
     )
     assert missing.returncode == 1
-    assert "no session" in missing.stdout
+    assert "no session" in missing.stderr
     assert client.count_by_status() == {}
     assert agents.five.name == "five"
