@@ -8,6 +8,7 @@ fail fast before it changes anything; the scheduler to report an outage once.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import psycopg
@@ -76,6 +77,8 @@ def reason(exc: BaseException) -> str:
     if " failed: " in first:
         first = first.rsplit(" failed: ", 1)[1]
     first = first.removeprefix("FATAL:").strip()
+    # redis-py: 'Error 111 connecting to 127.0.0.1:1. Connection refused.'
+    first = re.sub(r"^Error -?\d+ connecting to \S+?\.\s+", "", first).rstrip(".")
     return " ".join(first.split())
 
 

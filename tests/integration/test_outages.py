@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import redis
 from sqlalchemy.engine import make_url
@@ -22,20 +23,12 @@ from tests.conftest import ManagedProcess, free_port, wait_until
 
 
 class Relay:
-    """Forwards a local TCP port to the test's PostgreSQL (TCP or unix socket)
-    while open; while closed the port refuses connections."""
+    """Forwards a local TCP port to a server (a unix socket path or a host and
+    port) while open; while closed the port refuses connections."""
 
-    def __init__(self, database_url: str, port: int) -> None:
-        url = make_url(database_url)
-        socket_dir = url.query.get("host")
-        if isinstance(socket_dir, tuple):
-            socket_dir = socket_dir[0]
-        self._unix = bool(url.host is None and socket_dir)
-        self._address: str | tuple[str, int] = (
-            f"{socket_dir}/.s.PGSQL.{url.port or 5432}"
-            if self._unix
-            else (url.host or "127.0.0.1", url.port or 5432)
-        )
+    def __init__(self, target: str | tuple[str, int], port: int) -> None:
+        self._unix = isinstance(target, str)
+        self._address = target
         self.port = port
         self._listener: socket.socket | None = None
         self._stop = threading.Event()
@@ -89,7 +82,25 @@ class Relay:
             sink.shutdown(socket.SHUT_WR)
 
 
-def _relayed_url(settings: Settings, port: int) -> str:
+def _database_target(settings: Settings) -> str | tuple[str, int]:
+    url = make_url(settings.database_url or "")
+    socket_dir = url.query.get("host")
+    if isinstance(socket_dir, tuple):
+        socket_dir = socket_dir[0]
+    if url.host is None and socket_dir:
+        return f"{socket_dir}/.s.PGSQL.{url.port or 5432}"
+    return (url.host or "127.0.0.1", url.port or 5432)
+
+
+def _redis_target(settings: Settings) -> str | tuple[str, int]:
+    url = settings.redis_url or ""
+    if url.startswith("unix://"):
+        return url.removeprefix("unix://").split("?", 1)[0]
+    parts = urlsplit(url)
+    return (parts.hostname or "127.0.0.1", parts.port or 6379)
+
+
+def _relayed_database_url(settings: Settings, port: int) -> str:
     url = make_url(settings.database_url or "")
     return url.set(host="127.0.0.1", port=port, query={}).render_as_string(hide_password=False)
 
@@ -105,8 +116,10 @@ def test_scheduler_reports_an_outage_once_backs_off_and_resumes(
     process_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    relay = Relay(settings.database_url or "", free_port())
-    relayed = settings.model_copy(update={"database_url": _relayed_url(settings, relay.port)})
+    relay = Relay(_database_target(settings), free_port())
+    relayed = settings.model_copy(
+        update={"database_url": _relayed_database_url(settings, relay.port)}
+    )
     scheduler = ManagedProcess(
         ["scheduler"], relayed, tmp_path / "scheduler.log", process_env, "scheduler started"
     )
@@ -139,6 +152,51 @@ def test_scheduler_reports_an_outage_once_backs_off_and_resumes(
         assert client.get(session_id).status == "pending"
         lines = _log_lines(scheduler)
         assert "reachable again at 127.0.0.1" in lines[2], "\n".join(lines)
+        assert not [line for line in lines if "Traceback" in line or "ERROR" in line], lines
+    finally:
+        scheduler.stop()
+        relay.close()
+
+
+def test_scheduler_reports_a_redis_outage_once_and_resumes(
+    settings: Settings,
+    client: Client,
+    redis_client: redis.Redis,
+    process_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    relay = Relay(_redis_target(settings), free_port())
+    relayed = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{relay.port}/0"})
+    # A pending session whose message is lost: the reconciler must send one, on Redis.
+    session_id = client.start("five")
+    redis_client.flushdb()
+    scheduler = ManagedProcess(
+        ["scheduler"], relayed, tmp_path / "scheduler.log", process_env, "scheduler started"
+    )
+    try:
+        wait_until(
+            lambda: "redis unreachable at 127.0.0.1" in scheduler.output(),
+            timeout=15,
+            what="the outage line",
+        )
+        time.sleep(3)  # the measurement window: nothing more is said while it is down
+        lines = _log_lines(scheduler)
+        assert len(lines) == 2, "\n".join(lines)
+        assert "Connection refused" in lines[1] and "retrying" in lines[1]
+
+        relay.open()
+        wait_until(
+            lambda: "redis reachable again" in scheduler.output(),
+            timeout=20,
+            what="the recovery line",
+        )
+        wait_until(
+            lambda: redis_client.keys("resumable:*"),
+            timeout=20,
+            what="the reconciler to re-enqueue the session",
+        )
+        assert client.get(session_id).status == "pending"
+        lines = _log_lines(scheduler)
         assert not [line for line in lines if "Traceback" in line or "ERROR" in line], lines
     finally:
         scheduler.stop()
