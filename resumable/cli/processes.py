@@ -28,7 +28,7 @@ def worker(settings: Settings, agent_modules: tuple[str, ...], threads: int | No
     if threads:
         settings = settings.model_copy(update={"worker_threads": threads})
     registry = load_agents(modules)
-    with process_urls(settings) as urls:
+    with process_urls(settings, check=True) as urls:
         runtime = build_runtime(settings, urls.database_url, urls.redis_url, registry)
         run_worker(runtime)
 

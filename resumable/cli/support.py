@@ -70,7 +70,9 @@ def connected(
             db.close()
 
 
-def check_servers(settings: Settings, urls: ServiceURLs, *, broker: bool) -> None:
+def check_servers(
+    settings: Settings, urls: ServiceURLs, *, broker: bool, migrate_embedded: bool = True
+) -> None:
     """Fail fast, naming the setting, if a server does not answer; bring the
     embedded database's schema up to date (as ``dev`` does) or say how to."""
     configured = settings.database_url is not None
@@ -78,9 +80,10 @@ def check_servers(settings: Settings, urls: ServiceURLs, *, broker: bool) -> Non
     if broker:
         probe_redis(urls.redis_url, "REDIS_URL" if settings.redis_url else "the embedded server")
     if not configured:
-        from resumable.models import migrate
+        if migrate_embedded:
+            from resumable.models import migrate
 
-        migrate.upgrade(urls.database_url)
+            migrate.upgrade(urls.database_url)
         return
     from resumable.models.database import libpq_url
 
@@ -126,7 +129,7 @@ def describe(exc: BaseException) -> str | None:
         return f"cannot use PostgreSQL (check DATABASE_URL): {reason(exc)}"
     if server == "redis":
         return f"cannot use Redis (check REDIS_URL): {reason(exc)}"
-    if isinstance(exc, OSError) and exc.strerror:
+    if isinstance(exc, OSError) and exc.strerror and not isinstance(exc, BrokenPipeError):
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror}{where}"
     return None
@@ -183,13 +186,20 @@ class ErrorGroup(click.Group):
 
 
 @contextlib.contextmanager
-def process_urls(settings: Settings) -> Iterator[ServiceURLs]:
+def process_urls(settings: Settings, *, check: bool = False) -> Iterator[ServiceURLs]:
     """URLs for a long-running process (worker, web, scheduler). On the
     embedded database it also brings the schema up to date, since there is no
-    release phase to do it (safe when several processes start at once)."""
+    release phase to do it (safe when several processes start at once).
+
+    `check=True` (the worker, which can do nothing without both servers)
+    fails at once, naming the setting, if either does not answer or the
+    schema is missing. The web process starts anyway and answers 503 on
+    ``/readyz``; the scheduler starts anyway and reports the outage."""
     with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
         if not settings.database_url:
             from resumable.models import migrate
 
             migrate.upgrade(urls.database_url)
+        if check:
+            check_servers(settings, urls, broker=True, migrate_embedded=False)
         yield urls

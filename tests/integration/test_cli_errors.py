@@ -96,6 +96,18 @@ def test_unreachable_database_fails_within_seconds_naming_the_setting(client: Cl
     assert client.count_by_status() == {}
 
 
+def test_a_worker_with_an_unreachable_server_stops_at_once_naming_it(client: Client) -> None:
+    port = free_port()
+    for env, fragments in [
+        ({"DATABASE_URL": f"postgresql://postgres@127.0.0.1:{port}/x"}, ["DATABASE_URL"]),
+        ({"REDIS_URL": f"redis://127.0.0.1:{port}/0"}, ["REDIS_URL"]),
+    ]:
+        started = time.monotonic()
+        result = _run("worker", "--agents", "tests.agents", client=client, env=env, timeout=30)
+        _one_line_error(result, f"127.0.0.1:{port}", "Connection refused", *fragments)
+        assert time.monotonic() - started < 10
+
+
 def test_unreachable_redis_fails_before_anything_is_written(client: Client) -> None:
     port = free_port()
     result = _run(

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from resumable.client import Client
+from resumable.dead_letters import DeadLetterFilter, DeadLetters
+from resumable.errors import InvalidPatchError
 from resumable.models.database import Database
 from tests.conftest import ROOT, ManagedProcess, wait_until
 from tests.fake_api import FakeAPI
@@ -98,6 +100,16 @@ def test_dry_run_refuses_what_the_real_run_refuses_and_compensation_filters(
     assert sorted(d["id"] for d in listed["dead_letters"]) == compensated
     bogus = _cli(client, "dlq", "list", "--compensation", "partly")
     assert "'partly' is not one of 'none', 'completed', 'failed'" in _error_line(bogus)
+
+    # A rate that would stall the drain is refused before anything is done,
+    # here and over HTTP (which shares DeadLetters.drain).
+    slow = _cli(client, "dlq", "drain", "--action", "discard", "--reason", "x", "--rate", "0.001")
+    assert "'--rate'" in _error_line(slow) and slow.returncode == 2
+    with pytest.raises(InvalidPatchError, match="rate must be between"):
+        DeadLetters(client.settings, db, client.broker).drain(
+            "discard", DeadLetterFilter(), actor="test", reason="x", rate=1e-300
+        )
+    assert client.count_by_status() == {"failed": 5} and len(_letters(db)["none"]) == 3
 
     # The real run refuses exactly what the dry run said it would.
     real = _cli(client, "dlq", "drain", "--action", "retry", "--json")
