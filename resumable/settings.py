@@ -4,20 +4,32 @@ in tests and on a laptop without a config file."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from resumable.errors import ConfigurationError
 from resumable.redaction import DEFAULT_KEYS
+
+# The Standard Webhooks spec asks for secrets of 24 to 64 random bytes.
+_MIN_SECRET_BYTES = 24
+_DAY = 86_400.0
 
 
 class Settings(BaseSettings):
-    """Every knob resumable reads. Each field documents itself in README.md."""
+    """Every knob resumable reads. Each field documents itself in README.md.
+
+    Every knob is checked when a process starts (numbers within bounds, URLs
+    and secrets well formed), so a typo fails at once, naming the variable,
+    instead of an hour later on the first request that needs it."""
 
     model_config = SettingsConfigDict(
-        env_prefix="RESUMABLE_", extra="ignore", populate_by_name=True
+        env_prefix="RESUMABLE_", extra="ignore", populate_by_name=True, allow_inf_nan=False
     )
 
     database_url: str | None = Field(
@@ -38,31 +50,38 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Modules that define agents, imported by workers (comma-separated).",
     )
-    queue_name: str = Field(default="resumable", description="dramatiq queue for session runs.")
+    queue_name: str = Field(
+        default="resumable", min_length=1, description="dramatiq queue for session runs."
+    )
     lease_seconds: float = Field(
         default=30.0,
         gt=0,
+        le=_DAY,
         description="How long a worker owns a session without renewing its lease.",
     )
     max_steps_per_run: int = Field(
         default=50,
         gt=0,
+        le=1_000_000,
         description="Steps one message may run before the session is re-enqueued (fairness).",
     )
     max_seconds_per_run: float = Field(
         default=30.0,
         gt=0,
+        le=_DAY,
         description="Seconds one message may run before the session is re-enqueued (fairness).",
     )
-    worker_threads: int = Field(default=8, gt=0, description="Threads per worker process.")
+    worker_threads: int = Field(default=8, gt=0, le=1024, description="Threads per worker process.")
     worker_prefetch: int = Field(
         default=0,
         ge=0,
+        le=100_000,
         description="Messages a worker process prefetches; 0 means twice the thread count.",
     )
     heartbeat_timeout_ms: int = Field(
         default=10_000,
-        gt=0,
+        ge=100,
+        le=int(_DAY * 1000),
         description="After this long without a worker heartbeat, its unacked messages "
         "are redelivered by another worker (dramatiq's default is 60 s).",
     )
@@ -74,10 +93,13 @@ class Settings(BaseSettings):
         "(its default is 1,000); 100,000 means 10%, so an idle worker polling every "
         "100 ms notices a dead worker's messages within about a second.",
     )
-    db_pool_size: int = Field(default=10, gt=0, description="Database connections per process.")
+    db_pool_size: int = Field(
+        default=10, gt=0, le=1000, description="Database connections per process."
+    )
     reconcile_grace_seconds: float = Field(
         default=30.0,
         ge=0,
+        le=_DAY,
         description="A pending session untouched this long is assumed to have lost its "
         "queue message and is re-enqueued by the reconciler.",
     )
@@ -98,13 +120,19 @@ class Settings(BaseSettings):
         "with. Unset: callbacks are authenticated by their unguessable token alone.",
     )
     max_body_bytes: int = Field(
-        default=1_048_576, gt=0, description="Largest request body the web process accepts."
+        default=1_048_576,
+        gt=0,
+        le=1 << 30,
+        description="Largest request body the web process accepts.",
     )
-    web_host: str = Field(default="127.0.0.1", description="Address `resumable web` binds.")
-    web_port: int = Field(default=8000, description="Port `resumable web` binds.")
+    web_host: str = Field(
+        default="127.0.0.1", min_length=1, description="Address `resumable web` binds."
+    )
+    web_port: int = Field(default=8000, ge=1, le=65535, description="Port `resumable web` binds.")
     scheduler_interval_seconds: float = Field(
         default=1.0,
-        gt=0,
+        ge=0.01,
+        le=3600,
         description="How often the scheduler wakes due timers and polls and reconciles.",
     )
 
@@ -118,7 +146,7 @@ class Settings(BaseSettings):
         description="Standard Webhooks secret (`whsec_...`) alerts are signed with.",
     )
     alert_max_attempts: int = Field(
-        default=10, gt=0, description="Delivery attempts per alert before it is given up."
+        default=10, gt=0, le=1000, description="Delivery attempts per alert before it is given up."
     )
 
     redact_keys: Annotated[list[str], NoDecode] = Field(
@@ -130,6 +158,7 @@ class Settings(BaseSettings):
     retention_days: float | None = Field(
         default=None,
         gt=0,
+        le=36_500,
         description="Delete (or archive) sessions that finished more than this many days "
         "ago, with their history. Unset: keep everything.",
     )
@@ -139,11 +168,12 @@ class Settings(BaseSettings):
         "`archived_sessions`) before deleting.",
     )
     retention_batch: int = Field(
-        default=200, gt=0, description="Sessions retention handles per scheduler pass."
+        default=200, gt=0, le=100_000, description="Sessions retention handles per scheduler pass."
     )
     compact_keep: int | None = Field(
         default=None,
         gt=0,
+        le=1_000_000,
         description="Keep only the last this many checkpoints of each session (older ones "
         "are dropped after re-basing the chain on a snapshot). Unset: keep all.",
     )
@@ -156,12 +186,79 @@ class Settings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
+    @field_validator("database_url", "redis_url", "alert_webhook_url", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """`DATABASE_URL=` in an env file means "not set", as it always has."""
+        return None if value == "" else value
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.split("://", 1)[0].startswith("postgres"):
+            raise ValueError("must be a postgresql:// URL")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value is not None and value.split("://", 1)[0] not in {"redis", "rediss", "unix"}:
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return value
+
+    @field_validator("public_url", "alert_webhook_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in {"http", "https"} or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        return value
+
+    @field_validator("webhook_secret", "alert_webhook_secret")
+    @classmethod
+    def _webhook_secret(cls, value: str | None) -> str | None:
+        """Checked strictly here: the standardwebhooks library pads and accepts
+        a malformed secret, which then fails every signature check at run time."""
+        if value is None:
+            return value
+        if not value.startswith("whsec_"):
+            raise ValueError("must be whsec_ followed by base64 (a Standard Webhooks secret)")
+        try:
+            key = base64.b64decode(value.removeprefix("whsec_"), validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("the part after whsec_ is not valid base64") from None
+        if len(key) < _MIN_SECRET_BYTES:
+            raise ValueError(
+                f"must hold at least {_MIN_SECRET_BYTES} random bytes (got {len(key)})"
+            )
+        return value
+
     @property
     def home_dir(self) -> Path:
         """The home directory as an absolute path (processes may change directory)."""
         return self.home.expanduser().resolve()
 
 
+def env_name(field: str) -> str:
+    """The environment variable that sets `field`."""
+    return {"database_url": "DATABASE_URL", "redis_url": "REDIS_URL"}.get(
+        field, f"RESUMABLE_{field.upper()}"
+    )
+
+
 def load_settings(**overrides: object) -> Settings:
-    """Read settings from the environment, with explicit overrides on top."""
-    return Settings(**overrides)  # type: ignore[arg-type]
+    """Read settings from the environment, with explicit overrides on top.
+
+    Raises ConfigurationError naming every bad variable (never its value,
+    which may be a secret)."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = [
+            f"{env_name(str(error['loc'][0])) if error['loc'] else 'settings'}: "
+            + error["msg"].removeprefix("Value error, ")
+            for error in exc.errors()
+        ]
+        raise ConfigurationError("invalid setting " + "; ".join(problems)) from None

@@ -7,6 +7,7 @@ import click
 from resumable.cli.support import ErrorGroup, console
 from resumable.embedded import service_urls
 from resumable.models import migrate
+from resumable.reachability import probe_database
 from resumable.settings import Settings
 
 
@@ -21,5 +22,6 @@ def db() -> None:
 def db_upgrade(settings: Settings, revision: str) -> None:
     """Apply migrations (safe to run from several processes at once)."""
     with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
+        probe_database(urls.database_url, "DATABASE_URL")
         migrate.upgrade(urls.database_url, revision)
         console.print(f"schema at {migrate.current_revision(urls.database_url)}")

@@ -13,7 +13,13 @@ from resumable.settings import load_settings
 
 
 @click.group(cls=ErrorGroup)
-@click.option("--log-level", default="INFO", show_default=True, help="Logging level.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    help="Logging level (DEBUG also shows the traceback of an unexpected error).",
+)
 @click.pass_context
 def main(ctx: click.Context, log_level: str) -> None:
     """resumable: a suspend-and-resume job queue for long-running AI agents."""

@@ -8,8 +8,7 @@ import sys
 
 import click
 
-from resumable.agent import AgentRegistry
-from resumable.cli.support import console, fail, process_urls
+from resumable.cli.support import console, fail, load_agents, optional_agents, process_urls
 from resumable.settings import Settings
 
 
@@ -17,7 +16,7 @@ from resumable.settings import Settings
 @click.option(
     "--agents", "agent_modules", multiple=True, help="Module defining agents (repeatable)."
 )
-@click.option("--threads", type=int, default=None, help="Worker threads.")
+@click.option("--threads", type=click.IntRange(1, 1024), default=None, help="Worker threads.")
 @click.pass_obj
 def worker(settings: Settings, agent_modules: tuple[str, ...], threads: int | None) -> None:
     """Run sessions from the queue until SIGTERM."""
@@ -28,15 +27,17 @@ def worker(settings: Settings, agent_modules: tuple[str, ...], threads: int | No
         fail("no agent modules: pass --agents MODULE or set RESUMABLE_AGENTS")
     if threads:
         settings = settings.model_copy(update={"worker_threads": threads})
-    registry = AgentRegistry.from_modules(modules)
-    with process_urls(settings) as urls:
+    registry = load_agents(modules)
+    with process_urls(settings, check=True) as urls:
         runtime = build_runtime(settings, urls.database_url, urls.redis_url, registry)
         run_worker(runtime)
 
 
 @click.command()
 @click.option("--host", default=None, help="Bind address (default RESUMABLE_WEB_HOST).")
-@click.option("--port", type=int, default=None, help="Port (default RESUMABLE_WEB_PORT).")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=None, help="Port (default RESUMABLE_WEB_PORT)."
+)
 @click.pass_obj
 def web(settings: Settings, host: str | None, port: int | None) -> None:
     """Serve the HTTP API, callbacks and signals with uvicorn."""
@@ -44,7 +45,7 @@ def web(settings: Settings, host: str | None, port: int | None) -> None:
 
     from resumable.webhooks.app import create_app
 
-    registry = AgentRegistry.from_modules(settings.agents) if settings.agents else None
+    registry = optional_agents(settings.agents)
     # uvicorn re-raises the signal that stopped it once it has shut down; turn
     # that into an exit that unwinds the `with`, so embedded servers are released.
     for stop in (signal.SIGTERM, signal.SIGINT):
@@ -66,8 +67,10 @@ def scheduler(settings: Settings) -> None:
     """Wake due timers, polls and timeouts; re-enqueue stranded sessions."""
     from resumable.scheduler.process import run_scheduler
 
+    # Agents are optional here: only compacting event-sourced histories needs them.
+    registry = optional_agents(settings.agents)
     with process_urls(settings) as urls:
-        run_scheduler(settings, urls.database_url, urls.redis_url)
+        run_scheduler(settings, urls.database_url, urls.redis_url, registry)
 
 
 @click.command()

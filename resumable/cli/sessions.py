@@ -1,31 +1,62 @@
-"""``resumable enqueue``, ``resumable sessions ...`` and ``resumable reconcile``."""
+"""``resumable enqueue``, ``resumable sessions ...`` and ``resumable reconcile``.
+
+Every SESSION argument is a session id or a unique prefix of one. Actions
+on a session (cancel, signal, fork) are audit events that say who (``--by``,
+default ``cli:<user>``) and why, as the dead-letter actions are.
+"""
 
 from __future__ import annotations
 
+import getpass
 import json
-import uuid
+import re
 from typing import Any
 
 import click
 from rich.table import Table
 
 from resumable.agent import AgentRegistry
-from resumable.cli.support import ErrorGroup, connected, console
+from resumable.cli.ids import resolve_session
+from resumable.cli.json_args import parse_json, parse_patch, parse_text
+from resumable.cli.support import ErrorGroup, connected, console, optional_agents
+from resumable.errors import ResumableError, SessionStateError, UnknownAgentError
+from resumable.models import agent_queries
+from resumable.models.database import Database
+from resumable.models.status import SessionStatus
 from resumable.settings import Settings
 
+# The same names the HTTP API accepts.
+_TOPIC = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+STATUSES = [status.value for status in SessionStatus]
+# Idempotency keys are indexed; a btree row holds at most ~2,700 bytes.
+MAX_KEY_BYTES = 256
 
-def _parse_json(value: str | None, what: str) -> Any:
-    if value is None:
-        return None
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"{what} is not valid JSON: {exc}") from None
+
+def actor(by: str | None) -> str:
+    """Who did it, for the audit log."""
+    return by or f"cli:{getpass.getuser()}"
+
+
+def _check_agent(db: Database, registry: AgentRegistry | None, agent: str) -> None:
+    """Refuse an agent no code defines, as ``POST /v1/sessions`` does (422):
+    against the given modules if any, else against the agents workers announced."""
+    if registry is not None:
+        registry.get(agent)  # raises UnknownAgentError
+        return
+    with db.connection() as conn:
+        known = conn.execute(agent_queries.AGENT_KNOWN, (agent,)).fetchone()
+    if known is None:
+        raise UnknownAgentError(
+            f"unknown agent {agent!r}: no worker has announced it (start a worker that "
+            "loads it, or pass --agents MODULE to check against the code)"
+        )
 
 
 @click.command()
 @click.argument("agent")
-@click.option("--input", "input_json", default=None, help="Input as JSON.")
+@click.option(
+    "--input", "input_json", default=None, help="Input as JSON (default: {}, an empty object)."
+)
 @click.option("--idempotency-key", default=None, help="Same key, same session.")
 @click.option(
     "--agents", "agent_modules", multiple=True, help="Validate AGENT against these modules."
@@ -39,21 +70,24 @@ def enqueue(
     agent_modules: tuple[str, ...],
 ) -> None:
     """Start a session of AGENT; prints its id."""
-    payload = _parse_json(input_json, "--input")
-    modules = list(agent_modules) or settings.agents
-    registry = AgentRegistry.from_modules(modules) if modules else None
-    with connected(settings, registry) as c:
+    payload = parse_json(input_json, "--input")
+    if payload is None and input_json is None:
+        payload = {}
+    parse_text(idempotency_key, "--idempotency-key", max_length=MAX_KEY_BYTES)
+    registry = optional_agents(agent_modules or settings.agents)
+    with connected(settings, registry, broker=True) as c:
+        _check_agent(c.db, registry, agent)
         started = c.client.start_session(agent, payload, idempotency_key=idempotency_key)
     click.echo(str(started.session_id))
 
 
 @click.group(cls=ErrorGroup)
 def sessions() -> None:
-    """Inspect sessions."""
+    """Inspect sessions, and cancel or signal one."""
 
 
 @sessions.command("list")
-@click.option("--status", default=None)
+@click.option("--status", type=click.Choice(STATUSES), default=None)
 @click.option("--agent", default=None)
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -75,21 +109,13 @@ def sessions_list(
     console.print(table)
 
 
-def _session_id(value: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a session id") from None
-
-
 @sessions.command("show")
 @click.argument("session_id")
 @click.pass_obj
 def sessions_show(settings: Settings, session_id: str) -> None:
-    """Show one session as JSON."""
-    sid = _session_id(session_id)
+    """Show one session as JSON (SESSION_ID may be a unique prefix)."""
     with connected(settings) as c:
-        row = c.client.get(sid)
+        row = c.client.get(resolve_session(c.db, session_id))
     click.echo(json.dumps(row.model_dump(mode="json"), indent=2))
 
 
@@ -99,10 +125,8 @@ def sessions_show(settings: Settings, session_id: str) -> None:
 @click.pass_obj
 def sessions_events(settings: Settings, session_id: str, as_json: bool) -> None:
     """Show a session's audit log in order."""
-    sid = _session_id(session_id)
     with connected(settings) as c:
-        c.client.get(sid)
-        events = c.client.events(sid)
+        events = c.client.events(resolve_session(c.db, session_id))
     if as_json:
         click.echo(json.dumps([e.model_dump(mode="json") for e in events]))
         return
@@ -126,9 +150,8 @@ def sessions_history(settings: Settings, session_id: str, as_json: bool) -> None
     """List a session's checkpoints."""
     from resumable.time_travel import TimeTravel
 
-    sid = _session_id(session_id)
     with connected(settings) as c:
-        rows = TimeTravel(c.db).checkpoints(sid, limit=100_000)
+        rows = TimeTravel(c.db).checkpoints(resolve_session(c.db, session_id), limit=100_000)
     if as_json:
         click.echo(json.dumps(rows, default=str))
         return
@@ -152,10 +175,9 @@ def sessions_state(
     """Print a session's state: current, or as it was after checkpoint --at."""
     from resumable.time_travel import TimeTravel
 
-    sid = _session_id(session_id)
-    modules = list(agent_modules) or settings.agents
-    registry = AgentRegistry.from_modules(modules) if modules else None
+    registry = optional_agents(agent_modules or settings.agents)
     with connected(settings) as c:
+        sid = resolve_session(c.db, session_id)
         if seq is None:
             click.echo(json.dumps(c.client.get(sid).state, indent=2))
             return
@@ -179,21 +201,15 @@ def sessions_fork(
     agent_modules: tuple[str, ...],
 ) -> None:
     """Start a new session from a past checkpoint; prints the fork's id."""
-    import getpass
-
     from resumable.time_travel import TimeTravel
 
-    state_patch = _parse_json(patch, "--patch")
-    if state_patch is not None and not isinstance(state_patch, list):
-        raise click.BadParameter("--patch must be a JSON array of operations")
-    sid = _session_id(session_id)
-    modules = list(agent_modules) or settings.agents
-    registry = AgentRegistry.from_modules(modules) if modules else None
-    with connected(settings) as c:
+    state_patch = parse_patch(patch)
+    registry = optional_agents(agent_modules or settings.agents)
+    with connected(settings, broker=True) as c:
         fork_id = TimeTravel(c.db, registry).fork(
-            sid,
+            resolve_session(c.db, session_id),
             seq,
-            actor=by or f"cli:{getpass.getuser()}",
+            actor=actor(by),
             state_patch=state_patch,
             broker=c.client.broker,
             settings=settings,
@@ -201,13 +217,69 @@ def sessions_fork(
     click.echo(str(fork_id))
 
 
+@sessions.command("cancel")
+@click.argument("session_id")
+@click.option("--reason", required=True, help="Why (kept in the audit log).")
+@click.option("--by", default=None, help="Who (default: cli:<user>).")
+@click.pass_obj
+def sessions_cancel(settings: Settings, session_id: str, reason: str, by: str | None) -> None:
+    """Cancel a session that has not finished (fences out a running worker)."""
+    parse_text(reason, "--reason")
+    if not reason.strip():
+        raise click.UsageError("--reason must not be empty")
+    with connected(settings) as c:
+        sid = resolve_session(c.db, session_id)
+        c.client.cancel(sid, actor=actor(by), reason=reason)
+    console.print(f"cancelled session {sid}", highlight=False)
+
+
+@sessions.command("signal")
+@click.argument("session_id")
+@click.argument("topic")
+@click.option("--payload", default=None, help="The signal's value as JSON (default: null).")
+@click.option("--idempotency-key", default=None, help="Same key, same signal (sent once).")
+@click.option("--by", default=None, help="Who (default: cli:<user>).")
+@click.pass_obj
+def sessions_signal(
+    settings: Settings,
+    session_id: str,
+    topic: str,
+    payload: str | None,
+    idempotency_key: str | None,
+    by: str | None,
+) -> None:
+    """Send signal TOPIC (an approval, an internal event) to a session; it is
+    kept until the session waits for TOPIC."""
+    from resumable.inbox import Inbox, Verdict
+
+    if not _TOPIC.match(topic):
+        raise click.UsageError("TOPIC must be 1-100 of [A-Za-z0-9_.:-]")
+    value: Any = parse_json(payload, "--payload")
+    parse_text(idempotency_key, "--idempotency-key", max_length=MAX_KEY_BYTES)
+    with connected(settings, broker=True) as c:
+        sid = resolve_session(c.db, session_id)
+        receipt = Inbox(settings, c.db, c.client.broker).signal(
+            sid, topic, value, idempotency_key, actor(by)
+        )
+    if receipt.verdict is Verdict.CLOSED:
+        raise SessionStateError(f"session {sid}: {receipt.message}")
+    if receipt.verdict is Verdict.UNKNOWN:
+        raise ResumableError(f"session {sid}: {receipt.message}")
+    console.print(f"{receipt.message} (session {sid})", highlight=False)
+
+
 @click.command()
-@click.option("--grace", type=float, default=None, help="Seconds a pending session may sit.")
+@click.option(
+    "--grace",
+    type=click.FloatRange(0, 86_400),
+    default=None,
+    help="Seconds a pending session may sit.",
+)
 @click.pass_obj
 def reconcile(settings: Settings, grace: float | None) -> None:
     """Re-enqueue sessions whose queue message was lost or whose worker died."""
     from resumable.scheduler.reconcile import reconcile as run_reconcile
 
-    with connected(settings) as c:
+    with connected(settings, broker=True) as c:
         report = run_reconcile(settings, c.db, c.client.broker, grace_seconds=grace)
     console.print(f"re-enqueued {len(report.pending)} pending, {len(report.expired)} expired")

@@ -1,26 +1,40 @@
-"""What every ``resumable`` command shares: connecting, and turning the
-package's errors into a one-line message and a non-zero exit."""
+"""What every ``resumable`` command shares: connecting, importing agent code,
+and turning every foreseeable failure into one line on stderr and exit status 1.
+
+A one-shot command checks that its servers answer before it changes anything
+(a short probe instead of the pool's 30 s wait), so a wrong URL fails in
+seconds and names the setting. What is left to the error handler is a driver
+error in the middle of a command, shown as one line too; anything else is a
+bug and says how to get its traceback.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import click
+import psycopg
+import sqlalchemy.exc
 from rich.console import Console
+from rich.markup import escape
 
 from resumable.agent import AgentRegistry
 from resumable.client import Client
 from resumable.embedded import ServiceURLs, service_urls
-from resumable.errors import ResumableError
+from resumable.errors import ConfigurationError, ResumableError
 from resumable.models.database import Database
 from resumable.queue.broker import build_broker
+from resumable.reachability import probe_database, probe_redis, reason, which_server
 from resumable.settings import Settings
 
 console = Console()
+errors = Console(stderr=True)
 
 
 @dataclass
@@ -33,46 +47,159 @@ class Connected:
 
 
 @contextlib.contextmanager
-def connected(settings: Settings, registry: AgentRegistry | None = None) -> Iterator[Connected]:
+def connected(
+    settings: Settings, registry: AgentRegistry | None = None, *, broker: bool = False
+) -> Iterator[Connected]:
+    """The servers of a one-shot command, checked first. `broker=True` for a
+    command that sends queue messages: Redis is checked too, so a command that
+    could not enqueue changes nothing."""
     with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
+        check_servers(settings, urls, broker=broker)
         db = Database(urls.database_url, pool_size=2)
-        broker = build_broker(settings, urls.redis_url)
+        queue = build_broker(settings, urls.redis_url)
         try:
             yield Connected(
                 settings,
                 urls.database_url,
                 urls.redis_url,
                 db,
-                Client(settings, db, broker, registry),
+                Client(settings, db, queue, registry),
             )
         finally:
-            broker.close()
+            queue.close()
             db.close()
 
 
+def check_servers(
+    settings: Settings, urls: ServiceURLs, *, broker: bool, migrate_embedded: bool = True
+) -> None:
+    """Fail fast, naming the setting, if a server does not answer; bring the
+    embedded database's schema up to date (as ``dev`` does) or say how to."""
+    configured = settings.database_url is not None
+    probe_database(urls.database_url, "DATABASE_URL" if configured else "the embedded server")
+    if broker:
+        probe_redis(urls.redis_url, "REDIS_URL" if settings.redis_url else "the embedded server")
+    if not configured:
+        if migrate_embedded:
+            from resumable.models import migrate
+
+            migrate.upgrade(urls.database_url)
+        return
+    from resumable.models.database import libpq_url
+
+    with psycopg.connect(libpq_url(urls.database_url)) as conn:
+        found = conn.execute("SELECT to_regclass('sessions') IS NOT NULL").fetchone()
+    if not (found and found[0]):
+        raise ConfigurationError(_NO_SCHEMA)
+
+
+_NO_SCHEMA = "the database has no resumable tables yet: run `resumable db upgrade`"
+
+
+def load_agents(modules: Iterable[str]) -> AgentRegistry:
+    """Import agent modules the way ``python -m`` (and so ``resumable dev``)
+    would: from the working directory first, so ``resumable worker --agents
+    mymodule`` works next to ``mymodule.py`` whichever way it was started."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    return AgentRegistry.from_modules(modules)
+
+
+def optional_agents(modules: Iterable[str]) -> AgentRegistry | None:
+    listed = list(modules)
+    return load_agents(listed) if listed else None
+
+
 def fail(message: str) -> NoReturn:
-    console.print(f"[red]error:[/red] {message}", highlight=False)
+    errors.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     sys.exit(1)
 
 
+def describe(exc: BaseException) -> str | None:
+    """One line for a failure an operator can act on; None for a bug."""
+    if isinstance(exc, ResumableError):
+        return f"{exc.message} [{exc.code}]"
+    undefined = (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn)
+    orig = exc.orig if isinstance(exc, sqlalchemy.exc.DBAPIError) else exc
+    if isinstance(orig, undefined):
+        return f"{_NO_SCHEMA} ({reason(orig)})"
+    server = which_server(exc)
+    if server == "database":
+        return f"cannot use PostgreSQL (check DATABASE_URL): {reason(exc)}"
+    if server == "redis":
+        return f"cannot use Redis (check REDIS_URL): {reason(exc)}"
+    if isinstance(exc, OSError) and exc.strerror and not isinstance(exc, BrokenPipeError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return None
+
+
+def usage_error(exc: click.ClickException) -> NoReturn:
+    """A bad argument or option: one line (click's default adds a usage block)
+    and click's exit status (2)."""
+    hint = ""
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        hint = f" (see `{exc.ctx.command_path} --help`)"
+    errors.print(
+        f"[red]error:[/red] {escape(exc.format_message())}{escape(hint)}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    sys.exit(exc.exit_code)
+
+
 class ErrorGroup(click.Group):
-    """Turns the package's errors into a one-line message and exit status 1."""
+    """Turns every foreseeable failure into one line on stderr and exit
+    status 1 (2 for a bad argument); a bug also gets one line, and its
+    traceback with --log-level DEBUG."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as exc:
+            usage_error(exc)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except ResumableError as exc:
-            fail(f"{exc.message} [{exc.code}]")
+        except click.ClickException as exc:
+            usage_error(exc)
+        except (click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            message = describe(exc)
+            if message is not None:
+                fail(message)
+            if logging.getLogger().isEnabledFor(logging.DEBUG):
+                raise
+            fail(
+                f"unexpected {type(exc).__name__}: {exc} "
+                "(a bug: run with --log-level DEBUG for the traceback)"
+            )
 
 
 @contextlib.contextmanager
-def process_urls(settings: Settings) -> Iterator[ServiceURLs]:
+def process_urls(settings: Settings, *, check: bool = False) -> Iterator[ServiceURLs]:
     """URLs for a long-running process (worker, web, scheduler). On the
     embedded database it also brings the schema up to date, since there is no
-    release phase to do it (safe when several processes start at once)."""
+    release phase to do it (safe when several processes start at once).
+
+    `check=True` (the worker, which can do nothing without both servers)
+    fails at once, naming the setting, if either does not answer or the
+    schema is missing. The web process starts anyway and answers 503 on
+    ``/readyz``; the scheduler starts anyway and reports the outage."""
     with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
         if not settings.database_url:
             from resumable.models import migrate
 
             migrate.upgrade(urls.database_url)
+        if check:
+            check_servers(settings, urls, broker=True, migrate_embedded=False)
         yield urls

@@ -73,3 +73,23 @@ SELECT id FROM s
 """
 
 SESSION_AGENT = "SELECT agent FROM sessions WHERE id = %s"
+
+# Operators type id prefixes: a prefix is a range of uuids (the bounds padded
+# with 0s and fs), answered from the primary key index.
+SESSIONS_BY_ID_PREFIX = """
+SELECT id, agent, status FROM sessions
+WHERE id BETWEEN %(low)s AND %(high)s
+ORDER BY created_at DESC
+LIMIT %(limit)s
+"""
+
+# One row per matching session: its newest dead letter.
+DEAD_LETTERS_BY_SESSION_PREFIX = """
+SELECT DISTINCT ON (session_id) session_id, id AS dead_letter_id, agent
+FROM dead_letters
+WHERE session_id BETWEEN %(low)s AND %(high)s
+ORDER BY session_id, id DESC
+LIMIT %(limit)s
+"""
+
+DEAD_LETTER_EXISTS = "SELECT 1 FROM dead_letters WHERE id = %(id)s"

@@ -108,9 +108,9 @@ def test_cli_reports_errors_with_a_message_and_nonzero_exit(client: Client) -> N
     assert "--input is not valid JSON" in bad_json.stderr
     unknown = run_cli(client.settings, "enqueue", "nope", "--agents", "tests.agents")
     assert unknown.returncode == 1
-    assert "unknown agent 'nope'" in unknown.stdout
+    assert "unknown agent 'nope'" in unknown.stderr
     missing = run_cli(client.settings, "sessions", "show", str(uuid.uuid4()))
     assert missing.returncode == 1
-    assert "no session" in missing.stdout
+    assert "no session" in missing.stderr
     assert client.count_by_status() == {}
     assert agents.five.name == "five"

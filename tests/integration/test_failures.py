@@ -246,7 +246,7 @@ def test_drain_retries_fifty_fixed_sessions_and_discard_records_the_reason(
         out = _dlq(client, "discard", str(dead_letter_id), "--reason", "duplicate order")
         assert out.returncode == 0, out.stdout + out.stderr
     again = _dlq(client, "discard", str(to_discard[0]), "--reason", "twice")
-    assert again.returncode == 1 and "already discarded" in again.stdout
+    assert again.returncode == 1 and "already discarded" in again.stderr
 
     dry = json.loads(_dlq(client, "drain", "--action", "retry", "--dry-run", "--json").stdout)
     assert len(dry["matched"]) == 50 and dry["done"] == []

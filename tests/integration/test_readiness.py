@@ -12,16 +12,15 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import httpx
 import psycopg
 import pytest
 
-from resumable.models.database import Database, libpq_url
+from resumable.models.database import libpq_url
 from resumable.settings import Settings
-from tests.conftest import API_TOKEN, ManagedProcess, free_port, wait_until
+from tests.conftest import API_TOKEN, LocalDeployment, ManagedProcess, free_port, wait_until
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
 
@@ -104,23 +103,18 @@ def _via(database_url: str, port: int) -> str:
 
 
 @pytest.fixture
-def start_web_on(
-    settings: Settings, tmp_path: Path, db: Database, process_env: dict[str, str], web_port: int
-) -> Iterator[Callable[[str], ManagedProcess]]:
-    """Start `resumable web` with its own DATABASE_URL (the conftest one pins it)."""
-    started: list[ManagedProcess] = []
+def start_web_on(deployment: LocalDeployment, web_port: int) -> Callable[[str], ManagedProcess]:
+    """Start `resumable web` with its own DATABASE_URL (the deployment's pins it)."""
 
     def start(database_url: str) -> ManagedProcess:
-        pointed = settings.model_copy(update={"database_url": database_url})
-        env = {**process_env, "RESUMABLE_AGENTS": "tests.agents"}
-        log = tmp_path / f"web-{len(started)}.log"
-        web = ManagedProcess(["web", "--port", str(web_port)], pointed, log, env, "Uvicorn running")
-        started.append(web)
-        return web
+        return deployment.start(
+            ["web", "--port", str(web_port)],
+            "Uvicorn running",
+            DATABASE_URL=database_url,
+            RESUMABLE_AGENTS="tests.agents",
+        )
 
-    yield start
-    for web in started:
-        web.stop()
+    return start
 
 
 def _timed(call: Callable[[], httpx.Response]) -> tuple[httpx.Response, float]:

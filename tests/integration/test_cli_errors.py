@@ -1,0 +1,319 @@
+"""Bad input and misconfiguration on the real command line: one line on
+stderr, a non-zero exit, no traceback, nothing changed; and the fixes that
+make the commands do what a new user expects (fresh embedded home, enqueue
+without --input, a worker started next to its module)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from resumable.client import Client
+from resumable.embedded import EmbeddedServices
+from resumable.models.database import libpq_url
+from tests.conftest import ROOT, ManagedProcess, free_port, wait_until
+
+# The console script, as a user types it: unlike `python -m`, it does not put
+# the working directory on the import path.
+CONSOLE_SCRIPT = Path(sys.executable).parent / "resumable"
+
+
+def _run(
+    *args: str,
+    client: Client | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
+    command: list[str] | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    full_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/tmp"}
+    if client is not None:
+        full_env["DATABASE_URL"] = client.settings.database_url or ""
+        full_env["REDIS_URL"] = client.settings.redis_url or ""
+    full_env.update(env or {})
+    return subprocess.run(
+        [*(command or [sys.executable, "-m", "resumable.cli"]), *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        check=False,
+        timeout=timeout,
+    )
+
+
+def _one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    """The single stderr line of a failed command, checked for `fragments`."""
+    assert result.returncode != 0, result.stdout
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def _with_url(client: Client, **parts: object) -> str:
+    url = make_url(client.settings.database_url or "")
+    return url.set(**parts).render_as_string(hide_password=False)  # type: ignore[arg-type]
+
+
+# -- unreachable or unusable servers ----------------------------------------------------
+
+
+def test_unreachable_database_fails_within_seconds_naming_the_setting(client: Client) -> None:
+    port = free_port()
+    closed = f"postgresql://postgres@127.0.0.1:{port}/resumable"
+    started = time.monotonic()
+    result = _run("enqueue", "five", client=client, env={"DATABASE_URL": closed})
+    elapsed = time.monotonic() - started
+    _one_line_error(result, f"127.0.0.1:{port}", "DATABASE_URL", "Connection refused")
+    assert result.returncode == 1
+    assert elapsed < 10, f"took {elapsed:.1f} s (the pool alone waits 30 s)"
+
+    missing = _run(
+        "sessions", "list", client=client, env={"DATABASE_URL": _with_url(client, database="nope")}
+    )
+    _one_line_error(missing, "DATABASE_URL", 'database "nope" does not exist')
+
+    stranger = _run(
+        "enqueue", "five", client=client, env={"DATABASE_URL": _with_url(client, username="who")}
+    )
+    _one_line_error(stranger, "DATABASE_URL", 'role "who" does not exist')
+    assert client.count_by_status() == {}
+
+
+def test_a_worker_with_an_unreachable_server_stops_at_once_naming_it(client: Client) -> None:
+    port = free_port()
+    for env, fragments in [
+        ({"DATABASE_URL": f"postgresql://postgres@127.0.0.1:{port}/x"}, ["DATABASE_URL"]),
+        ({"REDIS_URL": f"redis://127.0.0.1:{port}/0"}, ["REDIS_URL"]),
+    ]:
+        started = time.monotonic()
+        result = _run("worker", "--agents", "tests.agents", client=client, env=env, timeout=30)
+        _one_line_error(result, f"127.0.0.1:{port}", "Connection refused", *fragments)
+        assert time.monotonic() - started < 10
+
+
+def test_unreachable_redis_fails_before_anything_is_written(client: Client) -> None:
+    port = free_port()
+    result = _run(
+        "enqueue", "five", client=client, env={"REDIS_URL": f"redis://127.0.0.1:{port}/0"}
+    )
+    _one_line_error(result, f"127.0.0.1:{port}", "REDIS_URL", "Connection refused")
+    assert client.count_by_status() == {}
+
+
+def test_a_database_without_the_schema_says_to_run_db_upgrade(client: Client) -> None:
+    name = f"empty_{uuid.uuid4().hex[:8]}"
+    admin = libpq_url(_with_url(client, database="postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        result = _run(
+            "sessions",
+            "list",
+            client=client,
+            env={"DATABASE_URL": _with_url(client, database=name)},
+        )
+        _one_line_error(result, "run `resumable db upgrade`")
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def fresh_home() -> Iterator[Path]:
+    """A home no process has used (short, for unix socket paths); its servers
+    are stopped and it is removed afterwards."""
+    home = Path(tempfile.mkdtemp(dir="/tmp", prefix="rtc-")) / "home"
+    try:
+        yield home
+    finally:
+        if home.exists():
+            EmbeddedServices(home).stop()
+        shutil.rmtree(home.parent, ignore_errors=True)
+
+
+def test_a_fresh_embedded_home_is_migrated_on_first_use(fresh_home: Path) -> None:
+    result = _run("sessions", "list", "--json", env={"RESUMABLE_HOME": str(fresh_home)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+    assert EmbeddedServices(fresh_home).running_pids() == [], "the last user stops the servers"
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "read-only"])
+def test_an_unusable_home_is_one_line_naming_it(tmp_path: Path, where: str) -> None:
+    if where == "under-a-file":
+        (tmp_path / "file").write_text("")
+        home, why = tmp_path / "file" / "home", "Not a directory"
+    else:
+        home, why = Path("/sys/resumable-home"), "not permitted"  # read-only, even for root
+    result = _run("sessions", "list", env={"RESUMABLE_HOME": str(home)})
+    _one_line_error(result, f"RESUMABLE_HOME {home}", why)
+
+
+# -- bad arguments ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ('{"a": "\\u0000"}', "$.a contains NUL"),
+        ('{"\\u0000": 1}', "a key in $ contains NUL"),
+        ('["ok", "\\ud800"]', "$[1] contains a lone surrogate"),
+        ("[" * 50_000, "nested too deeply"),
+        ("1" * 5000, "--input:"),
+        ("{nope", "--input is not valid JSON"),
+    ],
+)
+def test_input_postgresql_cannot_store_is_refused_up_front(
+    client: Client, value: str, fragment: str
+) -> None:
+    result = _run("enqueue", "five", "--input", value, client=client)
+    _one_line_error(result, fragment)
+    assert result.returncode == 2
+    assert client.count_by_status() == {}
+
+
+def test_bytes_that_are_not_utf8_in_input_are_refused(client: Client) -> None:
+    env = {
+        **os.environ,
+        "DATABASE_URL": client.settings.database_url or "",
+        "REDIS_URL": client.settings.redis_url or "",
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run(
+        [sys.executable.encode(), b"-m", b"resumable.cli", b"enqueue", b"five", b"--input",
+         b'{"a": "\xff"}'],
+        capture_output=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+        timeout=60,
+    )  # fmt: skip
+    result = subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode(errors="replace")
+    )
+    _one_line_error(result, "$.a contains a lone surrogate")
+    assert client.count_by_status() == {}
+
+
+def test_unknown_status_names_the_valid_ones(client: Client) -> None:
+    result = _run("sessions", "list", "--status", "bogus", client=client)
+    _one_line_error(result, "'bogus' is not one of", "'pending'", "'cancelled'")
+    assert result.returncode == 2
+
+
+def test_enqueue_refuses_an_unknown_agent_and_defaults_input_to_an_empty_object(
+    client: Client, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    start_worker()  # announces the agents of tests.agents
+    unknown = _run("enqueue", "no_such_agent", client=client)
+    _one_line_error(unknown, "unknown agent 'no_such_agent'", "[unknown_agent]")
+    assert client.count_by_status() == {}
+
+    made = _run("enqueue", "five", client=client)
+    assert made.returncode == 0, made.stderr
+    session_id = uuid.UUID(made.stdout.strip())
+    assert client.get(session_id).input == {}
+    wait_until(lambda: client.get(session_id).status == "completed", what="the session")
+
+
+# -- settings, checked when a process starts ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "fragments"),
+    [
+        (["web", "--port", "80000"], {}, ["'--port'", "80000", "65535"]),
+        (["web"], {"RESUMABLE_WEB_PORT": "80000"}, ["RESUMABLE_WEB_PORT", "65535"]),
+        (["web"], {"RESUMABLE_WEBHOOK_SECRET": "whsec_abc"}, ["RESUMABLE_WEBHOOK_SECRET"]),
+        (
+            ["scheduler"],
+            {"RESUMABLE_ALERT_WEBHOOK_SECRET": "whsec_" + "QUJD"},
+            ["RESUMABLE_ALERT_WEBHOOK_SECRET", "24"],
+        ),
+        (
+            ["worker", "--agents", "tests.agents"],
+            {"RESUMABLE_WORKER_THREADS": "0"},
+            ["RESUMABLE_WORKER_THREADS"],
+        ),
+        (["worker", "--agents", "tests.agents", "--threads", "0"], {}, ["'--threads'"]),
+        (
+            ["scheduler"],
+            {"RESUMABLE_SCHEDULER_INTERVAL_SECONDS": "inf"},
+            ["RESUMABLE_SCHEDULER_INTERVAL_SECONDS"],
+        ),
+        (["scheduler"], {"RESUMABLE_LEASE_SECONDS": "nan"}, ["RESUMABLE_LEASE_SECONDS"]),
+        (["web"], {"RESUMABLE_PUBLIC_URL": "example.com"}, ["RESUMABLE_PUBLIC_URL", "http"]),
+        (["worker"], {"DATABASE_URL": "mysql://x@y/z"}, ["DATABASE_URL", "postgresql"]),
+        (["--log-level", "chatty", "worker"], {}, ["'--log-level'"]),
+    ],
+)
+def test_a_bad_setting_stops_a_process_at_start_naming_it(
+    client: Client, args: list[str], env: dict[str, str], fragments: list[str]
+) -> None:
+    result = _run(*args, client=client, env=env, timeout=30)
+    line = _one_line_error(result, *fragments)
+    assert "whsec_abc" not in line, "a secret's value is never printed"
+
+
+# -- the working directory is importable, as under `resumable dev` --------------------------
+
+
+def test_worker_imports_agents_from_the_working_directory(client: Client, tmp_path: Path) -> None:
+    (tmp_path / "mymodule.py").write_text(
+        textwrap.dedent(
+            """
+            from resumable import Agent, Complete
+
+            mine = Agent("mine")
+
+            @mine.step
+            def only(ctx):
+                return Complete({"hello": ctx.input.get("name", "world")})
+            """
+        )
+    )
+    env = {
+        **os.environ,
+        "DATABASE_URL": client.settings.database_url or "",
+        "REDIS_URL": client.settings.redis_url or "",
+        "RESUMABLE_WORKER_THREADS": "2",
+    }
+    env.pop("PYTHONPATH", None)
+    log_path = tmp_path / "worker.log"
+    with open(log_path, "w") as log:
+        worker = subprocess.Popen(
+            [str(CONSOLE_SCRIPT), "worker", "--agents", "mymodule"],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_until(
+                lambda: worker.poll() is not None or "worker started" in log_path.read_text(),
+                what="the worker to start",
+            )
+            assert worker.poll() is None, log_path.read_text()
+            session_id = client.start("mine", {"name": "cwd"})
+            wait_until(lambda: client.get(session_id).status == "completed", what="the session")
+            assert client.get(session_id).result == {"hello": "cwd"}
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)

@@ -1,0 +1,203 @@
+"""Operator tools tell the truth: a dry run refuses what the real run refuses,
+the saga's outcome is a filter, ids may be typed as prefixes, and sessions can
+be cancelled and signalled from the command line, audited with who and why."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from resumable.client import Client
+from resumable.dead_letters import DeadLetterFilter, DeadLetters
+from resumable.errors import InvalidPatchError
+from resumable.models.database import Database
+from tests.conftest import ROOT, ManagedProcess, wait_until
+from tests.fake_api import FakeAPI
+
+
+def _cli(client: Client, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        "DATABASE_URL": client.settings.database_url or "",
+        "REDIS_URL": client.settings.redis_url or "",
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(ROOT),
+        "HOME": "/tmp",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "resumable.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+        timeout=60,
+    )
+
+
+def _error_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode != 0, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+def _letters(db: Database) -> dict[str, list[int]]:
+    """Open dead letters by saga outcome."""
+    with db.connection() as conn:
+        rows = conn.execute(
+            "SELECT id, compensation FROM dead_letters WHERE status = 'open' ORDER BY id"
+        ).fetchall()
+    found: dict[str, list[int]] = {}
+    for row in rows:
+        found.setdefault(str(row["compensation"]), []).append(int(str(row["id"])))
+    return found
+
+
+@pytest.fixture
+def api() -> Iterator[FakeAPI]:
+    with FakeAPI() as fake:
+        yield fake
+
+
+def test_dry_run_refuses_what_the_real_run_refuses_and_compensation_filters(
+    client: Client,
+    db: Database,
+    api: FakeAPI,
+    tmp_path: Path,
+    start_worker: Callable[..., ManagedProcess],
+) -> None:
+    start_worker()
+    for _ in range(3):
+        client.start("fragile", {"flag": str(tmp_path / "flag")})
+    for _ in range(2):
+        client.start("saga", {"api": api.url})
+    wait_until(lambda: client.count_by_status() == {"failed": 5}, what="five dead letters")
+    letters = _letters(db)
+    plain, compensated = letters["none"], letters["completed"]
+    assert (len(plain), len(compensated)) == (3, 2)
+    (tmp_path / "flag").touch()
+
+    dry = _cli(client, "dlq", "drain", "--action", "retry", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"would retry 3 dead letter(s): {', '.join(map(str, sorted(plain, reverse=True)))}" in (
+        dry.stdout
+    )
+    assert "would refuse 2" in dry.stdout
+    assert dry.stdout.count("its compensations ran (completed)") == 2
+    as_json = json.loads(
+        _cli(client, "dlq", "drain", "--action", "retry", "--dry-run", "--json").stdout
+    )
+    assert sorted(map(int, as_json["refused"])) == compensated
+    assert as_json["done"] == [] and client.count_by_status() == {"failed": 5}
+
+    listed = json.loads(_cli(client, "dlq", "list", "--compensation", "completed", "--json").stdout)
+    assert sorted(d["id"] for d in listed["dead_letters"]) == compensated
+    bogus = _cli(client, "dlq", "list", "--compensation", "partly")
+    assert "'partly' is not one of 'none', 'completed', 'failed'" in _error_line(bogus)
+
+    # A rate that would stall the drain is refused before anything is done,
+    # here and over HTTP (which shares DeadLetters.drain).
+    slow = _cli(client, "dlq", "drain", "--action", "discard", "--reason", "x", "--rate", "0.001")
+    assert "'--rate'" in _error_line(slow) and slow.returncode == 2
+    with pytest.raises(InvalidPatchError, match="rate must be between"):
+        DeadLetters(client.settings, db, client.broker).drain(
+            "discard", DeadLetterFilter(), actor="test", reason="x", rate=1e-300
+        )
+    assert client.count_by_status() == {"failed": 5} and len(_letters(db)["none"]) == 3
+
+    # The real run refuses exactly what the dry run said it would.
+    real = _cli(client, "dlq", "drain", "--action", "retry", "--json")
+    report = json.loads(real.stdout)
+    assert real.returncode == 1
+    assert "2 dead letter(s) could not be drained" in _error_line(real)
+    assert sorted(report["done"]) == plain
+    assert sorted(map(int, report["failed"])) == sorted(map(int, as_json["refused"]))
+    wait_until(
+        lambda: client.count_by_status() == {"completed": 3, "failed": 2}, what="retried sessions"
+    )
+
+    # Filtered on the saga's outcome, nothing is refused.
+    only_plain = _cli(client, "dlq", "drain", "--action", "retry", "--compensation", "none")
+    assert only_plain.returncode == 0, only_plain.stderr
+    assert "retry: 0 done, 0 failed" in only_plain.stdout
+
+
+def test_show_takes_a_unique_id_prefix_and_lists_candidates_otherwise(
+    client: Client, db: Database, tmp_path: Path, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    twins = [uuid.UUID(f"abcdef01-0000-4000-8000-00000000000{n}") for n in (1, 2)]
+    for session_id in twins:
+        client.start("five", session_id=session_id)
+    shown = _cli(client, "sessions", "show", "abcdef01-0000-4000-8000-000000000002")
+    assert json.loads(shown.stdout)["id"] == str(twins[1])
+    unique = _cli(client, "sessions", "show", "ABCDEF01000040008000000000000001")
+    assert json.loads(unique.stdout)["id"] == str(twins[0])
+    ambiguous = _error_line(_cli(client, "sessions", "show", "abcdef01"))
+    assert "'abcdef01' matches several sessions" in ambiguous
+    assert all(str(t) in ambiguous for t in twins) and "[ambiguous_id]" in ambiguous
+    assert "no session 'ffff'" in _error_line(_cli(client, "sessions", "events", "ffff"))
+    assert "is not a session id" in _error_line(_cli(client, "sessions", "show", "xyz!"))
+
+    start_worker()
+    failed = client.start("fragile", {"flag": str(tmp_path / "flag")})
+    wait_until(lambda: client.get(failed).status == "failed", what="a dead letter")
+    [dead_letter_id] = _letters(db)["none"]
+    by_session = json.loads(_cli(client, "dlq", "show", str(failed)[:8]).stdout)
+    by_number = json.loads(_cli(client, "dlq", "show", str(dead_letter_id)).stdout)
+    assert by_session == by_number
+    assert by_session["dead_letter"]["id"] == dead_letter_id
+    assert "no dead letter '99999999'" in _error_line(_cli(client, "dlq", "show", "99999999"))
+
+
+def test_cancel_and_signal_from_the_command_line_are_audited(
+    client: Client, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    start_worker()
+    waiting = client.start("signalled", {"topic": "approve"})
+    doomed = client.start("signalled", {"topic": "never"})
+    wait_until(
+        lambda: {client.get(s).status for s in (waiting, doomed)} == {"suspended"},
+        what="both sessions to wait",
+    )
+
+    bad_topic = _cli(client, "sessions", "signal", str(waiting), "no spaces")
+    assert "TOPIC must be" in _error_line(bad_topic)
+    bad_payload = _cli(client, "sessions", "signal", str(waiting), "approve", "--payload", "{x")
+    assert "--payload is not valid JSON" in _error_line(bad_payload)
+
+    sent = _cli(
+        client, "sessions", "signal", str(waiting)[:13], "approve",
+        "--payload", '{"ok": true}', "--by", "ops@example.com", "--idempotency-key", "s-1",
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    assert "signal accepted" in sent.stdout
+    again = _cli(client, "sessions", "signal", str(waiting), "approve", "--idempotency-key", "s-1")
+    assert again.returncode == 0 and "already received" in again.stdout
+    wait_until(lambda: client.get(waiting).status == "completed", what="the signalled session")
+    assert client.get(waiting).result == {
+        "kind": "signal",
+        "topic": "approve",
+        "payload": {"ok": True},
+    }
+    [received] = [e for e in client.events(waiting) if e.event_type == "signal_received"]
+    assert received.payload["by"] == "ops@example.com"
+
+    no_reason = _cli(client, "sessions", "cancel", str(doomed))
+    assert "Missing option '--reason'" in _error_line(no_reason)
+    cancelled = _cli(
+        client, "sessions", "cancel", str(doomed)[:8], "--reason", "customer left", "--by", "me"
+    )
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert client.get(doomed).status == "cancelled"
+    [event] = [e for e in client.events(doomed) if e.event_type == "session_cancelled"]
+    assert (event.payload["by"], event.payload["reason"]) == ("me", "customer left")
+    twice = _cli(client, "sessions", "cancel", str(doomed), "--reason", "again")
+    assert "is already cancelled" in _error_line(twice)
+    late = _cli(client, "sessions", "signal", str(doomed), "approve")
+    assert "it takes no more signals" in _error_line(late)

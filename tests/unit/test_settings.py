@@ -1,0 +1,107 @@
+"""Settings are checked when a process starts: every numeric knob has bounds,
+URLs and secrets are well formed, and an error names the variable (never its
+value)."""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+from pathlib import Path
+
+import annotated_types
+import pytest
+
+from resumable.errors import ConfigurationError
+from resumable.settings import Settings, env_name, load_settings
+
+GOOD_SECRET = "whsec_" + base64.b64encode(b"x" * 24).decode()
+
+
+def _bounds(field: str) -> tuple[float | None, float | None]:
+    low = high = None
+    for item in Settings.model_fields[field].metadata:
+        # The bounds are numbers; their declared types are comparison protocols.
+        if isinstance(item, annotated_types.Gt | annotated_types.Ge):
+            low = float(str(item.gt if isinstance(item, annotated_types.Gt) else item.ge))
+        if isinstance(item, annotated_types.Lt | annotated_types.Le):
+            high = float(str(item.lt if isinstance(item, annotated_types.Lt) else item.le))
+    return low, high
+
+
+NUMERIC = [
+    name
+    for name, info in Settings.model_fields.items()
+    if info.annotation in (int, float, int | None, float | None)
+]
+
+
+def test_every_numeric_knob_is_bounded_on_both_sides() -> None:
+    assert len(NUMERIC) >= 15
+    unbounded = [name for name in NUMERIC if None in _bounds(name)]
+    assert unbounded == []
+
+
+@pytest.mark.parametrize("field", NUMERIC)
+def test_a_value_past_either_bound_names_the_variable(
+    field: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    low, high = _bounds(field)
+    assert low is not None and high is not None
+    for value in (high * 10 + 1, low - 1, math.inf):
+        monkeypatch.setenv(env_name(field), str(value))
+        with pytest.raises(ConfigurationError, match=f"invalid setting {env_name(field)}: "):
+            load_settings()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "why"),
+    [
+        ("RESUMABLE_WEBHOOK_SECRET", "whsec_abc", "not valid base64"),
+        ("RESUMABLE_WEBHOOK_SECRET", "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0", "must be whsec_"),
+        ("RESUMABLE_ALERT_WEBHOOK_SECRET", "whsec_" + "QUJD", "at least 24 random bytes"),
+        ("DATABASE_URL", "mysql://u@h/db", "must be a postgresql:// URL"),
+        ("REDIS_URL", "http://h:6379", "redis://"),
+        ("RESUMABLE_PUBLIC_URL", "127.0.0.1:8000", "http:// or https://"),
+        ("RESUMABLE_ALERT_WEBHOOK_URL", "ftp://ops", "http:// or https://"),
+        ("RESUMABLE_WEB_PORT", "80000", "less than or equal to 65535"),
+        ("RESUMABLE_QUEUE_NAME", "", "at least 1 character"),
+    ],
+)
+def test_malformed_values_are_refused_naming_the_variable_not_the_value(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, why: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings()
+    assert f"{variable}: " in caught.value.message and why in caught.value.message
+    if "SECRET" in variable:
+        assert value not in caught.value.message
+
+
+def test_good_values_pass_and_an_empty_url_means_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RESUMABLE_WEBHOOK_SECRET", GOOD_SECRET)
+    monkeypatch.setenv("DATABASE_URL", "")
+    monkeypatch.setenv("REDIS_URL", "unix:///tmp/valkey.sock")
+    monkeypatch.setenv("RESUMABLE_PUBLIC_URL", "https://[::1]:8443/base")
+    settings = load_settings()
+    assert settings.webhook_secret == GOOD_SECRET
+    assert settings.database_url is None
+    assert settings.redis_url == "unix:///tmp/valkey.sock"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+@pytest.mark.parametrize("field", NUMERIC)
+def test_the_readme_states_each_range(field: str) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    [row] = re.findall(rf"^\| `{env_name(field)}` \|.*$", readme, flags=re.MULTILINE)
+    low, high = _bounds(field)
+    assert low is not None and high is not None
+    exclusive = any(
+        isinstance(m, annotated_types.Gt) for m in Settings.model_fields[field].metadata
+    )
+    lower = f"more than {_number(low)}" if exclusive else f"at least {_number(low)}"
+    assert f"Allowed: {lower}, at most {_number(high)}." in row
