@@ -2,104 +2,23 @@
 within a second or two, requests fail fast with 503 and Retry-After, and all
 comes back when the database does.
 
-The database is cut with a TCP proxy this test owns (the shared server is
+The database is cut with a TCP relay this test owns (tests/relay.py) (the shared server is
 never stopped): closing the proxy drops every connection and refuses new ones.
 """
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 import time
 from collections.abc import Callable
 
 import httpx
-import psycopg
 import pytest
 
-from resumable.models.database import libpq_url
 from resumable.settings import Settings
 from tests.conftest import API_TOKEN, LocalDeployment, ManagedProcess, free_port, wait_until
+from tests.relay import Relay, database_target, database_url_via
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
-
-
-class CuttableProxy:
-    """Forwards 127.0.0.1:<port> to the database; `cut()` is an outage."""
-
-    def __init__(self, target: str | tuple[str, int]) -> None:
-        self.target = target
-        self.port = free_port()
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._listener: socket.socket | None = None
-
-    def _connect_target(self) -> socket.socket:
-        if isinstance(self.target, str):
-            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        else:
-            upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        upstream.connect(self.target)
-        return upstream
-
-    def start(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                downstream, _ = listener.accept()
-            except OSError:
-                return
-            upstream = self._connect_target()
-            with self._lock:
-                self._sockets += [downstream, upstream]
-            for source, sink in ((downstream, upstream), (upstream, downstream)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for end in (source, sink):
-                with contextlib.suppress(OSError):
-                    end.shutdown(socket.SHUT_RDWR)
-
-    def cut(self) -> None:
-        assert self._listener is not None
-        # shutdown() wakes the thread blocked in accept(); close() alone would not.
-        with contextlib.suppress(OSError):
-            self._listener.shutdown(socket.SHUT_RDWR)
-        self._listener.close()
-        with self._lock:
-            for sock in self._sockets:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-                sock.close()
-            self._sockets.clear()
-
-
-def _target(database_url: str) -> str | tuple[str, int]:
-    info = psycopg.conninfo.conninfo_to_dict(libpq_url(database_url))
-    host, port = str(info.get("host") or "localhost"), int(info.get("port") or 5432)
-    return f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
-
-
-def _via(database_url: str, port: int) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(libpq_url(database_url))
-    user, dbname = info.get("user") or "postgres", info.get("dbname") or "postgres"
-    password = f":{info['password']}" if info.get("password") else ""
-    return f"postgresql://{user}{password}@127.0.0.1:{port}/{dbname}"
 
 
 @pytest.fixture
@@ -126,9 +45,8 @@ def _timed(call: Callable[[], httpx.Response]) -> tuple[httpx.Response, float]:
 def test_readiness_and_writes_fail_fast_while_the_database_is_down(
     settings: Settings, start_web_on: Callable[[str], ManagedProcess], web_port: int
 ) -> None:
-    proxy = CuttableProxy(_target(settings.database_url or ""))
-    proxy.start()
-    start_web_on(_via(settings.database_url or "", proxy.port))
+    proxy = Relay(database_target(settings.database_url or "")).open()
+    start_web_on(database_url_via(settings.database_url or "", proxy))
     base = f"http://127.0.0.1:{web_port}"
     with httpx.Client(base_url=base, headers=AUTH, timeout=40) as http:
         assert http.get("/readyz").status_code == 200
@@ -155,7 +73,7 @@ def test_readiness_and_writes_fail_fast_while_the_database_is_down(
         ready, took = _timed(lambda: http.get("/readyz"))
         assert ready.status_code == 503 and took < 2.0, took
 
-        proxy.start()
+        proxy.open()
         wait_until(lambda: http.get("/readyz").status_code == 200, what="readiness again")
         again = http.post("/v1/sessions", json={"agent": "five"})
         assert again.status_code == 201, again.text
