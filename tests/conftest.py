@@ -123,6 +123,7 @@ def run_cli(
         "REDIS_URL": settings.redis_url or "",
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": str(ROOT),
+        "HOME": "/tmp",
     }
     return subprocess.run(
         [sys.executable, "-m", "resumable.cli", *args],

@@ -19,7 +19,12 @@ from resumable.agent import AgentRegistry
 from resumable.cli.ids import resolve_session
 from resumable.cli.json_args import parse_json, parse_patch, parse_text
 from resumable.cli.support import ErrorGroup, connected, console, optional_agents
-from resumable.errors import ResumableError, SessionStateError, UnknownAgentError
+from resumable.errors import (
+    IdempotencyConflictError,
+    ResumableError,
+    SessionStateError,
+    UnknownAgentError,
+)
 from resumable.models import agent_queries
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
@@ -191,6 +196,11 @@ def sessions_state(
 @click.option("--patch", default=None, help="RFC 6902 JSON Patch applied to that state.")
 @click.option("--by", default=None, help="Who (default: cli:<user>).")
 @click.option("--agents", "agent_modules", multiple=True, help="For event-sourced agents.")
+@click.option(
+    "--allow-compensated",
+    is_flag=True,
+    help="Fork even if a tool result it reuses was compensated (undone) by the saga.",
+)
 @click.pass_obj
 def sessions_fork(
     settings: Settings,
@@ -199,6 +209,7 @@ def sessions_fork(
     patch: str | None,
     by: str | None,
     agent_modules: tuple[str, ...],
+    allow_compensated: bool,
 ) -> None:
     """Start a new session from a past checkpoint; prints the fork's id."""
     from resumable.time_travel import TimeTravel
@@ -213,6 +224,7 @@ def sessions_fork(
             state_patch=state_patch,
             broker=c.client.broker,
             settings=settings,
+            allow_compensated=allow_compensated,
         )
     click.echo(str(fork_id))
 
@@ -265,6 +277,8 @@ def sessions_signal(
         raise SessionStateError(f"session {sid}: {receipt.message}")
     if receipt.verdict is Verdict.UNKNOWN:
         raise ResumableError(f"session {sid}: {receipt.message}")
+    if receipt.verdict is Verdict.REUSED:
+        raise IdempotencyConflictError(f"session {sid}: {receipt.message}")
     console.print(f"{receipt.message} (session {sid})", highlight=False)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,27 +16,12 @@ from resumable.client import Client
 from resumable.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.errors import InvalidPatchError
 from resumable.models.database import Database
-from tests.conftest import ROOT, ManagedProcess, wait_until
+from tests.conftest import ManagedProcess, run_cli, wait_until
 from tests.fake_api import FakeAPI
 
 
 def _cli(client: Client, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        "DATABASE_URL": client.settings.database_url or "",
-        "REDIS_URL": client.settings.redis_url or "",
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(ROOT),
-        "HOME": "/tmp",
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "resumable.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        check=False,
-        timeout=60,
-    )
+    return run_cli(client.settings, *args, timeout=60)
 
 
 def _error_line(result: subprocess.CompletedProcess[str]) -> str:
@@ -177,8 +161,13 @@ def test_cancel_and_signal_from_the_command_line_are_audited(
     )  # fmt: skip
     assert sent.returncode == 0, sent.stderr
     assert "signal accepted" in sent.stdout
-    again = _cli(client, "sessions", "signal", str(waiting), "approve", "--idempotency-key", "s-1")
+    again = _cli(
+        client, "sessions", "signal", str(waiting), "approve",
+        "--payload", '{"ok": true}', "--idempotency-key", "s-1",
+    )  # fmt: skip
     assert again.returncode == 0 and "already received" in again.stdout
+    reused = _cli(client, "sessions", "signal", str(waiting), "approve", "--idempotency-key", "s-1")
+    assert reused.returncode == 1 and "different body" in _error_line(reused)
     wait_until(lambda: client.get(waiting).status == "completed", what="the signalled session")
     assert client.get(waiting).result == {
         "kind": "signal",
@@ -201,3 +190,21 @@ def test_cancel_and_signal_from_the_command_line_are_audited(
     assert "is already cancelled" in _error_line(twice)
     late = _cli(client, "sessions", "signal", str(doomed), "approve")
     assert "it takes no more signals" in _error_line(late)
+
+
+def test_fork_of_a_compensated_saga_needs_allow_compensated(
+    client: Client, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    start_worker()
+    with FakeAPI() as fake:
+        session_id = client.start("saga", {"api": fake.url})
+        wait_until(lambda: client.get(session_id).status == "failed", what="the saga")
+    refused = _cli(client, "sessions", "fork", str(session_id), "--at", "2")
+    assert refused.returncode == 1
+    assert "compensated" in refused.stderr and "Traceback" not in refused.stderr
+    assert client.count_by_status() == {"failed": 1}
+    allowed = _cli(client, "sessions", "fork", str(session_id), "--at", "2", "--allow-compensated")
+    assert allowed.returncode == 0, allowed.stderr
+    fork_id = uuid.UUID(allowed.stdout.strip())
+    [created] = [e for e in client.events(fork_id) if e.event_type == "session_created"]
+    assert created.payload["compensated_calls_reused"] == 2
