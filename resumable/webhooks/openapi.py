@@ -273,9 +273,7 @@ def _renamed(value: Any) -> Any:
     """Pydantic names ``Page[Session]``'s definition ``Page_Session_``; call it
     ``SessionPage``, as the class is named."""
     if isinstance(value, dict):
-        return {
-            _GENERIC_NAME.sub(r"\1Page", key): _renamed(item) for key, item in value.items()
-        }
+        return {_GENERIC_NAME.sub(r"\1Page", key): _renamed(item) for key, item in value.items()}
     if isinstance(value, list):
         return [_renamed(item) for item in value]
     if isinstance(value, str) and value.startswith(COMPONENTS):

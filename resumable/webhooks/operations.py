@@ -72,9 +72,11 @@ class ApiRoute(Route):
     """A Starlette route that carries its operation."""
 
     def __init__(self, operation: Operation, endpoint: Endpoint) -> None:
-        super().__init__(
-            operation.path, endpoint, methods=[operation.method], name=operation.operation_id
-        )
+        path = operation.path
+        for param in operation.path_params:
+            if param.convertor:
+                path = path.replace(f"{{{param.name}}}", f"{{{param.name}:{param.convertor}}}")
+        super().__init__(path, endpoint, methods=[operation.method], name=operation.operation_id)
         self.operation = operation
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 
 from resumable.errors import InvalidCursorError
@@ -28,6 +29,22 @@ TOPIC_PATTERN = r"^[A-Za-z0-9_.:\-]{1,100}$"
 TOKEN_PATTERN = r"^[A-Za-z0-9_\-]{1,128}$"
 
 
+class _Digits(Convertor[str]):
+    """Matches an id's digits only, so that ``/v1/dead-letters/drain`` is not also
+    a dead letter named "drain" (its GET would not be a 405 otherwise)."""
+
+    regex = "[0-9]{1,19}"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("digits", _Digits())
+
+
 @dataclass(frozen=True)
 class PathParam(Generic[Value]):
     """One ``{name}`` of a route's path."""
@@ -39,10 +56,11 @@ class PathParam(Generic[Value]):
     status: int = 404
     code: str = "not_found"
     example: Any = None
+    convertor: str | None = None  # Starlette's, in the route's path
     _what: str = field(default="")
 
     def __call__(self, request: Request) -> Value:
-        raw: str = request.path_params[self.name]
+        raw = str(request.path_params[self.name])
         value = self.convert(raw)
         if value is None:
             message = f"{self._what or self.name} {raw[:80]!r} does not exist"
@@ -96,6 +114,7 @@ DEAD_LETTER_ID: PathParam[int] = PathParam(
     _integer(1, MAX_ID),
     code="dead_letter_not_found",
     example=7,
+    convertor="digits",
     _what="dead letter",
 )
 TOPIC: PathParam[str] = PathParam(

@@ -68,15 +68,22 @@ NonBlankReason = Annotated[
 ]
 Time = Annotated[datetime, BeforeValidator(_rfc3339_text)]
 Pointer = Annotated[StrictStr, Field(max_length=2000, pattern=POINTER_PATTERN)]
-Cursor = Annotated[
+_CURSOR = "The `next_cursor` of the previous page."
+# Opaque (it encodes a position in time); one this API did not hand out is a 400.
+SessionCursor = Annotated[
     StrictStr,
-    Field(
-        min_length=1,
-        max_length=200,
-        pattern=r"^[A-Za-z0-9_\-]+$",
-        description="The `next_cursor` of the previous page.",
-    ),
+    Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_\-]+$", description=_CURSOR),
 ]
+# Positions after (or before) an id or seq: any such number is a valid position.
+IdCursor = Annotated[StrictStr, Field(pattern=r"^[0-9]{1,18}$", description=_CURSOR)]
+SeqCursor = Annotated[StrictStr, Field(pattern=r"^[0-9]{1,9}$", description=_CURSOR)]
+
+
+def _json_integer(value: Any) -> Any:
+    """JSON has one number type: 3.0 is the integer 3 (as JSON Schema says)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 Digits = BeforeValidator(_integer_text)
@@ -179,8 +186,8 @@ class CancelSession(_Body):
 class ForkSession(_Body):
     model_config = ConfigDict(json_schema_extra={"examples": [{"at": 1}]})
 
-    at: Annotated[int, Field(strict=True, ge=1, le=MAX_SEQ)] = Field(
-        description="The checkpoint to start from."
+    at: Annotated[int, Field(strict=True, ge=1, le=MAX_SEQ), BeforeValidator(_json_integer)] = (
+        Field(description="The checkpoint to start from.")
     )
     state_patch: StatePatch | None = None
     session_id: uuid.UUID | None = Field(
@@ -207,7 +214,9 @@ class DiscardDeadLetter(_Body):
 
 class _Drain(_Body):
     dry_run: StrictBool = Field(default=False, description="Only list what would be drained.")
-    limit: Annotated[int, Field(strict=True, ge=1, le=MAX_DRAIN_LIMIT)] = 100
+    limit: Annotated[
+        int, Field(strict=True, ge=1, le=MAX_DRAIN_LIMIT), BeforeValidator(_json_integer)
+    ] = 100
     rate: Annotated[float, Field(strict=True, ge=MIN_DRAIN_RATE, allow_inf_nan=False)] | None = (
         Field(default=None, description="At most this many actions per second.")
     )
@@ -254,17 +263,17 @@ class ListSessions(_Query):
     status: SessionStatus | None = None
     agent: Name | None = None
     limit: Annotated[int, Field(ge=1, le=200, description="Sessions per page."), Digits] = 50
-    cursor: Cursor | None = None
+    cursor: SessionCursor | None = None
 
 
 class ListEvents(_Query):
     limit: Annotated[int, Field(ge=1, le=1000, description="Events per page."), Digits] = 200
-    cursor: Cursor | None = None
+    cursor: IdCursor | None = None
 
 
 class ListCheckpoints(_Query):
     limit: Annotated[int, Field(ge=1, le=1000, description="Checkpoints per page."), Digits] = 100
-    cursor: Cursor | None = None
+    cursor: SeqCursor | None = None
 
 
 class ListDeadLetters(_Query):
@@ -275,7 +284,7 @@ class ListDeadLetters(_Query):
     since: Time | None = Field(default=None, description="Failed at or after.")
     until: Time | None = Field(default=None, description="Failed before.")
     limit: Annotated[int, Field(ge=1, le=500, description="Dead letters per page."), Digits] = 50
-    cursor: Cursor | None = None
+    cursor: IdCursor | None = None
 
 
 # -- parsing --------------------------------------------------------------------------
