@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import functools
 import re
+import typing
 from collections.abc import Iterable, Sequence
 from importlib import metadata
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import TypeAdapter
 
@@ -211,13 +212,14 @@ class _Models:
     """Every model the operations use, as JSON schemas referencing shared components."""
 
     def __init__(self, operations: Sequence[Operation]) -> None:
-        types: dict[str, Any] = {"JsonValue": JsonValue, "ErrorResponse": ErrorResponse}
+        types: dict[str, Any] = {}
+        kinds = [JsonValue, ErrorResponse]
         for operation in operations:
             if operation.body not in (None, True):
-                types[_key(operation.body)] = operation.body
-            for answer in operation.answers:
-                if answer.model is not None:
-                    types[_key(answer.model)] = answer.model
+                kinds.append(operation.body)
+            kinds += [answer.model for answer in operation.answers if answer.model is not None]
+        for kind in kinds:
+            assert types.setdefault(_key(kind), kind) is kind, f"two models named {_key(kind)}"
         self.definitions: dict[str, Any] = {}
         inputs = [(key, "validation", TypeAdapter(kind)) for key, kind in types.items()]
         schemas, definitions = TypeAdapter.json_schemas(
@@ -282,10 +284,16 @@ def _renamed(value: Any) -> Any:
 
 
 def _key(kind: Any) -> str:
+    """A unique name for a model, or for an annotated type (named by its members)."""
+    if kind is JsonValue:
+        return "JsonValue"
     name = getattr(kind, "__name__", None)
-    if name is None:  # an annotated union: name it by its members
-        name = "Or".join(arg.__name__ for arg in kind.__origin__.__args__)
-    return str(name)
+    if name is not None:
+        return str(name)
+    inner = typing.get_args(kind)[0] if typing.get_origin(kind) is Annotated else kind
+    members = typing.get_args(inner)
+    assert members, f"cannot name {kind!r}"
+    return "Or".join(member.__name__ for member in members)
 
 
 def _header(header: Header, where: str | None) -> dict[str, Any]:
