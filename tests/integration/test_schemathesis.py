@@ -8,8 +8,9 @@ too), invalid requests refused, valid requests accepted, 401 without the
 token, 405 with ``Allow`` for undeclared methods. Then the links
 (create -> get -> events -> signal/cancel) are walked statefully.
 
-Bounded in time: a fixed number of examples per operation, derandomized, so
-the run is reproducible and takes well under a minute on two cores.
+Bounded in time: a fixed number of examples per operation (derandomized) and
+of linked scenarios (seeded), so the run is reproducible and takes about half
+a minute on two cores.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def deployment(urls: ServiceURLs, tmp_path_factory: pytest.TempPathFactory) -> I
     settings = Settings(database_url=urls.database_url, redis_url=urls.redis_url, home=TEST_HOME)
     db = Database(urls.database_url, pool_size=2)
     _truncate(db)
-    redis.Redis.from_url(urls.redis_url).flushdb()
+    with redis.Redis.from_url(urls.redis_url) as queue:
+        queue.flushdb()
     port = free_port()
     env = {
         "RESUMABLE_PUBLIC_URL": f"http://127.0.0.1:{port}",
@@ -192,6 +194,7 @@ def test_linked_calls_keep_the_contract(api_schema: Any) -> None:
         scenario.run(
             settings=hypothesis.settings(
                 max_examples=1,
+                derandomize=False,  # the seed above picks each scenario
                 stateful_step_count=STATEFUL_STEPS,
                 deadline=None,
                 database=None,
