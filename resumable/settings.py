@@ -117,7 +117,8 @@ class Settings(BaseSettings):
     webhook_secret: str | None = Field(
         default=None,
         description="Standard Webhooks secret (`whsec_...`) that callbacks must be signed "
-        "with. Unset: callbacks are authenticated by their unguessable token alone.",
+        "with; several, space-separated, are each accepted (to rotate it). Unset: callbacks "
+        "are authenticated by their unguessable token alone.",
     )
     max_body_bytes: int = Field(
         default=1_048_576,

@@ -1,7 +1,11 @@
-"""The Starlette application served by ``resumable web``.
+"""The Starlette application served by ``resumable web``, or mounted inside
+another application.
 
-Everything it needs (database pool, broker, settings) is built in the
-lifespan, from explicit settings, and closed on shutdown. In front of the
+Everything it needs (database pool, broker, settings) is built in its
+lifespan, from explicit settings, and closed on shutdown. A host application
+that mounts it (``host.mount("/resumable", app)``) must run that lifespan in
+its own, since Starlette does not run a mounted app's: ``async with
+running(app) as web: ...`` (see ``examples/fastapi_app.py``). In front of the
 routes, in order: unusable requests are refused (``guards.py``), then every
 route but the public ones needs the token (``auth.py``).
 """
@@ -13,10 +17,12 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
 from resumable.agent import AgentRegistry
 from resumable.client import Client
+from resumable.embedded import service_urls
 from resumable.inbox import Inbox
 from resumable.models.database import Database
 from resumable.queue.broker import build_broker
@@ -41,6 +47,16 @@ from resumable.webhooks.too_large import JsonTooLarge
 # with the database down, callers learn it at once instead of after 30 s.
 POOL_TIMEOUT_SECONDS = 2.0
 
+# Every route the app serves, in matching order.
+ROUTES: tuple[BaseRoute, ...] = (
+    *callback_routes.routes,
+    *session_routes.routes,
+    *checkpoint_routes.routes,
+    *dead_letter_routes.routes,
+    *health_routes.routes,
+    *metrics_routes.routes,
+)
+
 
 class _App(Starlette):
     """Starlette, with its plain-text 413 turned into the API's JSON error."""
@@ -51,46 +67,59 @@ class _App(Starlette):
 
 def create_app(
     settings: Settings,
-    database_url: str,
-    redis_url: str,
+    database_url: str | None = None,
+    redis_url: str | None = None,
     registry: AgentRegistry | None = None,
 ) -> Starlette:
+    """The web app. Without URLs, those of `settings` are used, and embedded
+    servers are started (in the lifespan) for any that is unset."""
     verifier = CallbackVerifier(settings.webhook_secret)  # fail fast on a bad secret
     auth = BearerAuth(accepted_tokens(settings))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        db = Database(
-            database_url, pool_size=settings.db_pool_size, pool_timeout=POOL_TIMEOUT_SECONDS
-        )
-        broker = build_broker(settings, redis_url)
-        app.state.resumable = WebState(
-            settings=settings,
-            db=db,
-            broker=broker,
-            client=Client(settings, db, broker, registry),
-            inbox=Inbox(settings, db, broker),
-            verifier=verifier,
-            redis_url=redis_url,
-            metrics=Metrics(db),
-        )
-        try:
-            yield
-        finally:
-            broker.close()
-            db.close()
+        with service_urls(
+            database_url or settings.database_url,
+            redis_url or settings.redis_url,
+            settings.home_dir,
+        ) as urls:
+            db = Database(
+                urls.database_url,
+                pool_size=settings.db_pool_size,
+                pool_timeout=POOL_TIMEOUT_SECONDS,
+            )
+            broker = build_broker(settings, urls.redis_url)
+            app.state.resumable = WebState(
+                settings=settings,
+                db=db,
+                broker=broker,
+                client=Client(settings, db, broker, registry),
+                inbox=Inbox(settings, db, broker),
+                verifier=verifier,
+                redis_url=urls.redis_url,
+                metrics=Metrics(db),
+            )
+            try:
+                yield
+            finally:
+                del app.state.resumable
+                broker.close()
+                db.close()
 
     return _App(
-        routes=[
-            *callback_routes.routes,
-            *session_routes.routes,
-            *checkpoint_routes.routes,
-            *dead_letter_routes.routes,
-            *health_routes.routes,
-            *metrics_routes.routes,
-        ],
+        routes=list(ROUTES),
         middleware=[Middleware(RejectUnusableRequests), auth_middleware(auth)],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
         max_body_size=settings.max_body_bytes,
     )
+
+
+@contextlib.asynccontextmanager
+async def running(app: Starlette) -> AsyncIterator[WebState]:
+    """Run `app`'s lifespan inside a host application's own lifespan (a host
+    does not run the lifespan of an app it mounts); yields what the app built,
+    whose ``client`` the host may use to start sessions."""
+    async with app.router.lifespan_context(app):
+        state: WebState = app.state.resumable
+        yield state

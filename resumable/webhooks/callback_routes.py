@@ -4,25 +4,42 @@ from __future__ import annotations
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from resumable.inbox import Receipt, Verdict
+from resumable.webhooks import response_models
 from resumable.webhooks.bodies import parse_json, require_json_content_type
 from resumable.webhooks.errors import ApiError, error_response
+from resumable.webhooks.operations import IDEMPOTENCY_KEY, Answer, ApiRoute, Header, Operation
+from resumable.webhooks.params import TOKEN
 from resumable.webhooks.state import web_state
 
-_MAX_TOKEN_LENGTH = 128
 # Idempotency keys and webhook ids are indexed; a btree row holds ~2,700 bytes.
 MAX_IDEMPOTENCY_KEY_LENGTH = 256
+
+RECEIPT_ANSWERS = (
+    Answer(202, "Accepted: committed, and will be consumed exactly once.", response_models.Receipt),
+    Answer(
+        200,
+        "A duplicate of a delivery already received (same id, same body); nothing new stored.",
+        response_models.Receipt,
+    ),
+)
 
 
 def receipt_response(receipt: Receipt) -> Response:
     """202 accepted, 200 duplicate (with the original delivery), 404, 409."""
-    if receipt.verdict is Verdict.ACCEPTED:
-        return JSONResponse(receipt.as_json(), status_code=202)
-    if receipt.verdict is Verdict.DUPLICATE:
-        return JSONResponse(receipt.as_json(), status_code=200)
+    if receipt.verdict in (Verdict.ACCEPTED, Verdict.DUPLICATE):
+        assert receipt.session_id is not None
+        body = response_models.Receipt(
+            status=receipt.verdict.value,
+            message=receipt.message,
+            session_id=receipt.session_id,
+            delivery_id=receipt.delivery_id,
+        )
+        status = 202 if receipt.verdict is Verdict.ACCEPTED else 200
+        return Response(body.model_dump_json(), status, media_type="application/json")
     if receipt.verdict is Verdict.UNKNOWN:
         return error_response(404, "not_found", receipt.message)
     if receipt.verdict is Verdict.REUSED:
@@ -51,29 +68,66 @@ def dedupe_key(request: Request) -> str | None:
     return idempotency_key(request, "webhook-id", "idempotency-key")
 
 
+_SIGNED = "Required when the server has a webhook secret (`RESUMABLE_WEBHOOK_SECRET`)."
+
+CALLBACK = Operation(
+    "POST",
+    "/v1/callbacks/{token}",
+    "receiveCallback",
+    "Receive an external system's callback",
+    "signals and callbacks",
+    description="Signed per Standard Webhooks when the server has a secret (several "
+    "secrets are accepted at once while one is rotated). The delivery is committed "
+    "before the answer; `webhook-id` (or `Idempotency-Key`) dedupes. Public: the "
+    "signature and the unguessable token are the credentials.",
+    path_params=(TOKEN,),
+    headers=(
+        Header(
+            "webhook-id",
+            "The delivery's id: a redelivery with the same id and body is a duplicate. " + _SIGNED,
+            IDEMPOTENCY_KEY.schema,
+        ),
+        Header(
+            "webhook-timestamp",
+            "Unix seconds; within five minutes of the server's clock. " + _SIGNED,
+        ),
+        Header(
+            "webhook-signature",
+            "Space-separated `v1,<base64 HMAC-SHA256>` signatures of "
+            "`{webhook-id}.{webhook-timestamp}.{body}`. " + _SIGNED,
+        ),
+        IDEMPOTENCY_KEY,
+    ),
+    body=True,
+    body_required=True,
+    body_description="The callback's payload, any JSON value.",
+    answers=(
+        *RECEIPT_ANSWERS,
+        Answer(
+            400,
+            "An empty body, or a `webhook-id`/`Idempotency-Key` that is empty or over 256 "
+            "characters (the single-use callback stays open).",
+            codes=("malformed_json", "invalid_idempotency_key"),
+        ),
+        Answer(
+            401,
+            "A missing or wrong signature, or a timestamp over five minutes off.",
+            codes=("invalid_signature",),
+            headers=(Header("WWW-Authenticate", "The signature scheme.", required=True),),
+        ),
+        Answer(404, "No callback has this token.", codes=("not_found",)),
+        Answer(
+            409,
+            "The wait is over (answered, timed out, cancelled), or the `webhook-id` was used "
+            "with another body.",
+            codes=("wait_closed", "idempotency_key_reused"),
+        ),
+    ),
+)
+
+
 async def receive_callback(request: Request) -> Response:
-    """Deliver a callback to the session that created the token.
-    ---
-    summary: Receive an external system's callback
-    description: >
-      Signed per Standard Webhooks when a secret is configured. The delivery is
-      committed before the answer; webhook-id (or Idempotency-Key) dedupes.
-    parameters:
-      - {name: token, in: path, required: true, schema: {type: string}}
-    requestBody:
-      content: {application/json: {schema: {}}}
-    responses:
-      202: {description: Accepted and stored}
-      200: {description: Duplicate of a delivery already received}
-      400: {description: "Empty, malformed or not UTF-8 body; bad webhook-id"}
-      401: {description: Bad or missing signature}
-      404: {description: Unknown token}
-      409: {description: "The wait is closed; or webhook-id reused with another body"}
-      413: {description: Body too large}
-      415: {description: Not JSON}
-    """
     state = web_state(request)
-    token = request.path_params["token"]
     body = await request.body()
     state.verifier.verify(body, request.headers)
     key = dedupe_key(request)
@@ -81,11 +135,10 @@ async def receive_callback(request: Request) -> Response:
         raise ApiError(400, "malformed_json", "a callback needs a JSON body; this one is empty")
     require_json_content_type(request, body)
     payload = parse_json(body)
-    if len(token) > _MAX_TOKEN_LENGTH:
-        return error_response(404, "not_found", "no callback with this token")
+    token = TOKEN(request)
     receipt = await run_in_threadpool(state.inbox.callback, token, payload, key)
     state.metrics.deliveries.labels("callback", receipt.verdict.value).inc()
     return receipt_response(receipt)
 
 
-routes = [Route("/v1/callbacks/{token}", receive_callback, methods=["POST"])]
+routes: list[Route] = [ApiRoute(CALLBACK, receive_callback)]

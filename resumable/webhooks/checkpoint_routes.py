@@ -6,124 +6,153 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import Response
 
+from resumable.schemas import Checkpoint, CheckpointState, Page, Session
 from resumable.time_travel import TimeTravel
 from resumable.webhooks.auth import request_actor
 from resumable.webhooks.bodies import json_body
-from resumable.webhooks.errors import ApiError
-from resumable.webhooks.params import path_session_id, query_int
-from resumable.webhooks.request_models import MAX_SEQ, ForkSession, parse_body
+from resumable.webhooks.operations import ACTOR, Answer, ApiRoute, Operation, json_answer
+from resumable.webhooks.params import SEQ, SESSION_ID, number_cursor
+from resumable.webhooks.request_models import (
+    MAX_SEQ,
+    ForkSession,
+    ListCheckpoints,
+    parse_body,
+    parse_query,
+    patch_as_json,
+)
+from resumable.webhooks.session_routes import SESSION_LINKS
 from resumable.webhooks.state import WebState, web_state
+
+TAG = "time travel"
+_NO_SESSION = Answer(404, "No such session.", codes=("session_not_found",))
 
 
 def _history(state: WebState) -> TimeTravel:
     return TimeTravel(state.db, state.client.registry)
 
 
+LIST = Operation(
+    "GET",
+    "/v1/sessions/{session_id}/checkpoints",
+    "listCheckpoints",
+    "List a session's checkpoints, oldest first",
+    TAG,
+    description="Compacted checkpoints are gone from the list (see RESUMABLE_COMPACT_KEEP).",
+    path_params=(SESSION_ID,),
+    query=ListCheckpoints,
+    answers=(
+        Answer(200, "A page of checkpoints.", Page[Checkpoint]),
+        Answer(400, "`cursor` is not one this API handed out.", codes=("invalid_cursor",)),
+        _NO_SESSION,
+    ),
+)
+
+
 async def list_checkpoints(request: Request) -> Response:
-    """A session's checkpoints, oldest first.
-    ---
-    summary: List a session's checkpoints
-    parameters:
-      - {name: after, in: query, schema: {type: integer}}
-      - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 1000}}
-    responses: {200: {description: "{checkpoints, next_after}"}, 404: {description: Unknown}}
-    """
     state = web_state(request)
-    session_id = path_session_id(request)
-    after = query_int(request, "after", 0, 0, MAX_SEQ)
-    limit = query_int(request, "limit", 100, 1, 1000)
+    session_id = SESSION_ID(request)
+    query = parse_query(ListCheckpoints, request.query_params)
+    after = number_cursor(query.cursor, MAX_SEQ)
     rows = await run_in_threadpool(
-        _history(state).checkpoints, session_id, after=after, limit=limit
+        _history(state).checkpoints, session_id, after=after, limit=query.limit + 1
     )
-    items = [
-        {
-            "seq": r["seq"],
-            "step": r["step"],
-            "next_step": r["next_step"],
-            "kind": r["kind"],
-            "bytes": r["bytes"],
-            "at": r["created_at"].isoformat(),
-        }
-        for r in rows
-    ]
-    next_after = items[-1]["seq"] if len(items) == limit else None
-    return JSONResponse({"checkpoints": items, "next_after": next_after})
+    items = [Checkpoint.from_row(session_id, row) for row in rows[: query.limit]]
+    next_cursor = str(items[-1].seq) if len(rows) > query.limit else None
+    return json_answer(Page[Checkpoint](items=items, next_cursor=next_cursor))
+
+
+GET = Operation(
+    "GET",
+    "/v1/sessions/{session_id}/checkpoints/{seq}",
+    "getCheckpoint",
+    "Get a session's state as it was after a step",
+    TAG,
+    description="Rebuilt from the nearest snapshot; redacted where the history is.",
+    path_params=(SESSION_ID, SEQ),
+    answers=(
+        Answer(200, "The state after step `seq`.", CheckpointState),
+        Answer(
+            404,
+            "No such session, or no such checkpoint (not reached, or compacted).",
+            codes=("session_not_found", "checkpoint_not_found"),
+        ),
+    ),
+)
 
 
 async def get_checkpoint(request: Request) -> Response:
-    """The state right after a step.
-    ---
-    summary: Get a session's state at a checkpoint
-    responses:
-      200: {description: "{seq, step, next_step, state}"}
-      404: {description: Unknown session or checkpoint}
-    """
     state = web_state(request)
-    session_id = path_session_id(request)
-    raw = request.path_params["seq"]
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 10 and 1 <= int(raw) <= MAX_SEQ):
-        raise ApiError(404, "checkpoint_not_found", f"no checkpoint {raw[:20]!r}")
-    seq = int(raw)
+    session_id = SESSION_ID(request)
+    seq = SEQ(request)
     past = await run_in_threadpool(_history(state).state_at, session_id, seq)
-    return JSONResponse(
-        {"seq": past.seq, "step": past.step, "next_step": past.next_step, "state": past.state}
+    return json_answer(
+        CheckpointState(
+            session_id=session_id,
+            seq=past.seq,
+            step=past.step,
+            next_step=past.next_step,
+            state=past.state,
+        )
     )
 
 
+FORK = Operation(
+    "POST",
+    "/v1/sessions/{session_id}/fork",
+    "forkSession",
+    "Start a new session from a past checkpoint of this one",
+    TAG,
+    description="The origin is left untouched. The fork keeps the tool results recorded "
+    "before the fork point; if the origin's saga compensated any of them, the fork is "
+    "refused unless `allow_compensated` is true.",
+    path_params=(SESSION_ID,),
+    headers=(ACTOR,),
+    body=ForkSession,
+    body_required=True,
+    answers=(
+        Answer(201, "The fork, queued to run.", Session, links=SESSION_LINKS),
+        Answer(
+            404,
+            "No such session or checkpoint.",
+            codes=("session_not_found", "checkpoint_not_found"),
+        ),
+        Answer(
+            409,
+            "The origin had finished at that checkpoint, the fork would reuse compensated "
+            "effects, or `session_id` is taken.",
+            codes=("invalid_session_state", "session_exists"),
+        ),
+        Answer(422, "The state patch does not apply.", codes=("invalid_state_patch",)),
+    ),
+)
+
+
 async def fork_session(request: Request) -> Response:
-    """Start a new session from a past checkpoint of this one.
-    ---
-    summary: Fork a session from a checkpoint
-    requestBody:
-      required: true
-      content:
-        application/json:
-          schema:
-            type: object
-            required: [at]
-            additionalProperties: false
-            properties:
-              at: {type: integer, minimum: 1, maximum: 2147483647}
-              state_patch: {type: array, description: RFC 6902 JSON Patch}
-              session_id: {type: string, format: uuid}
-              allow_compensated:
-                type: boolean
-                description: Fork even if tool calls it would reuse were compensated
-    responses:
-      201: {description: "The fork: {session_id, forked_from, at}"}
-      404: {description: Unknown session or checkpoint}
-      409: {description: "Finished at that checkpoint, compensated effects, or id taken"}
-      422: {description: Invalid request or patch}
-    """
     state = web_state(request)
     actor = request_actor(request)
-    session_id = path_session_id(request)
+    session_id = SESSION_ID(request)
     body = parse_body(ForkSession, await json_body(request, empty={}))
 
     def fork() -> Any:
-        return _history(state).fork(
+        fork_id = _history(state).fork(
             session_id,
             body.at,
             actor=actor,
-            state_patch=body.state_patch,
+            state_patch=patch_as_json(body.state_patch),
             new_id=body.session_id,
             broker=state.broker,
             settings=state.settings,
             allow_compensated=body.allow_compensated,
         )
+        return state.client.get(fork_id)
 
-    fork_id = await run_in_threadpool(fork)
-    return JSONResponse(
-        {"session_id": str(fork_id), "forked_from": str(session_id), "at": body.at},
-        status_code=201,
-    )
+    return json_answer(Session.from_row(await run_in_threadpool(fork)), 201)
 
 
 routes = [
-    Route("/v1/sessions/{session_id}/checkpoints", list_checkpoints, methods=["GET"]),
-    Route("/v1/sessions/{session_id}/checkpoints/{seq}", get_checkpoint, methods=["GET"]),
-    Route("/v1/sessions/{session_id}/fork", fork_session, methods=["POST"]),
+    ApiRoute(LIST, list_checkpoints),
+    ApiRoute(GET, get_checkpoint),
+    ApiRoute(FORK, fork_session),
 ]

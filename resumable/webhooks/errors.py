@@ -68,7 +68,8 @@ _CLIENT_ERRORS: dict[type[ResumableError], int] = {
 # The HTTP code of a package error, where the API's vocabulary differs from
 # the Python exception's: one code for "this key was used for another body".
 _HTTP_CODE_OF: dict[type[ResumableError], str] = {
-    IdempotencyConflictError: "idempotency_key_reused"
+    IdempotencyConflictError: "idempotency_key_reused",
+    InvalidPatchError: "invalid_state_patch",
 }
 
 

@@ -8,44 +8,50 @@ import redis
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-from starlette.schemas import SchemaGenerator
 
+from resumable.webhooks.openapi import openapi_document
+from resumable.webhooks.operations import Answer, ApiRoute, Operation, json_answer
+from resumable.webhooks.response_models import Health, Readiness
 from resumable.webhooks.state import web_state
 
-schemas = SchemaGenerator(
-    {
-        "openapi": "3.0.3",
-        "info": {"title": "resumable", "version": "1"},
-        "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        },
-        "security": [{"bearer": []}],
-    }
+TAG = "operations"
+
+HEALTHZ = Operation(
+    "GET",
+    "/healthz",
+    "getLiveness",
+    "Liveness: the process is up",
+    TAG,
+    description="Public (probes carry no credentials); touches nothing else.",
+    answers=(Answer(200, "Alive.", Health),),
+    database=False,
 )
 
 
 async def healthz(request: Request) -> Response:
-    """The process is up.
-    ---
-    summary: Liveness
-    security: []
-    responses: {200: {description: Alive}}
-    """
-    return JSONResponse({"status": "ok"})
+    return json_answer(Health(status="ok"))
 
 
 # A probe must answer before the orchestrator's own timeout (often 1 s).
 READY_TIMEOUT_SECONDS = 1.0
 
 
+READYZ = Operation(
+    "GET",
+    "/readyz",
+    "getReadiness",
+    "Readiness: the database and the broker answer",
+    TAG,
+    description=f"Public; answers within about {READY_TIMEOUT_SECONDS:g} s either way.",
+    answers=(
+        Answer(200, "Ready.", Readiness),
+        Answer(503, "The database or the broker does not answer.", Readiness),
+    ),
+    database=False,
+)
+
+
 async def readyz(request: Request) -> Response:
-    """The database and the broker answer.
-    ---
-    summary: Readiness
-    security: []
-    responses: {200: {description: Ready}, 503: {description: A dependency is down}}
-    """
     state = web_state(request)
 
     def database() -> str:
@@ -76,24 +82,29 @@ async def readyz(request: Request) -> Response:
     )
     checks = {"database": db_check, "broker": broker_check}
     ready = all(v == "ok" for v in checks.values())
-    return JSONResponse(
-        {"status": "ready" if ready else "unavailable", "checks": checks},
-        status_code=200 if ready else 503,
-    )
+    body = Readiness(status="ready" if ready else "unavailable", checks=checks)
+    return json_answer(body, 200 if ready else 503)
+
+
+OPENAPI = Operation(
+    "GET",
+    "/openapi.json",
+    "getOpenApi",
+    "This API's OpenAPI 3.1 document",
+    TAG,
+    description="Generated from the routes and their models. When the app is mounted "
+    "under a prefix, `servers` names it.",
+    answers=(Answer(200, "The document.", schema={"type": "object"}),),
+    database=False,
+)
 
 
 async def openapi(request: Request) -> Response:
-    """This document.
-    ---
-    summary: OpenAPI description of every route
-    responses: {200: {description: OpenAPI 3 document}}
-    """
-    # Starlette's OpenAPIResponse renders YAML; the contract is /openapi.json.
-    return JSONResponse(schemas.get_schema(routes=request.app.routes))
+    return JSONResponse(openapi_document(request.app.routes, request.scope.get("root_path", "")))
 
 
 routes = [
-    Route("/healthz", healthz, methods=["GET"]),
-    Route("/readyz", readyz, methods=["GET"]),
-    Route("/openapi.json", openapi, methods=["GET"], include_in_schema=True),
+    ApiRoute(HEALTHZ, healthz),
+    ApiRoute(READYZ, readyz),
+    ApiRoute(OPENAPI, openapi),
 ]

@@ -1,76 +1,295 @@
-"""The JSON bodies the API takes, as pydantic models.
+"""What the API takes: JSON bodies and query strings, as pydantic models.
 
-Strict where JSON would otherwise be coerced (``{"reason": 5}`` is not a
-string, ``true`` is not a number), closed to unknown fields, bounded where a
-value reaches SQL or a sleep. A body that does not fit answers 422 naming the
-field; nothing is read or written before it fits.
+The same models validate requests and describe them in ``/openapi.json``, so
+the two cannot drift. Strict where JSON would otherwise be coerced
+(``{"reason": 5}`` is not a string, ``true`` is not a number), closed to
+unknown body fields, bounded where a value reaches SQL or a sleep. A request
+that does not fit answers 422 naming the field; nothing is read or written
+before it fits.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
+from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    TypeAdapter,
+    ValidationError,
+)
 
+from resumable.models.status import SessionStatus
+from resumable.schemas import JsonValue
 from resumable.webhooks.errors import ApiError
 
 # The largest value of an INTEGER column (checkpoint numbers).
 MAX_SEQ = 2**31 - 1
+# Ids of BIGINT identity columns (events, dead letters) stay far below this.
+MAX_ID = 2**62
 # Same bounds as `resumable dlq drain --limit/--rate`.
 MAX_DRAIN_LIMIT = 100_000
 MIN_DRAIN_RATE = 0.01
 
-Reason = Annotated[StrictStr, Field(max_length=2000)]
-Name = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_.:\-]{1,200}$")]
-StatePatch = list[dict[str, Any]]
+NAME_PATTERN = r"^[A-Za-z0-9_.:\-]{1,200}$"
+NO_NUL_PATTERN = r"^[^\x00]*$"
+# A JSON Pointer (RFC 6901): "" or "/"-separated tokens, "~" escaped as ~0 and ~1.
+POINTER_PATTERN = r"^(/([^~/\x00]|~[01])*)*$"
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+def _rfc3339_text(value: Any) -> Any:
+    """Only an RFC 3339 date-time string (pydantic alone would also take a
+    number as a Unix time, or a time without its offset)."""
+    if not isinstance(value, str) or not _RFC3339.match(value):
+        raise ValueError("must be an RFC 3339 date-time, e.g. 2026-11-01T09:00:00Z")
+    return value
+
+
+def _integer_text(value: Any) -> Any:
+    """A query string's digits only (pydantic alone would take "1.0" and " 5")."""
+    if isinstance(value, str) and not re.fullmatch(r"[0-9]{1,20}", value):
+        raise ValueError("must be a whole number")
+    return value
+
+
+Name = Annotated[StrictStr, Field(pattern=NAME_PATTERN, examples=["support"])]
+Text = Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=NO_NUL_PATTERN)]
+Reason = Annotated[StrictStr, Field(max_length=2000, pattern=NO_NUL_PATTERN)]
+NonBlankReason = Annotated[
+    StrictStr, Field(min_length=1, max_length=2000, pattern=r"^[^\x00]*\S[^\x00]*$")
+]
+Time = Annotated[datetime, BeforeValidator(_rfc3339_text)]
+Pointer = Annotated[StrictStr, Field(max_length=2000, pattern=POINTER_PATTERN)]
+_CURSOR = "The `next_cursor` of the previous page."
+# Opaque (it encodes a position in time); one this API did not hand out is a 400.
+SessionCursor = Annotated[
+    StrictStr,
+    Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_\-]+$", description=_CURSOR),
+]
+# Positions after (or before) an id or seq: any such number is a valid position.
+IdCursor = Annotated[StrictStr, Field(pattern=r"^[0-9]{1,18}$", description=_CURSOR)]
+SeqCursor = Annotated[StrictStr, Field(pattern=r"^[0-9]{1,9}$", description=_CURSOR)]
+
+
+def _json_integer(value: Any) -> Any:
+    """JSON has one number type: 3.0 is the integer 3 (as JSON Schema says)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Digits = BeforeValidator(_integer_text)
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# -- RFC 6902 JSON Patch, applied to a session's state -------------------------------
+
+
+class AddOperation(_Body):
+    op: Literal["add"]
+    path: Pointer
+    value: JsonValue
+
+
+class RemoveOperation(_Body):
+    op: Literal["remove"]
+    path: Pointer
+
+
+class ReplaceOperation(_Body):
+    op: Literal["replace"]
+    path: Pointer
+    value: JsonValue
+
+
+class MoveOperation(_Body):
+    model_config = ConfigDict(populate_by_name=True)
+
+    op: Literal["move"]
+    from_: Pointer = Field(alias="from")
+    path: Pointer
+
+
+class CopyOperation(_Body):
+    model_config = ConfigDict(populate_by_name=True)
+
+    op: Literal["copy"]
+    from_: Pointer = Field(alias="from")
+    path: Pointer
+
+
+class TestOperation(_Body):
+    __test__ = False  # not a pytest class
+
+    op: Literal["test"]
+    path: Pointer
+    value: JsonValue
+
+
+PatchOperation = Annotated[
+    AddOperation
+    | RemoveOperation
+    | ReplaceOperation
+    | MoveOperation
+    | CopyOperation
+    | TestOperation,
+    Field(discriminator="op"),
+]
+StatePatch = Annotated[
+    list[PatchOperation],
+    Field(
+        description="An RFC 6902 JSON Patch applied to the state; 422 if it does not apply.",
+        examples=[[{"op": "replace", "path": "/approved", "value": True}]],
+    ),
+]
+
+
+def patch_as_json(patch: list[PatchOperation] | None) -> list[dict[str, Any]] | None:
+    """The patch as plain RFC 6902 JSON, for the code that applies and records it."""
+    if patch is None:
+        return None
+    return [operation.model_dump(by_alias=True) for operation in patch]
+
+
+# -- bodies ---------------------------------------------------------------------------
+
+
 class CreateSession(_Body):
-    agent: Name
-    input: Any = None
-    session_id: uuid.UUID | None = None
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"agent": "support", "input": {"amount": 500}}]}
+    )
+
+    agent: Name = Field(description="A registered agent; 422 `unknown_agent` otherwise.")
+    input: JsonValue = None
+    session_id: uuid.UUID | None = Field(
+        default=None, description="Choose the id yourself; 409 if it is taken."
+    )
 
 
 class CancelSession(_Body):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"reason": "customer withdrew"}]})
+
     reason: Reason | None = None
 
 
 class ForkSession(_Body):
-    at: Annotated[int, Field(strict=True, ge=1, le=MAX_SEQ)]
+    model_config = ConfigDict(json_schema_extra={"examples": [{"at": 1}]})
+
+    at: Annotated[int, Field(strict=True, ge=1, le=MAX_SEQ), BeforeValidator(_json_integer)] = (
+        Field(description="The checkpoint to start from.")
+    )
     state_patch: StatePatch | None = None
-    session_id: uuid.UUID | None = None
-    # Fork even though the tool calls it reuses were undone by a compensation.
-    allow_compensated: StrictBool = False
+    session_id: uuid.UUID | None = Field(
+        default=None, description="The fork's id; 409 if it is taken."
+    )
+    allow_compensated: StrictBool = Field(
+        default=False,
+        description="Fork even though tool calls it reuses were undone by a compensation.",
+    )
 
 
 class RetryDeadLetter(_Body):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"reason": "card limit raised"}]})
+
     reason: Reason | None = None
     state_patch: StatePatch | None = None
 
 
 class DiscardDeadLetter(_Body):
-    reason: Annotated[StrictStr, Field(min_length=1, max_length=2000, pattern=r"\S")]
+    model_config = ConfigDict(json_schema_extra={"examples": [{"reason": "duplicate order"}]})
+
+    reason: NonBlankReason
 
 
-class DrainDeadLetters(_Body):
-    action: Literal["retry", "discard"]
-    dry_run: StrictBool = False
-    limit: Annotated[int, Field(strict=True, ge=1, le=MAX_DRAIN_LIMIT)] = 100
-    rate: Annotated[float, Field(strict=True, ge=MIN_DRAIN_RATE, allow_inf_nan=False)] | None = None
+class _Drain(_Body):
+    dry_run: StrictBool = Field(default=False, description="Only list what would be drained.")
+    limit: Annotated[
+        int, Field(strict=True, ge=1, le=MAX_DRAIN_LIMIT), BeforeValidator(_json_integer)
+    ] = 100
+    rate: Annotated[float, Field(strict=True, ge=MIN_DRAIN_RATE, allow_inf_nan=False)] | None = (
+        Field(default=None, description="At most this many actions per second.")
+    )
+    agent: Name | None = None
+    error_type: Text | None = None
+    step: Text | None = None
+    since: Time | None = Field(default=None, description="Failed at or after.")
+    until: Time | None = Field(default=None, description="Failed before.")
+
+
+class DrainRetry(_Drain):
+    """Retry every open dead letter that matches."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"action": "retry", "limit": 10}]})
+
+    action: Literal["retry"]
     reason: Reason | None = None
-    agent: StrictStr | None = None
-    error_type: StrictStr | None = None
-    step: StrictStr | None = None
-    since: StrictStr | None = None
-    until: StrictStr | None = None
 
 
-Model = TypeVar("Model", bound=_Body)
+class DrainDiscard(_Drain):
+    """Discard every open dead letter that matches (a reason is required)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"action": "discard", "reason": "cleanup"}]}
+    )
+
+    action: Literal["discard"]
+    reason: NonBlankReason
+
+
+DrainDeadLetters = Annotated[DrainRetry | DrainDiscard, Field(discriminator="action")]
+
+
+# -- query strings --------------------------------------------------------------------
+
+
+class _Query(BaseModel):
+    """Unknown query parameters are ignored, as HTTP caches and proxies add some."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class ListSessions(_Query):
+    status: SessionStatus | None = None
+    agent: Name | None = None
+    limit: Annotated[int, Field(ge=1, le=200, description="Sessions per page."), Digits] = 50
+    cursor: SessionCursor | None = None
+
+
+class ListEvents(_Query):
+    limit: Annotated[int, Field(ge=1, le=1000, description="Events per page."), Digits] = 200
+    cursor: IdCursor | None = None
+
+
+class ListCheckpoints(_Query):
+    limit: Annotated[int, Field(ge=1, le=1000, description="Checkpoints per page."), Digits] = 100
+    cursor: SeqCursor | None = None
+
+
+class ListDeadLetters(_Query):
+    status: Literal["open", "retried", "discarded", "all"] = "open"
+    agent: Name | None = None
+    error_type: Text | None = None
+    step: Text | None = None
+    since: Time | None = Field(default=None, description="Failed at or after.")
+    until: Time | None = Field(default=None, description="Failed before.")
+    limit: Annotated[int, Field(ge=1, le=500, description="Dead letters per page."), Digits] = 50
+    cursor: IdCursor | None = None
+
+
+# -- parsing --------------------------------------------------------------------------
+
+Model = TypeVar("Model")
 
 
 def _describe(exc: ValidationError) -> str:
@@ -81,11 +300,31 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_body(model: type[Model], body: Any) -> Model:
+def validate(adapter: TypeAdapter[Model], value: Any, what: str) -> Model:
+    """`value` as the adapter's type, or a 422 naming what is wrong."""
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        raise ApiError(422, "invalid_request", f"{what}: {_describe(exc)}") from None
+
+
+def parse_body(model: Any, body: Any) -> Any:
     """`body` (parsed JSON; an empty body is ``{}``) as `model`, or a 422."""
     if not isinstance(body, dict):
         raise ApiError(422, "invalid_request", "the body must be a JSON object")
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        raise ApiError(422, "invalid_request", _describe(exc)) from None
+    return validate(_adapter(model), body, "body")
+
+
+def parse_query(model: type[Model], params: Any) -> Model:
+    """A query string (the last value of a repeated parameter) as `model`, or a 422."""
+    adapter: TypeAdapter[Model] = _adapter(model)
+    return validate(adapter, dict(params), "query")
+
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def _adapter(model: Any) -> TypeAdapter[Any]:
+    if model not in _ADAPTERS:
+        _ADAPTERS[model] = TypeAdapter(model)
+    return _ADAPTERS[model]

@@ -2,29 +2,64 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import Response
 
 from resumable.errors import SessionNotFoundError, UnknownAgentError
 from resumable.models import agent_queries
-from resumable.models.status import SessionStatus
+from resumable.schemas import Event, Page, Session
 from resumable.webhooks.auth import request_actor
 from resumable.webhooks.bodies import json_body
-from resumable.webhooks.callback_routes import dedupe_key, idempotency_key, receipt_response
-from resumable.webhooks.errors import ApiError
-from resumable.webhooks.params import path_session_id, query_int
-from resumable.webhooks.request_models import CancelSession, CreateSession, parse_body
+from resumable.webhooks.callback_routes import (
+    RECEIPT_ANSWERS,
+    dedupe_key,
+    idempotency_key,
+    receipt_response,
+)
+from resumable.webhooks.operations import (
+    ACTOR,
+    IDEMPOTENCY_KEY,
+    Answer,
+    ApiRoute,
+    Header,
+    Operation,
+    json_answer,
+)
+from resumable.webhooks.params import SESSION_ID, TOPIC, number_cursor
+from resumable.webhooks.request_models import (
+    MAX_ID,
+    CancelSession,
+    CreateSession,
+    ListEvents,
+    ListSessions,
+    parse_body,
+    parse_query,
+)
 from resumable.webhooks.state import WebState, web_state
-from resumable.webhooks.views import event_json, session_json
 
-_TOPIC = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
-# Cursors this API hands out are ~90 characters; anything much longer is not one.
-_MAX_CURSOR_LENGTH = 200
+TAG = "sessions"
+_NOT_FOUND = Answer(404, "No such session.", codes=("session_not_found",))
+
+
+def _link(operation_id: str, description: str, **constants: str) -> dict[str, Any]:
+    return {
+        "operationId": operation_id,
+        "description": description,
+        "parameters": {"session_id": "$response.body#/session_id", **constants},
+    }
+
+
+# Where a client (or a fuzzer) can go from a session it was handed.
+SESSION_LINKS = {
+    "GetSession": _link("getSession", "Read the session."),
+    "ListSessionEvents": _link("listSessionEvents", "Its audit log."),
+    "ListCheckpoints": _link("listCheckpoints", "Its checkpoints."),
+    "SignalSession": _link("signalSession", "Send it a signal.", topic="approval"),
+    "CancelSession": _link("cancelSession", "Cancel it."),
+}
 
 
 def _known_agent(state: WebState, agent: str) -> None:
@@ -38,28 +73,41 @@ def _known_agent(state: WebState, agent: str) -> None:
         raise UnknownAgentError(f"unknown agent {agent!r}: no worker has registered it")
 
 
+CREATE = Operation(
+    "POST",
+    "/v1/sessions",
+    "createSession",
+    "Start a session of an agent",
+    TAG,
+    description="The session is committed before it is queued, so a 201 means it will run.",
+    headers=(IDEMPOTENCY_KEY,),
+    body=CreateSession,
+    body_required=True,
+    answers=(
+        Answer(
+            201,
+            "Created; or, for a repeated `Idempotency-Key`, the session it created "
+            "(with `Idempotent-Replayed: true`).",
+            Session,
+            headers=(Header("Idempotent-Replayed", "`true` when this answer is a replay."),),
+            links=SESSION_LINKS,
+        ),
+        Answer(
+            400,
+            "An `Idempotency-Key` that is empty or over 256 characters.",
+            codes=("invalid_idempotency_key",),
+        ),
+        Answer(
+            409,
+            "The `Idempotency-Key` was used for another request, or `session_id` is taken.",
+            codes=("idempotency_key_reused", "session_exists"),
+        ),
+        Answer(422, "No worker has registered the agent.", codes=("unknown_agent",)),
+    ),
+)
+
+
 async def create_session(request: Request) -> Response:
-    """Start a session.
-    ---
-    summary: Start a session of an agent
-    description: An Idempotency-Key header makes a retried request return the same session.
-    requestBody:
-      required: true
-      content:
-        application/json:
-          schema:
-            type: object
-            required: [agent]
-            properties:
-              agent: {type: string}
-              input: {}
-              session_id: {type: string, format: uuid}
-    responses:
-      201: {description: Created (or replayed, with header Idempotent-Replayed true)}
-      400: {description: Malformed JSON, or an Idempotency-Key over 256 characters}
-      409: {description: Idempotency key reused for a different request, or id taken}
-      422: {description: Unknown agent or invalid input}
-    """
     state = web_state(request)
     key = idempotency_key(request, "idempotency-key")
     body = parse_body(CreateSession, await json_body(request))
@@ -73,129 +121,154 @@ async def create_session(request: Request) -> Response:
 
     started, row = await run_in_threadpool(start)
     headers = {} if started.created else {"Idempotent-Replayed": "true"}
-    return JSONResponse(session_json(row), status_code=201, headers=headers)
+    return json_answer(Session.from_row(row), 201, headers)
+
+
+GET = Operation(
+    "GET",
+    "/v1/sessions/{session_id}",
+    "getSession",
+    "Get a session",
+    TAG,
+    description="Its status, where it is, its state, result or error, and what it waits for.",
+    path_params=(SESSION_ID,),
+    answers=(Answer(200, "The session.", Session), _NOT_FOUND),
+)
 
 
 async def get_session(request: Request) -> Response:
-    """One session.
-    ---
-    summary: Get a session
-    responses: {200: {description: The session}, 404: {description: Unknown session}}
-    """
     state = web_state(request)
-    row = await run_in_threadpool(state.client.get, path_session_id(request))
-    return JSONResponse(session_json(row))
+    row = await run_in_threadpool(state.client.get, SESSION_ID(request))
+    return json_answer(Session.from_row(row))
+
+
+LIST = Operation(
+    "GET",
+    "/v1/sessions",
+    "listSessions",
+    "List sessions, newest first",
+    TAG,
+    description="Without their state (read one session for it).",
+    query=ListSessions,
+    answers=(
+        Answer(200, "A page of sessions.", Page[Session]),
+        Answer(400, "`cursor` is not one this API handed out.", codes=("invalid_cursor",)),
+    ),
+)
 
 
 async def list_sessions(request: Request) -> Response:
-    """Sessions, newest first.
-    ---
-    summary: List sessions
-    parameters:
-      - {name: status, in: query, schema: {type: string}}
-      - {name: agent, in: query, schema: {type: string}}
-      - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 200}}
-      - {name: cursor, in: query, schema: {type: string}}
-    responses: {200: {description: "A page: {sessions, next_cursor}"}}
-    """
     state = web_state(request)
-    status = request.query_params.get("status")
-    if status is not None and status not in {s.value for s in SessionStatus}:
-        raise ApiError(422, "invalid_request", f"unknown status {status[:40]!r}")
-    limit = query_int(request, "limit", 50, 1, 200)
-    cursor = request.query_params.get("cursor")
-    if cursor is not None and len(cursor) > _MAX_CURSOR_LENGTH:
-        raise ApiError(400, "invalid_cursor", "not a cursor this API handed out (too long)")
+    query = parse_query(ListSessions, request.query_params)
     rows, next_cursor = await run_in_threadpool(
         lambda: state.client.page_sessions(
-            status=status,
-            agent=request.query_params.get("agent"),
-            limit=limit,
-            cursor=cursor,
+            status=query.status, agent=query.agent, limit=query.limit, cursor=query.cursor
         )
     )
-    return JSONResponse(
-        {
-            "sessions": [session_json(r, include_state=False) for r in rows],
-            "next_cursor": next_cursor,
-        }
-    )
+    items = [Session.from_row(row, include_state=False) for row in rows]
+    return json_answer(Page[Session](items=items, next_cursor=next_cursor))
+
+
+EVENTS = Operation(
+    "GET",
+    "/v1/sessions/{session_id}/events",
+    "listSessionEvents",
+    "List a session's audit events, oldest first",
+    TAG,
+    path_params=(SESSION_ID,),
+    query=ListEvents,
+    answers=(
+        Answer(200, "A page of events.", Page[Event]),
+        Answer(400, "`cursor` is not one this API handed out.", codes=("invalid_cursor",)),
+        _NOT_FOUND,
+    ),
+)
 
 
 async def session_events(request: Request) -> Response:
-    """A session's audit log.
-    ---
-    summary: List a session's audit events in order
-    parameters:
-      - {name: after, in: query, schema: {type: integer}}
-      - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 1000}}
-    responses: {200: {description: "{events, next_after}"}, 404: {description: Unknown session}}
-    """
     state = web_state(request)
-    session_id = path_session_id(request)
-    after = query_int(request, "after", 0, 0, 2**62)
-    limit = query_int(request, "limit", 200, 1, 1000)
+    session_id = SESSION_ID(request)
+    query = parse_query(ListEvents, request.query_params)
+    after = number_cursor(query.cursor, MAX_ID)
 
     def read() -> Any:
         state.client.get(session_id)
-        return state.client.events(session_id, after=after, limit=limit)
+        return state.client.events(session_id, after=after, limit=query.limit + 1)
 
-    events = await run_in_threadpool(read)
-    next_after = events[-1].id if len(events) == limit else None
-    return JSONResponse({"events": [event_json(e) for e in events], "next_after": next_after})
+    rows = await run_in_threadpool(read)
+    items = [Event.from_row(row) for row in rows[: query.limit]]
+    next_cursor = str(items[-1].event_id) if len(rows) > query.limit else None
+    return json_answer(Page[Event](items=items, next_cursor=next_cursor))
+
+
+CANCEL = Operation(
+    "POST",
+    "/v1/sessions/{session_id}/cancel",
+    "cancelSession",
+    "Cancel a session that has not finished",
+    TAG,
+    description="Fences out a worker running it (its commit is refused) and closes its "
+    "callbacks; the reason and the actor go to the audit log.",
+    path_params=(SESSION_ID,),
+    headers=(ACTOR,),
+    body=CancelSession,
+    answers=(
+        Answer(200, "Cancelled.", Session),
+        _NOT_FOUND,
+        Answer(409, "It has already finished.", codes=("invalid_session_state",)),
+    ),
+)
 
 
 async def cancel_session(request: Request) -> Response:
-    """Cancel a session.
-    ---
-    summary: Cancel a session that has not finished
-    requestBody:
-      content:
-        application/json:
-          schema:
-            type: object
-            additionalProperties: false
-            properties: {reason: {type: string, maxLength: 2000}}
-    responses:
-      200: {description: Cancelled}
-      404: {description: Unknown session}
-      409: {description: Already finished}
-      422: {description: "Not {reason?}: unknown field, or reason not a string"}
-    """
     state = web_state(request)
     actor = request_actor(request)
-    session_id = path_session_id(request)
+    session_id = SESSION_ID(request)
     body = parse_body(CancelSession, await json_body(request, empty={}))
-    await run_in_threadpool(
-        lambda: state.client.cancel(session_id, actor=actor, reason=body.reason)
-    )
-    return JSONResponse({"session_id": str(session_id), "status": "cancelled"})
+
+    def cancel() -> Any:
+        state.client.cancel(session_id, actor=actor, reason=body.reason)
+        return state.client.get(session_id)
+
+    return json_answer(Session.from_row(await run_in_threadpool(cancel)))
+
+
+SIGNAL = Operation(
+    "POST",
+    "/v1/sessions/{session_id}/signals/{topic}",
+    "signalSession",
+    "Send a session a signal (an approval, an internal event)",
+    "signals and callbacks",
+    description="The JSON body (any value; empty means null) is the signal's payload. It "
+    "is committed before the answer and kept until the session waits for this topic; "
+    "`Idempotency-Key` dedupes.",
+    path_params=(SESSION_ID, TOPIC),
+    headers=(IDEMPOTENCY_KEY, ACTOR),
+    body=True,
+    body_description="The signal's payload.",
+    answers=(
+        *RECEIPT_ANSWERS,
+        Answer(
+            400,
+            "An `Idempotency-Key` that is empty or over 256 characters.",
+            codes=("invalid_idempotency_key",),
+        ),
+        _NOT_FOUND,
+        Answer(
+            409,
+            "The session has finished, or the `Idempotency-Key` was used with another body.",
+            codes=("wait_closed", "idempotency_key_reused"),
+        ),
+        Answer(422, "`topic` is not 1-100 of `[A-Za-z0-9_.:-]`.", codes=("invalid_request",)),
+    ),
+)
 
 
 async def post_signal(request: Request) -> Response:
-    """Send a named signal (an approval, an internal event) to a session.
-    ---
-    summary: Signal a session
-    description: >
-      Kept until the session waits for this topic; Idempotency-Key dedupes.
-      The JSON body is the signal's value.
-    parameters:
-      - {name: topic, in: path, required: true, schema: {type: string}}
-    requestBody:
-      content: {application/json: {schema: {}}}
-    responses:
-      202: {description: Accepted and stored}
-      200: {description: Duplicate}
-      400: {description: Malformed JSON, or an Idempotency-Key over 256 characters}
-      404: {description: Unknown session}
-      409: {description: "Session finished, or Idempotency-Key reused with another body"}
-    """
     state = web_state(request)
     actor = request_actor(request)
-    session_id = path_session_id(request)
-    topic = request.path_params["topic"]
-    if not _TOPIC.match(topic):
-        raise ApiError(422, "invalid_request", "topic must be 1-100 of [A-Za-z0-9_.:-]")
+    session_id = SESSION_ID(request)
+    topic = TOPIC(request)
     key = dedupe_key(request)
     payload = await json_body(request)
     receipt = await run_in_threadpool(state.inbox.signal, session_id, topic, payload, key, actor)
@@ -206,10 +279,10 @@ async def post_signal(request: Request) -> Response:
 
 
 routes = [
-    Route("/v1/sessions", create_session, methods=["POST"]),
-    Route("/v1/sessions", list_sessions, methods=["GET"]),
-    Route("/v1/sessions/{session_id}", get_session, methods=["GET"]),
-    Route("/v1/sessions/{session_id}/events", session_events, methods=["GET"]),
-    Route("/v1/sessions/{session_id}/cancel", cancel_session, methods=["POST"]),
-    Route("/v1/sessions/{session_id}/signals/{topic}", post_signal, methods=["POST"]),
+    ApiRoute(CREATE, create_session),
+    ApiRoute(LIST, list_sessions),
+    ApiRoute(GET, get_session),
+    ApiRoute(EVENTS, session_events),
+    ApiRoute(CANCEL, cancel_session),
+    ApiRoute(SIGNAL, post_signal),
 ]

@@ -27,6 +27,13 @@ class WebState:
     metrics: Metrics
 
 
+class LifespanNotRunError(RuntimeError):
+    """The app's lifespan has not run: a host application that mounts it must
+    enter ``resumable.webhooks.app.running(app)`` in its own lifespan."""
+
+
 def web_state(request: Request) -> WebState:
-    state: WebState = request.app.state.resumable
+    state: WebState | None = getattr(request.app.state, "resumable", None)
+    if state is None:
+        raise LifespanNotRunError(LifespanNotRunError.__doc__)
     return state

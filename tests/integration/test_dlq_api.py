@@ -31,8 +31,8 @@ def _dead_letter(
 ) -> tuple[list[uuid.UUID], list[int]]:
     ids = [client.start("fragile", {"flag": str(flag)}) for _ in range(n)]
     wait_until(lambda: client.count_by_status() == {"failed": n}, what="dead letters")
-    listed = api.get("/v1/dead-letters", headers=AUTH).json()["dead_letters"]
-    return ids, [d["id"] for d in listed]
+    listed = api.get("/v1/dead-letters", headers=AUTH).json()["items"]
+    return ids, [d["dead_letter_id"] for d in listed]
 
 
 def test_show_retry_with_a_state_patch_and_refuse_a_second_retry(
@@ -103,8 +103,10 @@ def test_discard_needs_a_reason_and_drain_dry_run_changes_nothing(
     assert (
         api.post("/v1/dead-letters/drain", json={"action": "nuke"}, headers=AUTH).status_code == 422
     )
-    discarded = api.get("/v1/dead-letters?status=discarded", headers=AUTH).json()["dead_letters"]
-    assert [(d["id"], d["resolution"]) for d in discarded] == [(letters[0], "test order")]
+    discarded = api.get("/v1/dead-letters?status=discarded", headers=AUTH).json()["items"]
+    assert [(d["dead_letter_id"], d["resolution"]) for d in discarded] == [
+        (letters[0], "test order")
+    ]
     assert api.get("/v1/dead-letters?status=bogus", headers=AUTH).status_code == 422
     assert api.get("/v1/dead-letters?since=yesterday", headers=AUTH).status_code == 422
     assert api.get("/v1/dead-letters").status_code == 401
@@ -115,4 +117,4 @@ def test_discard_needs_a_reason_and_drain_dry_run_changes_nothing(
         headers=AUTH,
     ).json()
     assert sorted(drained["done"]) == sorted(letters[1:])
-    assert api.get("/v1/dead-letters", headers=AUTH).json()["dead_letters"] == []
+    assert api.get("/v1/dead-letters", headers=AUTH).json()["items"] == []

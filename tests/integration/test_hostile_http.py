@@ -173,12 +173,12 @@ def world(
         what="a suspended and a failed session",
     )
     worker.stop()
-    [letter] = api.get("/v1/dead-letters", headers=AUTH).json()["dead_letters"]
+    [letter] = api.get("/v1/dead-letters", headers=AUTH).json()["items"]
     token = urlsplit(client.get(waiting).state["callback_url"]).path.rsplit("/", 1)[1]
     return {
         "session_id": str(waiting),
         "token": token,
-        "dead_letter_id": str(letter["id"]),
+        "dead_letter_id": str(letter["dead_letter_id"]),
         "seq": "1",
         "topic": "approval",
     }

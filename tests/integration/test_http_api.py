@@ -172,12 +172,12 @@ def test_list_pagination_filters_and_events(api: TestClient, client: Client) -> 
     while True:
         params = {"limit": "2", **({"cursor": cursor} if cursor else {})}
         page = api.get("/v1/sessions", params=params, headers=AUTH).json()
-        seen += [s["session_id"] for s in page["sessions"]]
+        seen += [s["session_id"] for s in page["items"]]
         cursor = page["next_cursor"]
         if cursor is None:
             break
     assert seen == list(reversed(ids))
-    assert api.get("/v1/sessions?status=completed", headers=AUTH).json()["sessions"] == []
+    assert api.get("/v1/sessions?status=completed", headers=AUTH).json()["items"] == []
     assert api.get("/v1/sessions?status=bogus", headers=AUTH).status_code == 422
     assert api.get("/v1/sessions?limit=0", headers=AUTH).status_code == 422
     assert api.get("/v1/sessions?cursor=garbage", headers=AUTH).status_code == 400
@@ -185,7 +185,7 @@ def test_list_pagination_filters_and_events(api: TestClient, client: Client) -> 
     one = api.get(f"/v1/sessions/{ids[0]}", headers=AUTH).json()
     assert (one["agent"], one["status"], one["input"]) == ("five", "pending", {"i": 0})
     events = api.get(f"/v1/sessions/{ids[0]}/events", headers=AUTH).json()
-    assert [e["type"] for e in events["events"]] == ["session_created"]
+    assert [e["type"] for e in events["items"]] == ["session_created"]
     assert api.get(f"/v1/sessions/{uuid.uuid4()}", headers=AUTH).status_code == 404
     assert api.get("/v1/sessions/not-a-uuid/events", headers=AUTH).status_code == 404
 

@@ -1,0 +1,445 @@
+"""The records resumable hands out, as frozen pydantic models, shared by the
+HTTP API and the Python client so that both speak one vocabulary.
+
+The names, once for every surface (HTTP bodies, Python models, CLI JSON):
+
+- ``session_id``: a session's UUID. Every other identifier is also
+  ``<thing>_id`` (``event_id``, ``dead_letter_id``, ``delivery_id``); nothing
+  is a bare ``id``.
+- ``step``: on a session, where it is: the step that runs next, is running,
+  waits to resume or failed (the column is ``cursor``, an internal name); on
+  an event, checkpoint or dead letter, the step it is about.
+- ``seq``: a checkpoint's number, counted from 1 per session; on a session,
+  how many steps it has committed (its latest checkpoint's ``seq``).
+- ``status``: a lifecycle status, the same strings PostgreSQL stores.
+- Times are RFC 3339 (``*_at``; an event or checkpoint's own time is ``at``).
+- A list is a ``Page``: ``items`` and ``next_cursor``, the opaque value to send
+  back as ``cursor`` for the next page (``null`` on the last one).
+
+No model carries lease internals (epochs, owners, expiry): those are the
+workers' business. Each record has a ``from_row`` constructor, so code that
+reads the tables builds exactly what the API returns.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Annotated, Any, Generic, Literal, TypeVar, Union
+
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, PlainValidator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
+from typing_extensions import TypeAliasType
+
+from resumable.models.status import SessionStatus, ToolCallStatus
+from resumable.models.tables import (
+    AuditEventRow,
+    DeadLetterRow,
+    SessionRow,
+    ToolCallRow,
+)
+
+# A JSON value resumable can store: PostgreSQL refuses NUL in text and jsonb,
+# so no string (and no object key) may hold one. The web process refuses that
+# and the rest of what cannot be stored (lone surrogates, nesting deeper than
+# 100, integers over 4,300 digits, non-finite numbers) as 400s while it parses
+# a body (``resumable/webhooks/bodies.py``); these types only describe it.
+_NO_NUL = r"^[^\x00]*$"
+_Text = Annotated[str, Field(pattern=_NO_NUL)]
+
+
+class _Described:
+    """Adds a description to a JSON schema (and closes an object to keys that
+    do not match its patternProperties)."""
+
+    def __init__(self, description: str, *, closed: bool = False) -> None:
+        self.description = description
+        self.closed = closed
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        json_schema["description"] = self.description
+        if self.closed:
+            json_schema["additionalProperties"] = False
+        return json_schema
+
+
+def _schema_aliases() -> tuple[Any, Any]:
+    """The recursive JsonValue and JsonObject definitions, for the schema only
+    (built in a function: mypy need not follow the recursion)."""
+    alias: Any = TypeAliasType
+    value = alias(
+        "JsonValue",
+        Annotated[
+            Union[_Text, float, bool, list["JsonValue"], "JsonObject", None],
+            _Described(
+                "Any JSON value that can be stored: no string or key may contain NUL "
+                "(\\u0000) or a lone surrogate, and nesting stops at 100 levels."
+            ),
+        ],
+    )
+    obj = alias(
+        "JsonObject",
+        Annotated[
+            dict[_Text, "JsonValue"],
+            _Described("A JSON object that can be stored (see JsonValue).", closed=True),
+        ],
+    )
+    return value, obj
+
+
+_JsonValueSchema, _JsonObjectSchema = _schema_aliases()
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+# Taken as they come (storability is checked while a body is parsed), described
+# by the definitions above (in validation mode, which the API document uses).
+JsonValue = Annotated[Any, PlainValidator(_as_is, json_schema_input_type=_JsonValueSchema)]
+JsonObject = Annotated[
+    dict[str, Any], PlainValidator(_as_is, json_schema_input_type=_JsonObjectSchema)
+]
+
+Item = TypeVar("Item", bound=BaseModel)
+
+
+class Record(BaseModel):
+    """Frozen and closed: a record is read, never edited, and its JSON schema
+    says exactly which fields it has."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SessionError(Record):
+    """Why a session failed (or its last attempt did)."""
+
+    code: str | None = None
+    type: str | None = Field(default=None, description="The exception's class name.")
+    message: str | None = None
+    step: str | None = Field(default=None, description="The step that raised.")
+
+
+class WaitingFor(Record):
+    """What a suspended session waits for; the first to fire resumes it."""
+
+    callbacks: int = Field(description="Open single-use callback URLs.")
+    signals: list[str] = Field(description="Signal topics it accepts.")
+    timer_at: datetime | None = Field(default=None, description="When its timer fires.")
+    poll: str | None = Field(default=None, description="The check it polls.")
+    deadline: datetime | None = Field(
+        default=None, description="When the wait times out (it then resumes with a timeout)."
+    )
+
+
+class Session(Record):
+    """One run of an agent."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "session_id": "3f1c9b7e-8d2a-4c51-9a0e-6b7f2d9c1e45",
+                    "agent": "support",
+                    "status": "suspended",
+                    "step": "charge_customer",
+                    "seq": 2,
+                    "attempts": 0,
+                    "input": {"amount": 500},
+                    "state": {"plan": ["approval", "charge", "finish"]},
+                    "result": None,
+                    "error": None,
+                    "waiting_for": {
+                        "callbacks": 0,
+                        "signals": ["approval"],
+                        "timer_at": None,
+                        "poll": None,
+                        "deadline": "2026-11-02T09:00:00Z",
+                    },
+                    "forked_from": None,
+                    "forked_at": None,
+                    "created_at": "2026-11-01T09:00:00Z",
+                    "updated_at": "2026-11-01T09:00:01Z",
+                    "finished_at": None,
+                }
+            ]
+        }
+    )
+
+    session_id: uuid.UUID
+    agent: str
+    status: SessionStatus
+    step: str | None = Field(
+        description="Where the session is: the step that runs next, is running, waits to "
+        "resume or failed; null once it completed."
+    )
+    seq: int = Field(ge=0, description="Steps committed so far (its latest checkpoint).")
+    attempts: int = Field(ge=0, description="Failed attempts of the current step.")
+    input: JsonValue
+    state: JsonObject | None = Field(
+        default=None,
+        description="The current state; null in lists of sessions (it can be large): "
+        "read one session for it.",
+    )
+    result: JsonValue = Field(description="What the agent completed with; null until then.")
+    error: SessionError | None
+    waiting_for: WaitingFor | None = Field(description="Set while the session is suspended.")
+    forked_from: uuid.UUID | None = Field(
+        default=None, description="The session this one was forked from."
+    )
+    forked_at: int | None = Field(default=None, description="The origin's checkpoint it forked at.")
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: SessionRow, *, include_state: bool = True) -> Session:
+        wait = row.wait or {}
+        return cls(
+            session_id=row.id,
+            agent=row.agent,
+            status=SessionStatus(row.status),
+            step=row.cursor,
+            seq=row.step_seq,
+            attempts=row.attempts,
+            input=row.input,
+            state=row.state if include_state else None,
+            result=row.result,
+            error=None
+            if row.error is None
+            else SessionError(**{k: row.error.get(k) for k in ("code", "type", "message", "step")}),
+            waiting_for=None
+            if row.status != SessionStatus.SUSPENDED
+            else WaitingFor(
+                callbacks=len(wait.get("callbacks", [])),
+                signals=list(wait.get("signals", [])),
+                timer_at=wait.get("timer_at"),
+                poll=(wait.get("poll") or {}).get("check"),
+                deadline=wait.get("deadline"),
+            ),
+            forked_from=row.forked_from,
+            forked_at=row.forked_at_seq,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            finished_at=row.finished_at,
+        )
+
+
+class Event(Record):
+    """One entry of a session's append-only audit log."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "event_id": 41,
+                    "session_id": "3f1c9b7e-8d2a-4c51-9a0e-6b7f2d9c1e45",
+                    "seq": 2,
+                    "step": "ask_approval",
+                    "type": "session_suspended",
+                    "payload": {"signals": ["approval"]},
+                    "at": "2026-11-01T09:00:01Z",
+                }
+            ]
+        }
+    )
+
+    event_id: int = Field(description="Increases with every event, across sessions.")
+    session_id: uuid.UUID
+    seq: int | None = Field(description="The checkpoint it belongs to, if any.")
+    step: str | None
+    type: str = Field(description="What happened, e.g. step_completed, session_suspended.")
+    payload: JsonObject
+    at: datetime
+
+    @classmethod
+    def from_row(cls, row: AuditEventRow) -> Event:
+        assert row.id is not None
+        return cls(
+            event_id=row.id,
+            session_id=row.session_id,
+            seq=row.seq,
+            step=row.step,
+            type=row.event_type,
+            payload=row.payload,
+            at=row.created_at,
+        )
+
+
+CheckpointKind = Literal["snapshot", "delta", "events"]
+
+
+class Checkpoint(Record):
+    """The record of one committed step (its state is read separately)."""
+
+    session_id: uuid.UUID
+    seq: int = Field(ge=1)
+    step: str = Field(description="The step that ran.")
+    next_step: str | None = Field(description="The step after it; null if it completed.")
+    kind: CheckpointKind = Field(
+        description="How it is stored: a whole snapshot, an RFC 6902 delta from the "
+        "previous checkpoint, or the step's events (event-sourced agents)."
+    )
+    bytes: int = Field(ge=0, description="Stored size.")
+    at: datetime
+
+    @classmethod
+    def from_row(cls, session_id: uuid.UUID, row: Mapping[str, Any]) -> Checkpoint:
+        """From a ``checkpoint_queries.LIST_CHECKPOINTS`` row."""
+        return cls(
+            session_id=session_id,
+            seq=row["seq"],
+            step=row["step"],
+            next_step=row["next_step"],
+            kind=row["kind"],
+            bytes=row["bytes"],
+            at=row["created_at"],
+        )
+
+
+class CheckpointState(Record):
+    """A session's state as it was right after step ``seq``."""
+
+    session_id: uuid.UUID
+    seq: int = Field(ge=1)
+    step: str
+    next_step: str | None
+    state: JsonObject = Field(description="Redacted where the history is (see README).")
+
+
+class ToolCall(Record):
+    """One logical side effect made through ``ctx.tool``, recorded once."""
+
+    idempotency_key: str = Field(description="Derived from (session, step, call, arguments).")
+    session_id: uuid.UUID
+    seq: int = Field(description="The checkpoint of the step that made the call.")
+    step: str
+    call_index: int = Field(ge=0, description="Its position among the step's calls.")
+    tool: str
+    request: JsonValue
+    status: ToolCallStatus
+    response: JsonValue
+    error: JsonObject | None
+    attempts: int
+    compensation: str | None = Field(description="The compensation registered for it, if any.")
+    compensation_status: str | None
+    compensation_attempts: int
+    compensation_error: JsonObject | None
+    compensated_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: ToolCallRow) -> ToolCall:
+        return cls(
+            idempotency_key=row.idempotency_key,
+            session_id=row.session_id,
+            seq=row.step_seq,
+            step=row.step,
+            call_index=row.call_index,
+            tool=row.tool,
+            request=row.request,
+            status=ToolCallStatus(row.status),
+            response=row.response,
+            error=row.error,
+            attempts=row.attempts,
+            compensation=row.compensation,
+            compensation_status=row.compensation_status,
+            compensation_attempts=row.compensation_attempts,
+            compensation_error=row.compensation_error,
+            compensated_at=row.compensated_at,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+        )
+
+
+DeadLetterStatus = Literal["open", "retried", "discarded"]
+
+
+class DeadLetter(Record):
+    """A session that failed for good, kept for an operator."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "dead_letter_id": 7,
+                    "session_id": "3f1c9b7e-8d2a-4c51-9a0e-6b7f2d9c1e45",
+                    "agent": "support",
+                    "step": "charge_customer",
+                    "error_code": "permanent_error",
+                    "error_type": "PermanentError",
+                    "error_message": "card declined",
+                    "attempts": 1,
+                    "compensation": "none",
+                    "compensation_error": None,
+                    "status": "open",
+                    "failed_at": "2026-11-01T09:00:03Z",
+                    "resolved_at": None,
+                    "resolved_by": None,
+                    "resolution": None,
+                }
+            ]
+        }
+    )
+
+    dead_letter_id: int
+    session_id: uuid.UUID
+    agent: str
+    step: str | None
+    error_code: str
+    error_type: str
+    error_message: str
+    traceback: str | None = Field(
+        default=None, description="Null in lists; read one dead letter for it."
+    )
+    attempts: int
+    compensation: Literal["none", "completed", "failed"] = Field(
+        description="How the saga's compensations ended."
+    )
+    compensation_error: JsonObject | None
+    status: DeadLetterStatus
+    failed_at: datetime
+    resolved_at: datetime | None
+    resolved_by: str | None
+    resolution: str | None = Field(description="The operator's reason.")
+
+    @classmethod
+    def from_row(cls, row: DeadLetterRow, *, include_traceback: bool = True) -> DeadLetter:
+        assert row.id is not None
+        return cls(
+            dead_letter_id=row.id,
+            session_id=row.session_id,
+            agent=row.agent,
+            step=row.step,
+            error_code=row.error_code,
+            error_type=row.error_type,
+            error_message=row.error_message,
+            traceback=row.traceback if include_traceback else None,
+            attempts=row.attempts,
+            compensation=row.compensation,
+            compensation_error=row.compensation_error,
+            status=row.status,
+            failed_at=row.failed_at,
+            resolved_at=row.resolved_at,
+            resolved_by=row.resolved_by,
+            resolution=row.resolution,
+        )
+
+
+class Page(Record, Generic[Item]):
+    """One page of a list, in the list's order."""
+
+    items: list[Item]
+    next_cursor: str | None = Field(
+        description="Send it back as `cursor` for the next page; null on the last page."
+    )
+
+    @classmethod
+    def model_parametrized_name(cls, params: tuple[Any, ...]) -> str:
+        return f"{params[0].__name__}Page"

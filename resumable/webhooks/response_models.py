@@ -1,0 +1,83 @@
+"""What the API answers that is not a shared record (``resumable/schemas.py``):
+the error body, delivery receipts, dead-letter details and reports, health."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from resumable.schemas import DeadLetter, Event, Record, Session
+
+
+class ErrorDetail(Record):
+    code: str = Field(
+        pattern=r"^[a-z_]+$",
+        description="Stable and machine-readable, e.g. `session_not_found`; see each response.",
+    )
+    message: str = Field(description="For people; may change.")
+
+
+class ErrorResponse(Record):
+    """Every 4xx and 5xx answer; no stack trace ever leaves the server."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"error": {"code": "session_not_found", "message": "no session"}}]
+        }
+    )
+
+    error: ErrorDetail
+
+
+class Receipt(Record):
+    """A callback or signal the server has committed (it will be consumed once)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "status": "accepted",
+                    "message": "signal accepted",
+                    "session_id": "3f1c9b7e-8d2a-4c51-9a0e-6b7f2d9c1e45",
+                    "delivery_id": 12,
+                }
+            ]
+        }
+    )
+
+    status: Literal["accepted", "duplicate"] = Field(
+        description="`accepted` (202): stored now; `duplicate` (200): the same delivery "
+        "id and body came before, nothing new was stored."
+    )
+    message: str
+    session_id: uuid.UUID
+    delivery_id: int | None = Field(description="The stored delivery, when known.")
+
+
+class DeadLetterDetail(Record):
+    """A dead letter with its traceback, its session and the session's last events."""
+
+    dead_letter: DeadLetter
+    session: Session
+    events: list[Event] = Field(description="The session's last 20 audit events, oldest first.")
+
+
+class DrainReport(Record):
+    action: Literal["retry", "discard"]
+    dry_run: bool
+    matched: list[int] = Field(description="Open dead letters that matched, newest first.")
+    done: list[int] = Field(description="Retried or discarded by this request.")
+    failed: dict[str, str] = Field(description="Dead letter id to why it was not drained.")
+
+
+class Health(Record):
+    status: Literal["ok"]
+
+
+class Readiness(Record):
+    status: Literal["ready", "unavailable"]
+    checks: dict[Literal["database", "broker"], str] = Field(
+        description='"ok", or "error: <exception type>".'
+    )
