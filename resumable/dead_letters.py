@@ -22,6 +22,7 @@ from resumable import serialization
 from resumable.errors import (
     DeadLetterNotFoundError,
     DeadLetterStateError,
+    InvalidDrainError,
     InvalidPatchError,
     ResumableError,
 )
@@ -271,11 +272,11 @@ class DeadLetters:
         reports which the same rules would refuse, and why. Everything is
         validated before the first action."""
         if action not in ("retry", "discard"):
-            raise InvalidPatchError(f"unknown drain action {action!r} (retry or discard)")
+            raise InvalidDrainError(f"unknown drain action {action!r} (retry or discard)")
         if action == "discard" and not (reason and reason.strip()):
-            raise InvalidPatchError("discarding needs a reason")
+            raise InvalidDrainError("discarding needs a reason")
         if rate is not None and not MIN_RATE <= rate <= MAX_RATE:
-            raise InvalidPatchError(f"rate must be between {MIN_RATE} and {MAX_RATE:g} per second")
+            raise InvalidDrainError(f"rate must be between {MIN_RATE} and {MAX_RATE:g} per second")
         open_only = DeadLetterFilter(**{**where.__dict__, "status": "open"})
         rows, _ = self.find(open_only, limit=limit)
         report = DrainReport(action, dry_run, matched=[r.id for r in rows if r.id is not None])

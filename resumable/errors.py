@@ -155,6 +155,12 @@ class InvalidPatchError(ResumableError):
     code = "invalid_request"
 
 
+class InvalidDrainError(ResumableError):
+    """The drain's parameters are out of bounds."""
+
+    code = "invalid_drain"
+
+
 class CheckpointNotFoundError(ResumableError):
     """The session has no such checkpoint, or it cannot be rebuilt here."""
 

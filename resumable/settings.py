@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from resumable.errors import ConfigurationError
@@ -219,22 +219,19 @@ class Settings(BaseSettings):
 
     @field_validator("webhook_secret", "alert_webhook_secret")
     @classmethod
-    def _webhook_secret(cls, value: str | None) -> str | None:
+    def _webhook_secret(cls, value: str | None, info: ValidationInfo) -> str | None:
         """Checked strictly here: the standardwebhooks library pads and accepts
-        a malformed secret, which then fails every signature check at run time."""
-        if value is None:
-            return value
-        if not value.startswith("whsec_"):
-            raise ValueError("must be whsec_ followed by base64 (a Standard Webhooks secret)")
-        try:
-            key = base64.b64decode(value.removeprefix("whsec_"), validate=True)
-        except (binascii.Error, ValueError):
-            raise ValueError("the part after whsec_ is not valid base64") from None
-        if len(key) < _MIN_SECRET_BYTES:
-            raise ValueError(
-                f"must hold at least {_MIN_SECRET_BYTES} random bytes (got {len(key)})"
-            )
-        return value
+        a malformed secret, which then fails every signature check at run time.
+        Blank means unset; callbacks accept several (rotation), alerts sign with one."""
+        if value is None or not value.strip():
+            return None
+        secrets = value.split()
+        if info.field_name == "alert_webhook_secret" and len(secrets) > 1:
+            raise ValueError("takes one secret (alerts are signed with it)")
+        for index, secret in enumerate(secrets, start=1):
+            which = f"secret {index} of {len(secrets)}: " if len(secrets) > 1 else ""
+            _check_secret(secret, which)
+        return " ".join(secrets)
 
     @property
     def home_dir(self) -> Path:
@@ -263,3 +260,16 @@ def load_settings(**overrides: object) -> Settings:
             for error in exc.errors()
         ]
         raise ConfigurationError("invalid setting " + "; ".join(problems)) from None
+
+
+def _check_secret(secret: str, which: str) -> None:
+    if not secret.startswith("whsec_"):
+        raise ValueError(f"{which}must be whsec_ followed by base64 (a Standard Webhooks secret)")
+    try:
+        key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{which}the part after whsec_ is not valid base64") from None
+    if len(key) < _MIN_SECRET_BYTES:
+        raise ValueError(
+            f"{which}must hold at least {_MIN_SECRET_BYTES} random bytes (got {len(key)})"
+        )

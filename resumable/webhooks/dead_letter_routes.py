@@ -18,10 +18,12 @@ from resumable.schemas import DeadLetter, Event, Page, Session
 from resumable.webhooks import response_models
 from resumable.webhooks.auth import request_actor
 from resumable.webhooks.bodies import json_body
+from resumable.webhooks.errors import ApiError
 from resumable.webhooks.operations import ACTOR, Answer, ApiRoute, Operation, json_answer
 from resumable.webhooks.params import DEAD_LETTER_ID, number_cursor
 from resumable.webhooks.request_models import (
     MAX_ID,
+    MAX_PACED_DRAIN_SECONDS,
     DiscardDeadLetter,
     DrainDeadLetters,
     ListDeadLetters,
@@ -205,6 +207,14 @@ async def drain_dead_letters(request: Request) -> Response:
     state = web_state(request)
     actor = request_actor(request)
     body = parse_body(DrainDeadLetters, await json_body(request, empty={}))
+    if body.rate and not body.dry_run and body.limit / body.rate > MAX_PACED_DRAIN_SECONDS:
+        raise ApiError(
+            422,
+            "drain_too_slow",
+            f"limit / rate is {body.limit / body.rate:g} s, over the"
+            f" {MAX_PACED_DRAIN_SECONDS:g} s one request may take: lower limit, raise rate,"
+            " or drain with `resumable dlq drain`",
+        )
     where = DeadLetterFilter(
         agent=body.agent,
         error_type=body.error_type,

@@ -22,6 +22,7 @@ from resumable.errors import (
     DeadLetterStateError,
     IdempotencyConflictError,
     InvalidCursorError,
+    InvalidDrainError,
     InvalidPatchError,
     NotSerializableError,
     ResumableError,
@@ -61,6 +62,7 @@ _CLIENT_ERRORS: dict[type[ResumableError], int] = {
     DeadLetterNotFoundError: 404,
     DeadLetterStateError: 409,
     InvalidPatchError: 422,
+    InvalidDrainError: 422,
     CheckpointNotFoundError: 404,
 }
 

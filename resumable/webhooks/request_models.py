@@ -26,6 +26,7 @@ from pydantic import (
     ValidationError,
 )
 
+from resumable.dead_letters import MAX_RATE, MIN_RATE
 from resumable.models.status import SessionStatus
 from resumable.schemas import JsonValue
 from resumable.webhooks.errors import ApiError
@@ -34,9 +35,11 @@ from resumable.webhooks.errors import ApiError
 MAX_SEQ = 2**31 - 1
 # Ids of BIGINT identity columns (events, dead letters) stay far below this.
 MAX_ID = 2**62
+# How long one HTTP request may pace a drain for (limit / rate): a request is
+# not a job, and a proxy would time it out long before a slow drain finished.
+MAX_PACED_DRAIN_SECONDS = 60.0
 # Same bounds as `resumable dlq drain --limit/--rate`.
 MAX_DRAIN_LIMIT = 100_000
-MIN_DRAIN_RATE = 0.01
 
 NAME_PATTERN = r"^[A-Za-z0-9_.:\-]{1,200}$"
 NO_NUL_PATTERN = r"^[^\x00]*$"
@@ -217,8 +220,13 @@ class _Drain(_Body):
     limit: Annotated[
         int, Field(strict=True, ge=1, le=MAX_DRAIN_LIMIT), BeforeValidator(_json_integer)
     ] = 100
-    rate: Annotated[float, Field(strict=True, ge=MIN_DRAIN_RATE, allow_inf_nan=False)] | None = (
-        Field(default=None, description="At most this many actions per second.")
+    rate: (
+        Annotated[float, Field(strict=True, ge=MIN_RATE, le=MAX_RATE, allow_inf_nan=False)] | None
+    ) = Field(
+        default=None,
+        description="At most this many actions per second. Over HTTP a paced drain must"
+        f" fit in {MAX_PACED_DRAIN_SECONDS:g} s (limit / rate); slower drains belong to"
+        " `resumable dlq drain`.",
     )
     agent: Name | None = None
     error_type: Text | None = None

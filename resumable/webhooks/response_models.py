@@ -70,6 +70,10 @@ class DrainReport(Record):
     matched: list[int] = Field(description="Open dead letters that matched, newest first.")
     done: list[int] = Field(description="Retried or discarded by this request.")
     failed: dict[str, str] = Field(description="Dead letter id to why it was not drained.")
+    refused: dict[str, str] = Field(
+        description="Dead letter id to why the rules refuse it (a dry run lists them here"
+        " too, so it says exactly what the real run would refuse)."
+    )
 
 
 class Health(Record):

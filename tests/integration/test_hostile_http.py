@@ -399,6 +399,9 @@ def test_drain_validates_before_it_acts(
         {"action": "discard", "reason": "r", "rate": 0},
         {"action": "discard", "reason": "r", "rate": True},
         {"action": "discard", "reason": "r", "rate": "fast"},
+        {"action": "discard", "reason": "r", "rate": 10_001},
+        # Paced past what one request may take (100 / 1 per s > 60 s).
+        {"action": "discard", "reason": "r", "rate": 1, "limit": 100},
         {"action": "discard", "reason": "r", "limit": 0},
         {"action": "discard", "reason": "r", "limit": 100_001},
         {"action": "discard", "reason": "r", "limit": 1.5},

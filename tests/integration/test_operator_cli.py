@@ -14,7 +14,7 @@ import pytest
 
 from resumable.client import Client
 from resumable.dead_letters import DeadLetterFilter, DeadLetters
-from resumable.errors import InvalidPatchError
+from resumable.errors import InvalidDrainError
 from resumable.models.database import Database
 from tests.conftest import ManagedProcess, run_cli, wait_until
 from tests.fake_api import FakeAPI
@@ -89,7 +89,7 @@ def test_dry_run_refuses_what_the_real_run_refuses_and_compensation_filters(
     # here and over HTTP (which shares DeadLetters.drain).
     slow = _cli(client, "dlq", "drain", "--action", "discard", "--reason", "x", "--rate", "0.001")
     assert "'--rate'" in _error_line(slow) and slow.returncode == 2
-    with pytest.raises(InvalidPatchError, match="rate must be between"):
+    with pytest.raises(InvalidDrainError, match="rate must be between"):
         DeadLetters(client.settings, db, client.broker).drain(
             "discard", DeadLetterFilter(), actor="test", reason="x", rate=1e-300
         )

@@ -28,12 +28,21 @@ import schemathesis
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from resumable.client import Client
+from resumable.dev.processes import Deployment
 from resumable.embedded import ServiceURLs
 from resumable.inbox import Inbox
 from resumable.models.database import Database
 from resumable.queue.broker import build_broker
 from resumable.settings import Settings
-from tests.conftest import API_TOKEN, TEST_HOME, ManagedProcess, free_port, wait_until
+from tests.conftest import (
+    API_TOKEN,
+    ROOT,
+    START_TIMEOUT,
+    TEST_HOME,
+    WORKER_ENV,
+    free_port,
+    wait_until,
+)
 
 AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 Case = schemathesis.Case[Any]
@@ -54,6 +63,9 @@ REFUSED_BY_DATA = {
     # An RFC 6902 patch is valid or not only against the state it patches.
     ("forkSession", 422, "invalid_state_patch"),
     ("retryDeadLetter", 422, "invalid_state_patch"),
+    # A paced drain must fit in one request's time: a bound on limit / rate,
+    # a relation between two fields that JSON Schema cannot state.
+    ("drainDeadLetters", 422, "drain_too_slow"),
 }
 
 
@@ -79,7 +91,7 @@ def _truncate(db: Database) -> None:
 
 
 @pytest.fixture(scope="module")
-def deployment(urls: ServiceURLs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def api_server(urls: ServiceURLs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A web process and a worker, with sessions in several states and a dead
     letter, so reads return real records. No webhook secret: schemathesis
     cannot sign, and without one callbacks are checked past the signature
@@ -96,18 +108,19 @@ def deployment(urls: ServiceURLs, tmp_path_factory: pytest.TempPathFactory) -> I
         "RESUMABLE_API_TOKENS": API_TOKEN,
         "RESUMABLE_WEBHOOK_SECRET": "",
     }
-    processes = [
-        ManagedProcess(
-            ["worker", "--agents", "tests.api_agents"],
-            settings,
-            logs / "worker.log",
-            env,
-            "worker started",
-        ),
-        ManagedProcess(
-            ["web", "--port", str(port)], settings, logs / "web.log", env, "Uvicorn running"
-        ),
-    ]
+    processes = Deployment(
+        {
+            **WORKER_ENV,
+            **env,
+            "DATABASE_URL": urls.database_url,
+            "REDIS_URL": urls.redis_url,
+            "PYTHONPATH": str(ROOT),
+        },
+        logs,
+        cwd=ROOT,
+    )
+    processes.worker("tests.api_agents").wait_ready(START_TIMEOUT)
+    processes.web(port).wait_ready(START_TIMEOUT)
     broker = build_broker(settings, urls.redis_url)
     client = Client(settings, db, broker)
     try:
@@ -126,17 +139,16 @@ def deployment(urls: ServiceURLs, tmp_path_factory: pytest.TempPathFactory) -> I
         wait_until(lambda: client.get(approved).status == "completed", what="the approval")
         yield f"http://127.0.0.1:{port}"
     finally:
-        for process in reversed(processes):
-            process.stop()
+        processes.stop_all()
         broker.close()
         db.close()
 
 
 @pytest.fixture(scope="module")
-def api_schema(deployment: str) -> Any:
+def api_schema(api_server: str) -> Any:
     config = schemathesis.Config.from_dict(
         {
-            "base-url": deployment,
+            "base-url": api_server,
             # Through the document's security scheme (not as a plain header), so
             # the ignored_auth check can send requests without it.
             "auth": {"openapi": {"bearer": {"bearer": API_TOKEN}}},
@@ -150,7 +162,7 @@ def api_schema(deployment: str) -> Any:
     )
     # Loaded as a document, not from its URL: schemathesis leaves out the
     # operation a schema is loaded from, and GET /openapi.json is one to test.
-    document = httpx.get(f"{deployment}/openapi.json", headers=AUTH, timeout=10).json()
+    document = httpx.get(f"{api_server}/openapi.json", headers=AUTH, timeout=10).json()
     return schemathesis.openapi.from_dict(document, config=config)
 
 
@@ -215,7 +227,7 @@ def test_every_operation_was_exercised(api_schema: Any) -> None:
     assert all(count >= 5 for count in SENT.values()), SENT
 
 
-def test_the_fuzzed_api_created_sessions(deployment: str, urls: ServiceURLs) -> None:
+def test_the_fuzzed_api_created_sessions(api_server: str, urls: ServiceURLs) -> None:
     """The run reached past validation: sessions made from the examples exist."""
     db = Database(urls.database_url, pool_size=1)
     try:

@@ -90,6 +90,25 @@ def test_good_values_pass_and_an_empty_url_means_unset(monkeypatch: pytest.Monke
     assert settings.redis_url == "unix:///tmp/valkey.sock"
 
 
+def test_webhook_secrets_blank_means_unset_and_several_rotate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RESUMABLE_WEBHOOK_SECRET", "  ")
+    assert load_settings().webhook_secret is None
+    other = "whsec_" + base64.b64encode(b"y" * 24).decode()
+    monkeypatch.setenv("RESUMABLE_WEBHOOK_SECRET", f"{GOOD_SECRET}  {other}")
+    assert load_settings().webhook_secret == f"{GOOD_SECRET} {other}"
+    monkeypatch.setenv("RESUMABLE_WEBHOOK_SECRET", f"{GOOD_SECRET} whsec_abc")
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings()
+    assert "secret 2 of 2" in caught.value.message and "whsec_abc" not in caught.value.message
+    monkeypatch.setenv("RESUMABLE_ALERT_WEBHOOK_SECRET", f"{GOOD_SECRET} {other}")
+    monkeypatch.setenv("RESUMABLE_WEBHOOK_SECRET", GOOD_SECRET)
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings()
+    assert "RESUMABLE_ALERT_WEBHOOK_SECRET" in caught.value.message
+
+
 def _number(value: float) -> str:
     return str(int(value)) if value.is_integer() else repr(value)
 
