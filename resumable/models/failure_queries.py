@@ -7,6 +7,32 @@ compensation or write a dead letter for it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PendingCompensation:
+    """A row of PENDING_COMPENSATIONS: one completed tool call still to undo."""
+
+    idempotency_key: str
+    tool: str
+    step: str
+    step_seq: int
+    call_index: int
+    compensation: str
+    request: Any
+    response: Any
+    compensation_attempts: int
+
+
+@dataclass(frozen=True)
+class DeadLettered:
+    """A row of FAIL_SESSION: the dead letter the failure opened."""
+
+    dead_letter_id: int
+
+
 # A transient failure: release the session until its next attempt. The epoch
 # moves on so a step still running past its time limit cannot commit.
 SCHEDULE_RETRY = """

@@ -7,6 +7,42 @@ by the lease epoch (as procrastinate keeps its ``queries.sql``).
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from resumable.models.status import SessionStatus
+
+
+@dataclass(frozen=True)
+class ClaimedSession:
+    """A row of CLAIM_LEASE: everything the runner needs to run the next step."""
+
+    session_id: uuid.UUID
+    agent: str
+    cursor: str | None
+    state: dict[str, Any]
+    input: Any
+    step_seq: int
+    epoch: int
+    wait: dict[str, Any] | None
+    wake: dict[str, Any] | None
+    status: SessionStatus
+    attempts: int
+    error: dict[str, Any] | None
+    history_rebase: bool
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", SessionStatus(self.status))
+
+
+@dataclass(frozen=True)
+class CommittedStep:
+    """A row of COMMIT_STEP: the sequence number the step was committed as."""
+
+    step_seq: int
+
+
 # Take the lease: a pending session, or a running one whose worker let its lease
 # expire (crashed or paused). Bumping the epoch fences out the previous owner.
 CLAIM_LEASE = """
@@ -44,7 +80,9 @@ WITH old AS (
                               'previous_owner', previous_owner, 'attempt', attempts + 1)
     FROM s
 )
-SELECT * FROM s
+SELECT id AS session_id, agent, cursor, state, input, step_seq, lease_epoch AS epoch, wait,
+       wake, status, attempts, error, history_rebase
+FROM s
 """
 
 

@@ -2,6 +2,31 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+from resumable.models.status import ToolCallStatus
+
+
+@dataclass(frozen=True)
+class ToolCallClaim:
+    """A row of CLAIM_TOOL_CALL. ``status`` is set when this epoch claimed the
+    call (run it); ``recorded_*`` is the cache row as it stands (a completed one
+    is returned without running the tool)."""
+
+    owned: bool
+    status: ToolCallStatus | None
+    response: Any
+    recorded_status: ToolCallStatus | None
+    recorded_response: Any
+
+    def __post_init__(self) -> None:
+        for name in ("status", "recorded_status"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, ToolCallStatus(value))
+
+
 # Claim a tool call for this epoch, unless another attempt already recorded it.
 # Claim: a worker that lost its lease cannot start a new side effect.
 CLAIM_TOOL_CALL = """
@@ -23,7 +48,7 @@ WITH owner AS (
     WHERE tool_execution_cache.status <> 'completed'
     RETURNING status, response
 )
-SELECT (SELECT count(*) FROM owner) AS owned,
+SELECT EXISTS (SELECT 1 FROM owner) AS owned,
        ins.status, ins.response,
        t.status AS recorded_status, t.response AS recorded_response
 FROM (SELECT 1) AS one

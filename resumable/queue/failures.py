@@ -22,28 +22,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import dramatiq
+from psycopg.rows import class_row
 
 from resumable import serialization
 from resumable.agent import Agent
 from resumable.errors import ResumableError
 from resumable.models import failure_queries
 from resumable.models.database import Database
+from resumable.models.failure_queries import DeadLettered, PendingCompensation
+from resumable.models.status import SagaOutcome
 from resumable.queue.broker import session_message
+from resumable.queue.outcomes import RunOutcome
 from resumable.queue.tool_calls import accepts_idempotency_key
 from resumable.redaction import Redactor
 from resumable.retries import DEFAULT_POLICY, RetryPolicy
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-
-class Outcome:
-    """How a failure was handled (also the runner's return values)."""
-
-    RETRYING = "retrying"
-    FAILED = "failed"
-    COMPENSATING = "compensating"
-    LEASE_LOST = "lease_lost"
 
 
 def error_record(
@@ -81,7 +76,7 @@ class FailureHandler:
 
     def step_failed(
         self, held: HeldLease, agent: Agent | None, exc: BaseException, step: str | None
-    ) -> str:
+    ) -> RunOutcome:
         policy = agent.policy(step) if agent is not None else DEFAULT_POLICY
         attempts = held.attempts + 1
         record = error_record(exc, step, held.secrets)
@@ -108,9 +103,9 @@ class FailureHandler:
                     },
                 ).fetchone()
             if started is None:
-                return Outcome.LEASE_LOST
+                return RunOutcome.LEASE_LOST
             return self.compensate(held, agent, record, policy)
-        return self.fail(held, record, attempts, compensation="none")
+        return self.fail(held, record, attempts, compensation=SagaOutcome.NONE)
 
     def _schedule_retry(
         self,
@@ -120,7 +115,7 @@ class FailureHandler:
         record: dict[str, Any],
         attempts: int,
         step: str | None,
-    ) -> str:
+    ) -> RunOutcome:
         delay = policy.delay(attempts, exc)
         with self.db.connection() as conn:
             row = conn.execute(
@@ -135,7 +130,7 @@ class FailureHandler:
                 },
             ).fetchone()
         if row is None:
-            return Outcome.LEASE_LOST
+            return RunOutcome.LEASE_LOST
         logger.warning(
             "step %s failed (attempt %d of %d), retrying in %.2f s: %s: %s",
             step,
@@ -147,7 +142,7 @@ class FailureHandler:
             extra={"action": "retry_scheduled", "error_code": record["code"]},
         )
         self.enqueue_later(held.session_id, delay)
-        return Outcome.RETRYING
+        return RunOutcome.RETRYING
 
     # -- sagas --------------------------------------------------------------------------
 
@@ -162,51 +157,51 @@ class FailureHandler:
 
     def compensate(
         self, held: HeldLease, agent: Agent, error: dict[str, Any], policy: RetryPolicy
-    ) -> str:
+    ) -> RunOutcome:
         """Run what is left of the saga; then dead-letter the session."""
         with self.db.connection() as conn:
-            pending = conn.execute(
-                failure_queries.PENDING_COMPENSATIONS, {"id": held.session_id}
-            ).fetchall()
+            pending = (
+                conn.cursor(row_factory=class_row(PendingCompensation))
+                .execute(failure_queries.PENDING_COMPENSATIONS, {"id": held.session_id})
+                .fetchall()
+            )
         for call in pending:
-            key = f"{call['idempotency_key']}:compensate"
-            name = str(call["compensation"])
+            key = f"{call.idempotency_key}:compensate"
+            name = call.compensation
             try:
                 fn = agent.get_compensation(name)
                 kwargs = {"idempotency_key": key} if accepts_idempotency_key(fn) else {}
-                fn(call["request"], call["response"], **kwargs)
+                fn(call.request, call.response, **kwargs)
             except Exception as exc:
                 return self._compensation_failed(held, call, exc, error, policy)
             with self.db.connection() as conn:
                 done = conn.execute(
                     failure_queries.COMPENSATION_DONE,
-                    {"key": call["idempotency_key"], "epoch": held.epoch},
+                    {"key": call.idempotency_key, "epoch": held.epoch},
                 ).fetchone()
             if done is None:
-                return Outcome.LEASE_LOST
-            logger.info(
-                "compensated %s with %s", call["tool"], name, extra={"action": "compensated"}
-            )
-        return self.fail(held, error, held.attempts, compensation="completed")
+                return RunOutcome.LEASE_LOST
+            logger.info("compensated %s with %s", call.tool, name, extra={"action": "compensated"})
+        return self.fail(held, error, held.attempts, compensation=SagaOutcome.COMPLETED)
 
     def _compensation_failed(
         self,
         held: HeldLease,
-        call: dict[str, Any],
+        call: PendingCompensation,
         exc: BaseException,
         error: dict[str, Any],
         policy: RetryPolicy,
-    ) -> str:
-        attempts = int(call["compensation_attempts"]) + 1
+    ) -> RunOutcome:
+        attempts = call.compensation_attempts + 1
         give_up = attempts >= policy.compensation_attempts
         delay = policy.delay(attempts, exc)
-        record = error_record(exc, str(call["step"]), held.secrets)
-        record["compensation"] = call["compensation"]
+        record = error_record(exc, call.step, held.secrets)
+        record["compensation"] = call.compensation
         with self.db.connection() as conn:
             row = conn.execute(
                 failure_queries.COMPENSATION_FAILED,
                 {
-                    "key": call["idempotency_key"],
+                    "key": call.idempotency_key,
                     "epoch": held.epoch,
                     "give_up": give_up,
                     "error": serialization.dumps(record, "error"),
@@ -214,11 +209,11 @@ class FailureHandler:
                 },
             ).fetchone()
         if row is None:
-            return Outcome.LEASE_LOST
+            return RunOutcome.LEASE_LOST
         if not give_up:
             logger.warning(
                 "compensation %s failed (attempt %d of %d), retrying in %.2f s: %s",
-                call["compensation"],
+                call.compensation,
                 attempts,
                 policy.compensation_attempts,
                 delay,
@@ -226,10 +221,10 @@ class FailureHandler:
                 extra={"action": "compensation_retry_scheduled"},
             )
             self.enqueue_later(held.session_id, delay)
-            return Outcome.COMPENSATING
+            return RunOutcome.COMPENSATING
         logger.error(
             "compensation %s failed %d times; saga stopped, manual intervention needed: %s",
-            call["compensation"],
+            call.compensation,
             attempts,
             record["message"],
             extra={"action": "compensation_failed", "error_code": record["code"]},
@@ -238,7 +233,7 @@ class FailureHandler:
             held,
             error,
             held.attempts,
-            compensation="failed",
+            compensation=SagaOutcome.FAILED,
             compensation_error={
                 **record,
                 "message": "compensation failed, manual intervention needed: " + record["message"],
@@ -253,48 +248,52 @@ class FailureHandler:
         error: dict[str, Any],
         attempts: int,
         *,
-        compensation: str,
+        compensation: SagaOutcome,
         compensation_error: dict[str, Any] | None = None,
-    ) -> str:
+    ) -> RunOutcome:
         """End the session `failed` with an open dead letter (and an alert)."""
-        alert_kind = "compensation_failed" if compensation == "failed" else "dead_letter"
+        alert_kind = "compensation_failed" if compensation is SagaOutcome.FAILED else "dead_letter"
         with self.db.connection() as conn:
-            row = conn.execute(
-                failure_queries.FAIL_SESSION,
-                {
-                    "id": held.session_id,
-                    "epoch": held.epoch,
-                    "error": serialization.dumps(error, "error"),
-                    "attempts": attempts,
-                    "step": error.get("step"),
-                    "code": error.get("code", "step_failed"),
-                    "type": error.get("type", "Exception"),
-                    "message": error.get("message", ""),
-                    "traceback": error.get("traceback"),
-                    "compensation": compensation,
-                    "compensation_error": serialization.dumps(compensation_error)
-                    if compensation_error
-                    else None,
-                    "alert_kind": alert_kind,
-                    "alerts_enabled": bool(self.settings.alert_webhook_url),
-                },
-            ).fetchone()
+            row = (
+                conn.cursor(row_factory=class_row(DeadLettered))
+                .execute(
+                    failure_queries.FAIL_SESSION,
+                    {
+                        "id": held.session_id,
+                        "epoch": held.epoch,
+                        "error": serialization.dumps(error, "error"),
+                        "attempts": attempts,
+                        "step": error.get("step"),
+                        "code": error.get("code", "step_failed"),
+                        "type": error.get("type", "Exception"),
+                        "message": error.get("message", ""),
+                        "traceback": error.get("traceback"),
+                        "compensation": compensation,
+                        "compensation_error": serialization.dumps(compensation_error)
+                        if compensation_error
+                        else None,
+                        "alert_kind": alert_kind,
+                        "alerts_enabled": bool(self.settings.alert_webhook_url),
+                    },
+                )
+                .fetchone()
+            )
         if row is None:
-            return Outcome.LEASE_LOST
+            return RunOutcome.LEASE_LOST
         logger.error(
             "session dead-lettered (dead letter %s) at step %s: %s: %s",
-            row["dead_letter_id"],
+            row.dead_letter_id,
             error.get("step"),
             error.get("type"),
             error.get("message"),
             extra={
                 "action": "dead_lettered",
-                "dead_letter_id": row["dead_letter_id"],
+                "dead_letter_id": row.dead_letter_id,
                 "error_code": error.get("code"),
                 "compensation": compensation,
             },
         )
-        return Outcome.FAILED
+        return RunOutcome.FAILED
 
     def enqueue_later(self, session_id: Any, delay: float) -> None:
         try:

@@ -23,6 +23,7 @@ from functools import partial
 from typing import Any
 
 import dramatiq
+from psycopg.rows import class_row
 
 from resumable import serialization
 from resumable.agent import Agent, AgentRegistry, Complete, Next
@@ -37,11 +38,14 @@ from resumable.errors import (
 from resumable.logs import session_context
 from resumable.models import agent_queries, step_queries, wait_queries
 from resumable.models.database import Database
+from resumable.models.status import SessionStatus
+from resumable.models.step_queries import ClaimedSession, CommittedStep
 from resumable.queue.broker import enqueue_session
 from resumable.queue.callbacks import CallbackFactory
 from resumable.queue.checkpoint_writer import CheckpointWriter
 from resumable.queue.failures import FailureHandler, HeldLease
 from resumable.queue.lease import LeaseKeeper
+from resumable.queue.outcomes import RunOutcome
 from resumable.queue.time_limits import time_limit
 from resumable.queue.tool_calls import ToolCalls
 from resumable.redaction import Redactor
@@ -49,29 +53,6 @@ from resumable.settings import Settings
 from resumable.waits import Wait, Wake
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Claim:
-    """What the lease claim returned: everything needed to run the next step."""
-
-    session_id: uuid.UUID
-    agent: str
-    cursor: str | None
-    state: dict[str, Any]
-    input: Any
-    step_seq: int
-    epoch: int
-    wait: dict[str, Any] | None
-    wake: dict[str, Any] | None
-    status: str
-    attempts: int
-    error: dict[str, Any] | None
-    history_rebase: bool
-
-    @property
-    def held(self) -> HeldLease:
-        return HeldLease(self.session_id, self.epoch, self.attempts)
 
 
 @dataclass(frozen=True)
@@ -99,17 +80,6 @@ class Decision:
     wait: dict[str, Any] | None = None
 
 
-class RunOutcome:
-    """How one run of the loop ended (returned for tests and logs)."""
-
-    NOT_CLAIMED = "not_claimed"
-    SUSPENDED = "suspended"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    YIELDED = "yielded"
-    LEASE_LOST = "lease_lost"
-
-
 class SessionRunner:
     """Runs sessions for one worker process; thread-safe (one call per message)."""
 
@@ -133,35 +103,22 @@ class SessionRunner:
     def _owner(self) -> str:
         return f"{self._owner_prefix}:{threading.get_ident()}"
 
-    def claim(self, session_id: uuid.UUID) -> Claim | None:
+    def claim(self, session_id: uuid.UUID) -> ClaimedSession | None:
         with self.db.connection() as conn:
-            row = conn.execute(
-                step_queries.CLAIM_LEASE,
-                {
-                    "id": session_id,
-                    "owner": self._owner(),
-                    "lease_seconds": self.settings.lease_seconds,
-                },
-            ).fetchone()
-        if row is None:
-            return None
-        return Claim(
-            session_id=session_id,
-            agent=str(row["agent"]),
-            cursor=row["cursor"],  # type: ignore[arg-type]
-            state=row["state"],  # type: ignore[arg-type]
-            input=row["input"],
-            step_seq=int(row["step_seq"]),  # type: ignore[call-overload]
-            epoch=int(row["lease_epoch"]),  # type: ignore[call-overload]
-            wait=row["wait"],  # type: ignore[arg-type]
-            wake=row["wake"],  # type: ignore[arg-type]
-            status=str(row["status"]),
-            attempts=int(row["attempts"]),  # type: ignore[call-overload]
-            error=row["error"],  # type: ignore[arg-type]
-            history_rebase=bool(row["history_rebase"]),
-        )
+            return (
+                conn.cursor(row_factory=class_row(ClaimedSession))
+                .execute(
+                    step_queries.CLAIM_LEASE,
+                    {
+                        "id": session_id,
+                        "owner": self._owner(),
+                        "lease_seconds": self.settings.lease_seconds,
+                    },
+                )
+                .fetchone()
+            )
 
-    def run(self, session_id: uuid.UUID | str) -> str:
+    def run(self, session_id: uuid.UUID | str) -> RunOutcome:
         """Run the session until it finishes, waits, loses its lease or uses its budget."""
         session_id = uuid.UUID(str(session_id))
         with session_context(session_id):
@@ -176,24 +133,24 @@ class SessionRunner:
             finally:
                 self.keeper.drop(session_id)
 
-    def _loop(self, claim: Claim) -> str:
+    def _loop(self, claim: ClaimedSession) -> RunOutcome:
         try:
             agent = self.registry.get(claim.agent)
         except ResumableError as exc:
             if self._known_elsewhere(claim.agent):
                 return self._hand_back(claim, f"agent {claim.agent!r} is not loaded here")
-            return self.failures.step_failed(claim.held, None, exc, claim.cursor)
-        if claim.status == "compensating":
+            return self.failures.step_failed(_held(claim), None, exc, claim.cursor)
+        if claim.status is SessionStatus.COMPENSATING:
             error = claim.error or {}
             policy = agent.policy(error.get("step"))
-            return self.failures.compensate(claim.held, agent, error, policy)
+            return self.failures.compensate(_held(claim), agent, error, policy)
         try:
             cursor = claim.cursor or agent.start_step
             wake = self._resolve_wake(claim, agent)
         except LeaseLostError:
             return RunOutcome.LEASE_LOST
         except Exception as exc:
-            return self.failures.step_failed(claim.held, agent, exc, claim.cursor)
+            return self.failures.step_failed(_held(claim), agent, exc, claim.cursor)
         if wake is not None and wake.kind == "poll_check":
             return RunOutcome.SUSPENDED  # the check found nothing; suspended again
 
@@ -256,7 +213,7 @@ class SessionRunner:
         with self.db.connection() as conn:
             return conn.execute(agent_queries.AGENT_KNOWN, (agent,)).fetchone() is not None
 
-    def _hand_back(self, claim: Claim, reason: str) -> str:
+    def _hand_back(self, claim: ClaimedSession, reason: str) -> RunOutcome:
         with self.db.connection() as conn:
             released = conn.execute(
                 step_queries.RELEASE_LEASE,
@@ -268,7 +225,7 @@ class SessionRunner:
         self.failures.enqueue_later(claim.session_id, 1.0)
         return RunOutcome.YIELDED
 
-    def _resolve_wake(self, claim: Claim, agent: Agent) -> Wake | None:
+    def _resolve_wake(self, claim: ClaimedSession, agent: Agent) -> Wake | None:
         """The wake the first step sees; a due poll check runs here first."""
         wake = Wake.from_json(claim.wake)
         if wake is not None and wake.kind == "poll_check":
@@ -277,7 +234,7 @@ class SessionRunner:
 
     def _execute(
         self,
-        claim: Claim,
+        claim: ClaimedSession,
         agent: Agent,
         cursor: str,
         seq: int,
@@ -335,7 +292,7 @@ class SessionRunner:
     @staticmethod
     def _transition(
         step: StepRun, out_of_budget: bool, steps_run: int, writer: CheckpointWriter
-    ) -> tuple[str, list[dict[str, Any]]]:
+    ) -> tuple[SessionStatus, list[dict[str, Any]]]:
         """The status a step leaves the session in, and its audit events."""
         decision = step.decision
         payload: dict[str, Any] = {
@@ -351,7 +308,7 @@ class SessionRunner:
         ]
         if decision.done:
             events.append({"step": step.name, "type": "session_completed", "payload": {}})
-            return "completed", events
+            return SessionStatus.COMPLETED, events
         if decision.wait is not None:
             events.append(
                 {
@@ -360,15 +317,15 @@ class SessionRunner:
                     "payload": writer.redact(decision.wait),
                 }
             )
-            return "suspended", events
+            return SessionStatus.SUSPENDED, events
         if out_of_budget:
             events.append(
                 {"step": decision.next_step, "type": "run_yielded", "payload": {"steps": steps_run}}
             )
-            return "pending", events
-        return "running", events
+            return SessionStatus.PENDING, events
+        return SessionStatus.RUNNING, events
 
-    def _check_poll(self, claim: Claim, agent: Agent) -> Wake | None:
+    def _check_poll(self, claim: ClaimedSession, agent: Agent) -> Wake | None:
         """Run a due poll check: the wake for the `then` step, or None after
         suspending again until the next check."""
         wait = claim.wait or {}
@@ -437,40 +394,52 @@ class SessionRunner:
         )
 
     def _commit(
-        self, claim: Claim, step: StepRun, status: str, events: list[dict[str, Any]]
+        self,
+        claim: ClaimedSession,
+        step: StepRun,
+        status: SessionStatus,
+        events: list[dict[str, Any]],
     ) -> int | None:
         """Commit a step's outcome; the new sequence number, or None if fenced out."""
         wait = step.decision.wait
         with self.db.connection() as conn:
-            row = conn.execute(
-                step_queries.COMMIT_STEP,
-                {
-                    "id": claim.session_id,
-                    "epoch": claim.epoch,
-                    "expected_seq": step.ctx.seq - 1,
-                    "state": step.state,
-                    "cursor": step.decision.next_step,
-                    "status": status,
-                    "result": step.result,
-                    "release": status != "running",
-                    "wait": serialization.dumps(wait, "wait") if wait else None,
-                    "wake_at": wait.get("wake_at") if wait else None,
-                    "delivery_id": step.wake.delivery_id if step.wake else None,
-                    "after_wake": step.wake is not None,
-                    "lease_seconds": self.settings.lease_seconds,
-                    "step": step.name,
-                    "events": serialization.dumps(events, "audit events"),
-                    "kind": step.history.kind,
-                    # NULL: the checkpoint takes the live state (nothing was redacted).
-                    "history_state": None
-                    if step.history.state == step.state
-                    else step.history.state,
-                    "patch": step.history.patch,
-                    "step_events": step.history.events,
-                },
-                prepare=True,
-            ).fetchone()
-        return None if row is None else int(row["step_seq"])  # type: ignore[call-overload]
+            row = (
+                conn.cursor(row_factory=class_row(CommittedStep))
+                .execute(
+                    step_queries.COMMIT_STEP,
+                    {
+                        "id": claim.session_id,
+                        "epoch": claim.epoch,
+                        "expected_seq": step.ctx.seq - 1,
+                        "state": step.state,
+                        "cursor": step.decision.next_step,
+                        "status": status,
+                        "result": step.result,
+                        "release": status is not SessionStatus.RUNNING,
+                        "wait": serialization.dumps(wait, "wait") if wait else None,
+                        "wake_at": wait.get("wake_at") if wait else None,
+                        "delivery_id": step.wake.delivery_id if step.wake else None,
+                        "after_wake": step.wake is not None,
+                        "lease_seconds": self.settings.lease_seconds,
+                        "step": step.name,
+                        "events": serialization.dumps(events, "audit events"),
+                        "kind": step.history.kind,
+                        # NULL: the checkpoint takes the live state (nothing was redacted).
+                        "history_state": None
+                        if step.history.state == step.state
+                        else step.history.state,
+                        "patch": step.history.patch,
+                        "step_events": step.history.events,
+                    },
+                    prepare=True,
+                )
+                .fetchone()
+            )
+        return None if row is None else row.step_seq
+
+
+def _held(claim: ClaimedSession) -> HeldLease:
+    return HeldLease(claim.session_id, claim.epoch, claim.attempts)
 
 
 def _parse_time(value: object) -> datetime | None:

@@ -20,10 +20,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from psycopg.rows import class_row
+
 from resumable import serialization
 from resumable.errors import LeaseLostError
 from resumable.models import tool_call_queries
 from resumable.models.database import Database
+from resumable.models.status import ToolCallStatus
+from resumable.models.tool_call_queries import ToolCallClaim
 
 
 def idempotency_key(
@@ -83,28 +87,32 @@ class ToolCalls:
         )
         key = idempotency_key(self._session_id, self._step_seq, self._step, index, tool, request)
         with self._db.connection() as conn:
-            row = conn.execute(
-                tool_call_queries.CLAIM_TOOL_CALL,
-                {
-                    "session_id": self._session_id,
-                    "epoch": self._epoch,
-                    "key": key,
-                    "step_seq": self._step_seq,
-                    "step": self._step,
-                    "call_index": index,
-                    "tool": tool,
-                    "request": serialization.dumps(
-                        self._redact({"args": list(args), "kwargs": kwargs})
-                    ),
-                    "compensation": compensate,
-                },
-            ).fetchone()
+            row = (
+                conn.cursor(row_factory=class_row(ToolCallClaim))
+                .execute(
+                    tool_call_queries.CLAIM_TOOL_CALL,
+                    {
+                        "session_id": self._session_id,
+                        "epoch": self._epoch,
+                        "key": key,
+                        "step_seq": self._step_seq,
+                        "step": self._step,
+                        "call_index": index,
+                        "tool": tool,
+                        "request": serialization.dumps(
+                            self._redact({"args": list(args), "kwargs": kwargs})
+                        ),
+                        "compensation": compensate,
+                    },
+                )
+                .fetchone()
+            )
         assert row is not None
-        if not row["owned"]:
+        if not row.owned:
             raise LeaseLostError(f"lease lost before tool call {tool!r}")
-        if row["status"] is None and row["recorded_status"] == "completed":
+        if row.status is None and row.recorded_status is ToolCallStatus.COMPLETED:
             self.replayed += 1
-            return row["recorded_response"]
+            return row.recorded_response
 
         if accepts_idempotency_key(fn):
             kwargs = {**kwargs, "idempotency_key": key}

@@ -18,6 +18,7 @@ import dramatiq
 
 from resumable.models import session_queries
 from resumable.models.database import Database
+from resumable.models.status import SessionStatus
 from resumable.queue.broker import enqueue_session
 from resumable.settings import Settings
 
@@ -50,7 +51,8 @@ def reconcile(
     for row in rows:
         session_id = uuid.UUID(str(row["id"]))
         enqueue_session(broker, settings, session_id)
-        (report.pending if row["status"] == "pending" else report.expired).append(session_id)
+        found = report.pending if row["status"] == SessionStatus.PENDING else report.expired
+        found.append(session_id)
     if report.total:
         logger.info(
             "reconciler re-enqueued %d pending and %d expired-lease sessions",
