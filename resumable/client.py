@@ -12,12 +12,13 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import dramatiq
 import psycopg
 import sqlalchemy as sa
+from psycopg.rows import class_row
 from sqlmodel import Session, col, select
 
 from resumable import serialization
@@ -29,13 +30,18 @@ from resumable.errors import (
     SessionNotFoundError,
     SessionStateError,
 )
-from resumable.models import session_queries
+from resumable.models import session_queries, step_queries
 from resumable.models.database import Database
+from resumable.models.status import SessionStatus
+from resumable.models.step_queries import HungSession
 from resumable.models.tables import AuditEventRow, CheckpointRow, SessionRow
 from resumable.queue.broker import enqueue_session
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+#: A running step is hung after this long even without a time limit of its own.
+HUNG_AFTER_SECONDS = 600.0
 
 
 @dataclass(frozen=True)
@@ -148,8 +154,11 @@ class Client:
         agent: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        hung_after: float | None = None,
     ) -> tuple[list[SessionRow], str | None]:
-        """Newest first, keyset-paginated: the page and the cursor of the next one."""
+        """Newest first, keyset-paginated: the page and the cursor of the next one.
+        `hung_after` (seconds) keeps only hung sessions: running, with a current
+        step past its time limit or running longer than that."""
         query = select(SessionRow).order_by(
             col(SessionRow.created_at).desc(), col(SessionRow.id).desc()
         )
@@ -157,6 +166,15 @@ class Client:
             query = query.where(SessionRow.status == status)
         if agent:
             query = query.where(SessionRow.agent == agent)
+        if hung_after is not None:
+            now = sa.func.now()
+            query = query.where(
+                SessionRow.status == SessionStatus.RUNNING,
+                sa.or_(
+                    col(SessionRow.step_deadline) < now,
+                    col(SessionRow.step_started_at) < now - timedelta(seconds=hung_after),
+                ),
+            )
         if cursor:
             created_at, last_id = decode_cursor(cursor)
             query = query.where(
@@ -177,10 +195,23 @@ class Client:
         return row
 
     def list_sessions(
-        self, *, status: str | None = None, agent: str | None = None, limit: int = 50
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        limit: int = 50,
+        hung_after: float | None = None,
     ) -> list[SessionRow]:
         """The newest sessions (the first page of `page_sessions`)."""
-        return self.page_sessions(status=status, agent=agent, limit=limit)[0]
+        page, _ = self.page_sessions(status=status, agent=agent, limit=limit, hung_after=hung_after)
+        return page
+
+    def hung_sessions(
+        self, *, after_seconds: float = HUNG_AFTER_SECONDS, limit: int = 100
+    ) -> list[HungSession]:
+        """Running sessions whose current step has run past its time limit or
+        longer than `after_seconds`, longest-running first."""
+        return hung_sessions(self.db, after_seconds=after_seconds, limit=limit)
 
     def events(
         self, session_id: uuid.UUID | str, *, after: int = 0, limit: int | None = None
@@ -211,6 +242,24 @@ class Client:
                 select(SessionRow.status, sa.func.count()).group_by(SessionRow.status)
             ).all()
         return {status: int(count) for status, count in rows}
+
+
+def hung_sessions(
+    db: Database, *, after_seconds: float = HUNG_AFTER_SECONDS, limit: int = 100
+) -> list[HungSession]:
+    """Running sessions whose current step has run past its time limit or longer
+    than `after_seconds`, longest-running first (for metrics, the CLI and alerts).
+
+    A time limit interrupts a step busy in Python; one blocked in C code or on
+    a socket without a timeout keeps its session until it returns, and this is
+    where it shows. Cancelling such a session fences its writes out; its
+    worker thread stays blocked until the call returns."""
+    with db.connection() as conn:
+        return (
+            conn.cursor(row_factory=class_row(HungSession))
+            .execute(step_queries.HUNG_SESSIONS, {"after": after_seconds, "limit": limit})
+            .fetchall()
+        )
 
 
 def encode_cursor(created_at: datetime, session_id: uuid.UUID) -> str:

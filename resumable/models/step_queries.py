@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from resumable.models.status import SessionStatus
@@ -43,6 +44,34 @@ class CommittedStep:
     step_seq: int
 
 
+@dataclass(frozen=True)
+class Renewal:
+    """A row of RENEW_LEASE: whether the lease was renewed and, if not, where
+    the session stands now (so the keeper can say who took it)."""
+
+    renewed: bool
+    status: SessionStatus
+    epoch: int
+    owner: str | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", SessionStatus(self.status))
+
+
+@dataclass(frozen=True)
+class HungSession:
+    """A row of HUNG_SESSIONS: a running session whose current step has run
+    past its time limit, or longer than the caller's bound."""
+
+    session_id: uuid.UUID
+    agent: str
+    step: str | None
+    lease_owner: str | None
+    step_started_at: datetime
+    step_deadline: datetime | None
+    running_seconds: float
+
+
 # Take the lease: a pending session, or a running one whose worker let its lease
 # expire (crashed or paused). Bumping the epoch fences out the previous owner.
 CLAIM_LEASE = """
@@ -62,6 +91,8 @@ WITH old AS (
         lease_epoch = sessions.lease_epoch + 1,
         lease_owner = %(owner)s,
         lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+        step_started_at = now(),
+        step_deadline = NULL,
         updated_at = now()
     FROM old
     WHERE sessions.id = old.id
@@ -86,10 +117,30 @@ FROM s
 """
 
 
+# Extend a held lease, in every status a live worker holds one. The outer
+# SELECT sees the row as it was before the update: when nothing was renewed,
+# it says where the session stands (cancelled, or another worker's epoch).
 RENEW_LEASE = """
-UPDATE sessions SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
+WITH r AS (
+    UPDATE sessions SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
+    WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status IN ('running', 'compensating')
+      AND lease_owner IS NOT NULL
+    RETURNING id
+)
+SELECT EXISTS (SELECT 1 FROM r) AS renewed, status, lease_epoch AS epoch, lease_owner AS owner
+FROM sessions WHERE id = %(id)s
+"""
+
+
+# The step a run starts with, when the claim could not know it (it reads only
+# the agent's name): a new session's first step (its cursor is NULL until
+# now), and when that step's time limit passes. Later steps get both from
+# COMMIT_STEP.
+START_STEP = """
+UPDATE sessions SET
+    cursor = %(cursor)s,
+    step_deadline = now() + make_interval(secs => %(time_limit)s)
 WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
-RETURNING id
 """
 
 
@@ -114,6 +165,9 @@ WITH s AS (
         lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,
         lease_expires_at = CASE WHEN %(release)s THEN NULL
                                 ELSE now() + make_interval(secs => %(lease_seconds)s) END,
+        step_started_at = CASE WHEN %(release)s THEN NULL ELSE now() END,
+        step_deadline = CASE WHEN NOT %(release)s
+                             THEN now() + make_interval(secs => %(next_time_limit)s) END,
         finished_at = CASE WHEN %(status)s = 'completed' THEN now() END,
         updated_at = now()
     WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
@@ -142,12 +196,17 @@ SELECT step_seq FROM s
 """
 
 
-# Hand the session back without finishing it (e.g. the worker is shutting down).
+# Hand the session back without finishing it (the agent is not loaded here, the
+# worker is stopping): a running session becomes pending, a compensating one
+# stays compensating, and either can be claimed again at once.
 RELEASE_LEASE = """
 WITH s AS (
-    UPDATE sessions SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL,
-                        updated_at = now()
-    WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
+    UPDATE sessions SET
+        status = CASE WHEN status = 'compensating' THEN 'compensating' ELSE 'pending' END,
+        step_started_at = NULL, step_deadline = NULL,
+        lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+    WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status IN ('running', 'compensating')
+      AND lease_owner IS NOT NULL
     RETURNING id, step_seq, cursor
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
@@ -155,4 +214,18 @@ WITH s AS (
     FROM s
 )
 SELECT id FROM s
+"""
+
+
+# Running sessions whose current step has run past its time limit, or longer
+# than %(after)s seconds: a step blocked where the time limit cannot reach it
+# (C code, a socket without a timeout) keeps its session until it returns.
+HUNG_SESSIONS = """
+SELECT id AS session_id, agent, cursor AS step, lease_owner, step_started_at, step_deadline,
+       extract(epoch FROM now() - step_started_at)::float8 AS running_seconds
+FROM sessions
+WHERE status = 'running' AND step_started_at IS NOT NULL
+  AND (step_deadline < now() OR step_started_at < now() - make_interval(secs => %(after)s))
+ORDER BY step_started_at
+LIMIT %(limit)s
 """

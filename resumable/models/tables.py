@@ -110,6 +110,10 @@ class SessionRow(SQLModel, table=True):
     compacted_to: int = Field(
         default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
     )
+    # Added in migration 0005: while running, when the current step started and
+    # when its time limit passes (NULL: no limit), to find hung steps.
+    step_started_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    step_deadline: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
 
 
 class CheckpointRow(SQLModel, table=True):

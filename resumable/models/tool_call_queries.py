@@ -57,14 +57,25 @@ LEFT JOIN tool_execution_cache AS t ON t.idempotency_key = %(key)s
 """
 
 
+# Record a tool call's outcome, fenced like every other write: only the epoch
+# that claimed the call, while it still holds the session, may record it. A
+# worker paused inside a tool call and resumed after another worker recorded
+# (or re-ran) the same call gets no row back, and its result is dropped.
 COMPLETE_TOOL_CALL = """
-UPDATE tool_execution_cache
+UPDATE tool_execution_cache AS t
 SET status = 'completed', response = %(response)s::jsonb, error = NULL, updated_at = now()
-WHERE idempotency_key = %(key)s
+FROM sessions s
+WHERE t.idempotency_key = %(key)s AND t.lease_epoch = %(epoch)s AND t.status = 'started'
+  AND s.id = t.session_id AND s.lease_epoch = %(epoch)s AND s.status = 'running'
+RETURNING t.idempotency_key
 """
 
 
 FAIL_TOOL_CALL = """
-UPDATE tool_execution_cache SET status = 'failed', error = %(error)s::jsonb, updated_at = now()
-WHERE idempotency_key = %(key)s AND status <> 'completed'
+UPDATE tool_execution_cache AS t
+SET status = 'failed', error = %(error)s::jsonb, updated_at = now()
+FROM sessions s
+WHERE t.idempotency_key = %(key)s AND t.lease_epoch = %(epoch)s AND t.status = 'started'
+  AND s.id = t.session_id AND s.lease_epoch = %(epoch)s AND s.status = 'running'
+RETURNING t.idempotency_key
 """

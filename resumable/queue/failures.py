@@ -7,18 +7,23 @@ resumes from its latest checkpoint with its recorded tool calls intact.
 
 A permanent failure, or the last attempt, runs the saga: the compensations
 of the session's completed, compensable tool calls, newest first, each once
-(recorded, fenced, retried on its own schedule), with the session
-``compensating`` meanwhile. Then the session ends ``failed`` with an open
-dead letter. A compensation that keeps failing stops the saga and the dead
-letter says an operator must step in.
+(claimed under the lease epoch before it runs, recorded, retried on its own
+schedule), with the session ``compensating`` meanwhile and its lease renewed
+like a running step's. Then the session ends ``failed`` with an open dead
+letter. A compensation that keeps failing, or fails permanently, stops the
+saga and the dead letter says an operator must step in.
+
+All of it runs on the worker thread that ran the step (a time-out included),
+in the session's log context.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import traceback
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import dramatiq
@@ -26,12 +31,13 @@ from psycopg.rows import class_row
 
 from resumable import serialization
 from resumable.agent import Agent
-from resumable.errors import ResumableError
+from resumable.errors import ResumableError, StepTimeoutError
 from resumable.models import failure_queries
 from resumable.models.database import Database
 from resumable.models.failure_queries import DeadLettered, PendingCompensation
 from resumable.models.status import SagaOutcome
 from resumable.queue.broker import session_message
+from resumable.queue.lease import LeaseKeeper
 from resumable.queue.outcomes import RunOutcome
 from resumable.queue.tool_calls import accepts_idempotency_key
 from resumable.redaction import Redactor
@@ -46,7 +52,7 @@ def error_record(
 ) -> dict[str, Any]:
     """The error as stored (audit log, session, dead letter), with any secret
     value the step's state or tool calls held scrubbed from its text."""
-    code = exc.code if isinstance(exc, ResumableError) else "step_failed"
+    code = exc.code if isinstance(exc, ResumableError | StepTimeoutError) else "step_failed"
     return {
         "code": code,
         "type": type(exc).__name__,
@@ -62,15 +68,26 @@ class HeldLease:
 
     session_id: Any
     epoch: int
-    attempts: int  # attempts already made before the failing one
+    attempts: int  # attempts already made (before the failing one, while it is handled)
     secrets: frozenset[str] | set[str] = frozenset()  # values to scrub from error texts
 
 
 class FailureHandler:
-    def __init__(self, settings: Settings, db: Database, broker: dramatiq.Broker) -> None:
+    """Handles a failed step (or compensation) on the worker thread that ran it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        broker: dramatiq.Broker,
+        keeper: LeaseKeeper,
+        stopping: threading.Event,
+    ) -> None:
         self.settings = settings
         self.db = db
         self.broker = broker
+        self.keeper = keeper
+        self.stopping = stopping
 
     # -- steps ------------------------------------------------------------------------
 
@@ -90,6 +107,8 @@ class FailureHandler:
             record["message"],
             extra={"action": "step_failed_permanently", "error_code": record["code"]},
         )
+        # From here on the failing attempt counts as made (dead letter included).
+        held = replace(held, attempts=attempts)
         if agent is not None and self._has_compensations(held):
             with self.db.connection() as conn:
                 started = conn.execute(
@@ -117,6 +136,7 @@ class FailureHandler:
         step: str | None,
     ) -> RunOutcome:
         delay = policy.delay(attempts, exc)
+        self.keeper.drop(held.session_id, held.epoch)  # this write gives the lease up
         with self.db.connection() as conn:
             row = conn.execute(
                 failure_queries.SCHEDULE_RETRY,
@@ -158,7 +178,9 @@ class FailureHandler:
     def compensate(
         self, held: HeldLease, agent: Agent, error: dict[str, Any], policy: RetryPolicy
     ) -> RunOutcome:
-        """Run what is left of the saga; then dead-letter the session."""
+        """Run what is left of the saga, each compensation at most once per
+        epoch; then dead-letter the session. `held.attempts` counts the
+        failed attempt that started the saga."""
         with self.db.connection() as conn:
             pending = (
                 conn.cursor(row_factory=class_row(PendingCompensation))
@@ -166,23 +188,29 @@ class FailureHandler:
                 .fetchall()
             )
         for call in pending:
+            if self.stopping.is_set():
+                return self.hand_back(held, "worker stopping")
             key = f"{call.idempotency_key}:compensate"
             name = call.compensation
+            if not self._fenced(failure_queries.CLAIM_COMPENSATION, call, held):
+                return RunOutcome.LEASE_LOST
             try:
                 fn = agent.get_compensation(name)
                 kwargs = {"idempotency_key": key} if accepts_idempotency_key(fn) else {}
                 fn(call.request, call.response, **kwargs)
             except Exception as exc:
                 return self._compensation_failed(held, call, exc, error, policy)
-            with self.db.connection() as conn:
-                done = conn.execute(
-                    failure_queries.COMPENSATION_DONE,
-                    {"key": call.idempotency_key, "epoch": held.epoch},
-                ).fetchone()
-            if done is None:
+            if not self._fenced(failure_queries.COMPENSATION_DONE, call, held):
                 return RunOutcome.LEASE_LOST
             logger.info("compensated %s with %s", call.tool, name, extra={"action": "compensated"})
         return self.fail(held, error, held.attempts, compensation=SagaOutcome.COMPLETED)
+
+    def _fenced(self, statement: str, call: PendingCompensation, held: HeldLease) -> bool:
+        with self.db.connection() as conn:
+            row = conn.execute(
+                statement, {"key": call.idempotency_key, "epoch": held.epoch}
+            ).fetchone()
+        return row is not None
 
     def _compensation_failed(
         self,
@@ -193,10 +221,14 @@ class FailureHandler:
         policy: RetryPolicy,
     ) -> RunOutcome:
         attempts = call.compensation_attempts + 1
-        give_up = attempts >= policy.compensation_attempts
+        # A permanent failure (PermanentError, a missing compensation) is not
+        # worth another attempt, whatever attempts are left.
+        give_up = attempts >= policy.compensation_attempts or not policy.is_transient(exc)
         delay = policy.delay(attempts, exc)
         record = error_record(exc, call.step, held.secrets)
         record["compensation"] = call.compensation
+        if not give_up:
+            self.keeper.drop(held.session_id, held.epoch)  # released until the next attempt
         with self.db.connection() as conn:
             row = conn.execute(
                 failure_queries.COMPENSATION_FAILED,
@@ -223,9 +255,10 @@ class FailureHandler:
             self.enqueue_later(held.session_id, delay)
             return RunOutcome.COMPENSATING
         logger.error(
-            "compensation %s failed %d times; saga stopped, manual intervention needed: %s",
+            "compensation %s failed %d time(s)%s; saga stopped, manual intervention needed: %s",
             call.compensation,
             attempts,
+            "" if policy.is_transient(exc) else " with a permanent error",
             record["message"],
             extra={"action": "compensation_failed", "error_code": record["code"]},
         )
@@ -295,10 +328,19 @@ class FailureHandler:
         )
         return RunOutcome.FAILED
 
+    def hand_back(self, held: HeldLease, reason: str, *, delay: float = 0.0) -> RunOutcome:
+        """Release the lease without a transition and enqueue the session for
+        any worker (this one is stopping, or cannot load the agent)."""
+        if not self.keeper.release(held.session_id, held.epoch, reason):
+            return RunOutcome.LEASE_LOST
+        logger.info("%s; session handed back", reason, extra={"action": "handed_back"})
+        self.enqueue_later(held.session_id, delay)
+        return RunOutcome.HANDED_BACK
+
     def enqueue_later(self, session_id: Any, delay: float) -> None:
         try:
-            self.broker.enqueue(
-                session_message(self.settings, session_id), delay=max(int(delay * 1000), 0)
-            )
+            message = session_message(self.settings, session_id)
+            # No delay at all (not delay=0): an immediate enqueue also wakes idle consumers.
+            self.broker.enqueue(message, delay=int(delay * 1000) if delay > 0 else None)
         except Exception:
             logger.warning("could not enqueue the retry; the scheduler will", exc_info=True)

@@ -4,9 +4,11 @@ One message means "run this session for a while". The runner takes the lease
 (bumping the fencing epoch), then loops: run the step with no transaction
 open, validate what it returned, and commit state, cursor, status, checkpoint
 and audit events in one epoch-checked statement. It stops when the session
-completes or fails, when the epoch check says another worker took over, or
-after a budget of steps or seconds, when it hands the session back to the
-queue so one long session cannot starve the others.
+completes or fails, when the epoch check says another worker took over,
+after a budget of steps or seconds (it re-enqueues the session so one long
+session cannot starve the others), or when the worker is stopping (the step
+in flight commits and releases the lease in the same statement, and the
+session is re-enqueued at once: see ``shutdown.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from typing import Any
 
 import dramatiq
@@ -34,6 +35,7 @@ from resumable.errors import (
     LeaseLostError,
     NotSerializableError,
     ResumableError,
+    StepTimeoutError,
 )
 from resumable.logs import session_context
 from resumable.models import agent_queries, step_queries, wait_queries
@@ -46,7 +48,8 @@ from resumable.queue.checkpoint_writer import CheckpointWriter
 from resumable.queue.failures import FailureHandler, HeldLease
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.outcomes import RunOutcome
-from resumable.queue.time_limits import time_limit
+from resumable.queue.shutdown import ActiveRun, Shutdown
+from resumable.queue.time_limits import TimeLimit
 from resumable.queue.tool_calls import ToolCalls
 from resumable.redaction import Redactor
 from resumable.settings import Settings
@@ -96,7 +99,8 @@ class SessionRunner:
         self.broker = broker
         self.registry = registry
         self.keeper = keeper
-        self.failures = FailureHandler(settings, db, broker)
+        self.shutdown = Shutdown()
+        self.failures = FailureHandler(settings, db, broker, keeper, self.shutdown.stopping)
         self.redactor = Redactor(settings.redact_keys)
         self._owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -119,9 +123,14 @@ class SessionRunner:
             )
 
     def run(self, session_id: uuid.UUID | str) -> RunOutcome:
-        """Run the session until it finishes, waits, loses its lease or uses its budget."""
+        """Run the session until it finishes, waits, loses its lease, uses its
+        budget or the worker stops."""
         session_id = uuid.UUID(str(session_id))
         with session_context(session_id):
+            if self.shutdown.stopping.is_set():
+                # Taken off the queue as the worker stops: straight back, unclaimed.
+                self.failures.enqueue_later(session_id, 0.0)
+                return RunOutcome.NOT_CLAIMED
             claim = self.claim(session_id)
             if claim is None:
                 # Finished, owned by a live worker, or unknown: a duplicate message.
@@ -129,20 +138,27 @@ class SessionRunner:
                 return RunOutcome.NOT_CLAIMED
             self.keeper.hold(session_id, claim.epoch)
             try:
-                return self._loop(claim)
+                with self.shutdown.tracking(session_id, claim.epoch) as active:
+                    outcome = self._loop(claim, active)
+                if outcome is RunOutcome.HANDED_BACK and self.shutdown.stopping.is_set():
+                    self.shutdown.handed_back()
+                return outcome
             finally:
-                self.keeper.drop(session_id)
+                self.keeper.drop(session_id, claim.epoch)
 
-    def _loop(self, claim: ClaimedSession) -> RunOutcome:
+    def _loop(self, claim: ClaimedSession, active: ActiveRun) -> RunOutcome:
         try:
             agent = self.registry.get(claim.agent)
         except ResumableError as exc:
             if self._known_elsewhere(claim.agent):
-                return self._hand_back(claim, f"agent {claim.agent!r} is not loaded here")
+                reason = f"agent {claim.agent!r} is not loaded here"
+                logger.warning("%s", reason, extra={"action": "agent_not_loaded"})
+                return self.failures.hand_back(_held(claim), reason, delay=1.0)
             return self.failures.step_failed(_held(claim), None, exc, claim.cursor)
         if claim.status is SessionStatus.COMPENSATING:
             error = claim.error or {}
             policy = agent.policy(error.get("step"))
+            active.at_step(error.get("step"))
             return self.failures.compensate(_held(claim), agent, error, policy)
         try:
             cursor = claim.cursor or agent.start_step
@@ -153,7 +169,20 @@ class SessionRunner:
             return self.failures.step_failed(_held(claim), agent, exc, claim.cursor)
         if wake is not None and wake.kind == "poll_check":
             return RunOutcome.SUSPENDED  # the check found nothing; suspended again
+        time_limit = agent.policy(cursor).time_limit
+        if claim.cursor is None or time_limit is not None:
+            self._start_step(claim, cursor, time_limit)
+        return self._steps(claim, agent, cursor, wake, active)
 
+    def _steps(
+        self,
+        claim: ClaimedSession,
+        agent: Agent,
+        cursor: str,
+        wake: Wake | None,
+        active: ActiveRun,
+    ) -> RunOutcome:
+        """Run steps one after the other, each committed before the next starts."""
         started = time.monotonic()
         steps_run = 0
         state, seq, attempts = claim.state, claim.step_seq, claim.attempts
@@ -162,17 +191,26 @@ class SessionRunner:
         )
         while True:
             held = HeldLease(claim.session_id, claim.epoch, attempts, writer.secrets)
+            if self.shutdown.stopping.is_set():
+                return self.failures.hand_back(held, "worker stopping")
+            active.at_step(cursor)
+            limit = TimeLimit(agent.policy(cursor).time_limit)
             try:
-                with time_limit(
-                    agent.policy(cursor).time_limit,
-                    partial(self.failures.step_failed, held, agent, step=cursor),
-                ):
+                with limit:
                     step = self._execute(claim, agent, cursor, seq, state, wake, writer)
-            except LeaseLostError:
+            except LeaseLostError as exc:
                 logger.info(
-                    "lease lost during step %s; stopping", cursor, extra={"action": "lease_lost"}
+                    "lease lost during step %s (%s); stopping",
+                    cursor,
+                    exc,
+                    extra={"action": "lease_lost"},
                 )
                 return RunOutcome.LEASE_LOST
+            except StepTimeoutError as exc:
+                # Raised into this thread by the time limit: handled here, where
+                # the step ran and its session's log context is set.
+                timeout = StepTimeoutError(limit.message).with_traceback(exc.__traceback__)
+                return self.failures.step_failed(held, agent, timeout, cursor)
             except Exception as exc:
                 return self.failures.step_failed(held, agent, exc, cursor)
 
@@ -181,8 +219,14 @@ class SessionRunner:
                 steps_run >= self.settings.max_steps_per_run
                 or time.monotonic() - started >= self.settings.max_seconds_per_run
             )
-            status, events = self._transition(step, out_of_budget, steps_run, writer)
-            committed = self._commit(claim, step, status, events)
+            stopping = self.shutdown.stopping.is_set()
+            status, events = self._transition(step, out_of_budget, stopping, steps_run, writer)
+            if status is not SessionStatus.RUNNING:
+                self.keeper.drop(claim.session_id, claim.epoch)  # this commit releases it
+            next_limit = None
+            if status is SessionStatus.RUNNING and step.decision.next_step is not None:
+                next_limit = agent.policy(step.decision.next_step).time_limit
+            committed = self._commit(claim, step, status, events, next_limit)
             if committed is None:
                 logger.warning(
                     "step %s not committed: another worker owns the session",
@@ -199,8 +243,15 @@ class SessionRunner:
             if decision.wait is not None:
                 self._wake_if_delivered(claim.session_id)
                 return RunOutcome.SUSPENDED
-            if out_of_budget:
-                enqueue_session(self.broker, self.settings, claim.session_id)
+            if status is SessionStatus.PENDING:
+                self.failures.enqueue_later(claim.session_id, 0.0)
+                if stopping:
+                    logger.info(
+                        "worker stopping: step %s committed, session handed back",
+                        cursor,
+                        extra={"action": "handed_back"},
+                    )
+                    return RunOutcome.HANDED_BACK
                 return RunOutcome.YIELDED
             assert decision.next_step is not None
             cursor, state, seq, wake = decision.next_step, step.ctx.state, committed, None
@@ -213,17 +264,18 @@ class SessionRunner:
         with self.db.connection() as conn:
             return conn.execute(agent_queries.AGENT_KNOWN, (agent,)).fetchone() is not None
 
-    def _hand_back(self, claim: ClaimedSession, reason: str) -> RunOutcome:
+    def _start_step(self, claim: ClaimedSession, cursor: str, time_limit: float | None) -> None:
+        """Record the run's first step and its deadline, for `hung_sessions`."""
         with self.db.connection() as conn:
-            released = conn.execute(
-                step_queries.RELEASE_LEASE,
-                {"id": claim.session_id, "epoch": claim.epoch, "reason": reason},
-            ).fetchone()
-        if released is None:
-            return RunOutcome.LEASE_LOST
-        logger.warning("%s; handing the session back", reason, extra={"action": "handed_back"})
-        self.failures.enqueue_later(claim.session_id, 1.0)
-        return RunOutcome.YIELDED
+            conn.execute(
+                step_queries.START_STEP,
+                {
+                    "id": claim.session_id,
+                    "epoch": claim.epoch,
+                    "cursor": cursor,
+                    "time_limit": time_limit,
+                },
+            )
 
     def _resolve_wake(self, claim: ClaimedSession, agent: Agent) -> Wake | None:
         """The wake the first step sees; a due poll check runs here first."""
@@ -291,7 +343,11 @@ class SessionRunner:
 
     @staticmethod
     def _transition(
-        step: StepRun, out_of_budget: bool, steps_run: int, writer: CheckpointWriter
+        step: StepRun,
+        out_of_budget: bool,
+        stopping: bool,
+        steps_run: int,
+        writer: CheckpointWriter,
     ) -> tuple[SessionStatus, list[dict[str, Any]]]:
         """The status a step leaves the session in, and its audit events."""
         decision = step.decision
@@ -318,6 +374,13 @@ class SessionRunner:
                 }
             )
             return SessionStatus.SUSPENDED, events
+        if stopping:
+            # The commit releases the lease: the worker is stopping (a hand-back).
+            payload = {"reason": "worker stopping"}
+            events.append(
+                {"step": decision.next_step, "type": "lease_released", "payload": payload}
+            )
+            return SessionStatus.PENDING, events
         if out_of_budget:
             events.append(
                 {"step": decision.next_step, "type": "run_yielded", "payload": {"steps": steps_run}}
@@ -353,6 +416,7 @@ class SessionRunner:
             return wake
         candidates = [now + timedelta(seconds=float(poll["every"]))]
         candidates += [t for t in (deadline, _parse_time(wait.get("timer_at"))) if t is not None]
+        self.keeper.drop(claim.session_id, claim.epoch)  # suspending again releases it
         with self.db.connection() as conn:
             row = conn.execute(
                 wait_queries.RESUSPEND_AFTER_POLL,
@@ -399,6 +463,7 @@ class SessionRunner:
         step: StepRun,
         status: SessionStatus,
         events: list[dict[str, Any]],
+        next_time_limit: float | None,
     ) -> int | None:
         """Commit a step's outcome; the new sequence number, or None if fenced out."""
         wait = step.decision.wait
@@ -421,6 +486,7 @@ class SessionRunner:
                         "delivery_id": step.wake.delivery_id if step.wake else None,
                         "after_wake": step.wake is not None,
                         "lease_seconds": self.settings.lease_seconds,
+                        "next_time_limit": next_time_limit,
                         "step": step.name,
                         "events": serialization.dumps(events, "audit events"),
                         "kind": step.history.kind,

@@ -5,8 +5,10 @@ the step's sequence number and name, the call's index within the step and the
 canonical JSON of its arguments. Before the tool runs, the key is claimed in
 ``tool_execution_cache`` under the worker's lease epoch (a worker that lost its
 lease cannot start a new side effect); as soon as the tool returns, its result
-is committed. A replay of the step after a crash finds the recorded result and
-returns it without calling the tool. The one window left, a crash after the
+is committed under the same epoch (a worker paused inside the call and resumed
+after another took the session over cannot overwrite what that one recorded:
+it gets ``LeaseLostError`` instead). A replay of the step after a crash finds
+the recorded result and returns it without calling the tool. The one window left, a crash after the
 external effect and before our record, is closed by handing the key to the
 tool, so the external API can dedupe on it.
 """
@@ -124,16 +126,23 @@ class ToolCalls:
                 "message": self._scrub(str(exc)),
                 "traceback": self._scrub(traceback.format_exc()),
             }
-            with self._db.connection() as conn:
-                conn.execute(
-                    tool_call_queries.FAIL_TOOL_CALL,
-                    {"key": key, "error": serialization.dumps(error)},
-                )
+            if not self._record(tool_call_queries.FAIL_TOOL_CALL, key, error=error):
+                raise LeaseLostError(f"lease lost during tool call {tool!r}") from exc
             raise
         serialization.dumps(result, f"result of tool {tool!r}")
         # Recorded redacted: a replay returns secret fields as "[REDACTED]".
-        encoded = serialization.dumps(self._redact(result))
-        with self._db.connection() as conn:
-            conn.execute(tool_call_queries.COMPLETE_TOOL_CALL, {"key": key, "response": encoded})
+        if not self._record(
+            tool_call_queries.COMPLETE_TOOL_CALL, key, response=self._redact(result)
+        ):
+            raise LeaseLostError(
+                f"lease lost during tool call {tool!r}; its result was not recorded"
+            )
         self.executed += 1
         return result
+
+    def _record(self, statement: str, key: str, **outcome: Any) -> bool:
+        """Record a call's outcome under this epoch; False if the epoch moved on."""
+        params = {name: serialization.dumps(value) for name, value in outcome.items()}
+        with self._db.connection() as conn:
+            row = conn.execute(statement, {"key": key, "epoch": self._epoch, **params}).fetchone()
+        return row is not None

@@ -1,23 +1,30 @@
 """A worker process: the session actor on a dramatiq Worker, in-process.
 
 ``resumable worker`` builds everything here explicitly (settings, database,
-broker, agent registry) instead of relying on dramatiq's global broker, and
-stops cleanly on SIGTERM/SIGINT: dramatiq finishes the messages in flight, so
-the sessions they run commit their current step and the rest stay pending in
-PostgreSQL for any other worker.
+broker, agent registry) instead of relying on dramatiq's global broker.
+
+SIGTERM/SIGINT is a hand-back (invariant 9): the consumers stop fetching and
+return what they prefetched to the queue; each thread finishes the step it is
+running, commits it, releases the lease and re-enqueues the session at once.
+The worker waits for those steps up to ``RESUMABLE_MAX_SECONDS_PER_RUN``
+(how long one run may take anyway). A thread still blocked after that (a step
+stuck in C) is left behind with a line saying so, after its session's lease is
+released for another worker; then the process exits 0, saying how many
+sessions it handed back.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import queue
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from types import FrameType
 
 import dramatiq
-from dramatiq.brokers.redis import RedisBroker
 
 from resumable.agent import AgentRegistry
 from resumable.models import agent_queries
@@ -25,6 +32,8 @@ from resumable.models.database import Database
 from resumable.queue.broker import SESSION_ACTOR, build_broker
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.runner import SessionRunner
+from resumable.queue.shutdown import ActiveRun
+from resumable.queue.wakeup import WakingRedisBroker
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -40,7 +49,7 @@ class WorkerRuntime:
 
     settings: Settings
     db: Database
-    broker: RedisBroker
+    broker: WakingRedisBroker
     runner: SessionRunner
     keeper: LeaseKeeper
     actor: dramatiq.Actor[[str], None]
@@ -97,7 +106,10 @@ def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None
     stop = stop_event or threading.Event()
 
     def _on_signal(signum: int, _frame: FrameType | None) -> None:
-        logger.info("received %s; finishing messages in flight", signal.Signals(signum).name)
+        logger.info(
+            "received %s; finishing the steps in flight and handing their sessions back",
+            signal.Signals(signum).name,
+        )
         stop.set()
 
     if threading.current_thread() is threading.main_thread():
@@ -126,6 +138,71 @@ def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None
     try:
         stop.wait()
     finally:
-        worker.stop(timeout=int(settings.lease_seconds * 1000))
-        runtime.close()
-        logger.info("worker stopped", extra={"action": "worker_stopped"})
+        hand_back_and_stop(runtime, worker)
+
+
+def hand_back_and_stop(runtime: WorkerRuntime, worker: dramatiq.Worker) -> None:
+    """Stop as a hand-back: nothing this process holds waits for a lease to expire."""
+    runner, keeper = runtime.runner, runtime.keeper
+    runtime.broker.stop_fetching()
+    runner.shutdown.stopping.set()
+    returned = _return_unstarted(runtime.broker, worker)
+
+    def still_held(run: ActiveRun) -> bool:
+        return keeper.holds(run.session_id, run.epoch)
+
+    left = runner.shutdown.wait(still_held, runtime.settings.max_seconds_per_run)
+    for run in left:
+        _leave_behind(runtime, run, still_held(run))
+    # Threads that handed back exit within a worker timeout; blocked ones are left.
+    worker.stop(timeout=2000)
+    runtime.close()
+    logger.info(
+        "worker stopped: %d session(s) handed back mid-run, %d queued message(s) returned, "
+        "%d thread(s) left blocked",
+        runner.shutdown.handed_back_count,
+        returned,
+        len(left),
+        extra={"action": "worker_stopped", "handed_back": runner.shutdown.handed_back_count},
+    )
+
+
+def _return_unstarted(broker: WakingRedisBroker, worker: dramatiq.Worker) -> int:
+    """Return messages dramatiq had queued in memory for this process's threads
+    (what ``Worker.stop`` does at its very end, done first so that other
+    workers start them now rather than after this one's steps finish)."""
+    items = []
+    while True:
+        try:
+            items.append(worker.work_queue.get_nowait())
+        except queue.Empty:
+            break
+    by_queue: dict[str, list[dramatiq.MessageProxy]] = {}
+    for item in items:
+        by_queue.setdefault(item.message.queue_name, []).append(item.message)
+    for queue_name, messages in by_queue.items():
+        try:
+            broker.requeue(queue_name, messages)
+        except Exception:
+            logger.warning("could not return %d queued message(s)", len(messages), exc_info=True)
+    return len(items)
+
+
+def _leave_behind(runtime: WorkerRuntime, run: ActiveRun, held: bool) -> None:
+    """A thread still in a step at exit: say so, and release what it holds."""
+    blocked_for = time.monotonic() - run.step_started
+    if held and runtime.keeper.release(run.session_id, run.epoch, "worker stopped"):
+        runtime.runner.failures.enqueue_later(run.session_id, 0.0)
+        runtime.runner.shutdown.handed_back()
+        fate = "its lease is released and the session re-enqueued; the step runs again elsewhere"
+    else:
+        fate = "the session is no longer this worker's (cancelled or taken over)"
+    logger.warning(
+        "thread %s is still blocked in step %s of session %s after %.1f s; exiting without it: %s",
+        run.thread,
+        run.step,
+        run.session_id,
+        blocked_for,
+        fate,
+        extra={"action": "thread_left_blocked", "session_id": str(run.session_id)},
+    )
