@@ -30,11 +30,12 @@ from resumable.errors import (
     SessionNotFoundError,
     SessionStateError,
 )
-from resumable.models import session_queries, step_queries
+from resumable.models import agent_queries, session_queries, step_queries
+from resumable.models.agent_queries import UnservedAgent
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.models.step_queries import HungSession
-from resumable.models.tables import AuditEventRow, CheckpointRow, SessionRow
+from resumable.models.tables import AuditEventRow, CheckpointRow, SessionRow, WorkerRow
 from resumable.queue.broker import enqueue_session
 from resumable.settings import Settings
 
@@ -42,6 +43,14 @@ logger = logging.getLogger(__name__)
 
 #: A running step is hung after this long even without a time limit of its own.
 HUNG_AFTER_SECONDS = 600.0
+
+# Statuses in which a session needs a worker that loads its agent.
+_WAITING_FOR_A_WORKER = (
+    SessionStatus.PENDING,
+    SessionStatus.RETRYING,
+    SessionStatus.RUNNING,
+    SessionStatus.COMPENSATING,
+)
 
 
 @dataclass(frozen=True)
@@ -155,10 +164,12 @@ class Client:
         limit: int = 50,
         cursor: str | None = None,
         hung_after: float | None = None,
+        unserved: bool = False,
     ) -> tuple[list[SessionRow], str | None]:
         """Newest first, keyset-paginated: the page and the cursor of the next one.
         `hung_after` (seconds) keeps only hung sessions: running, with a current
-        step past its time limit or running longer than that."""
+        step past its time limit or running longer than that. `unserved` keeps
+        only sessions waiting for a worker that loads their agent (none is alive)."""
         query = select(SessionRow).order_by(
             col(SessionRow.created_at).desc(), col(SessionRow.id).desc()
         )
@@ -175,6 +186,12 @@ class Client:
                     col(SessionRow.step_started_at) < now - timedelta(seconds=hung_after),
                 ),
             )
+        if unserved:
+            served = sa.exists().where(
+                col(WorkerRow.expires_at) > sa.func.now(),
+                col(WorkerRow.agents).op("?")(SessionRow.agent),
+            )
+            query = query.where(col(SessionRow.status).in_(_WAITING_FOR_A_WORKER), ~served)
         if cursor:
             created_at, last_id = decode_cursor(cursor)
             query = query.where(
@@ -201,10 +218,17 @@ class Client:
         agent: str | None = None,
         limit: int = 50,
         hung_after: float | None = None,
+        unserved: bool = False,
     ) -> list[SessionRow]:
         """The newest sessions (the first page of `page_sessions`)."""
-        page, _ = self.page_sessions(status=status, agent=agent, limit=limit, hung_after=hung_after)
+        page, _ = self.page_sessions(
+            status=status, agent=agent, limit=limit, hung_after=hung_after, unserved=unserved
+        )
         return page
+
+    def unserved_agents(self) -> list[UnservedAgent]:
+        """Agents with sessions waiting because no live worker loads them."""
+        return unserved_agents(self.db)
 
     def hung_sessions(
         self, *, after_seconds: float = HUNG_AFTER_SECONDS, limit: int = 100
@@ -258,6 +282,18 @@ def hung_sessions(
         return (
             conn.cursor(row_factory=class_row(HungSession))
             .execute(step_queries.HUNG_SESSIONS, {"after": after_seconds, "limit": limit})
+            .fetchall()
+        )
+
+
+def unserved_agents(db: Database) -> list[UnservedAgent]:
+    """Agents with sessions waiting because no live worker loads them, and how
+    many (for metrics and alerts). Such sessions are not claimed or touched;
+    the first worker that loads the agent enqueues them when it starts."""
+    with db.connection() as conn:
+        return (
+            conn.cursor(row_factory=class_row(UnservedAgent))
+            .execute(agent_queries.UNSERVED_SESSIONS_BY_AGENT)
             .fetchall()
         )
 

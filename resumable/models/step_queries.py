@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from resumable.models.agent_queries import AGENT_SERVED, WORKER_OF_LEASE_OWNER
 from resumable.models.status import SessionStatus
 
 
@@ -72,17 +73,37 @@ class HungSession:
     running_seconds: float
 
 
-# Take the lease: a pending session, or a running one whose worker let its lease
-# expire (crashed or paused). Bumping the epoch fences out the previous owner.
-CLAIM_LEASE = """
+# When a session may be claimed: pending, due for a retry, a compensation due,
+# or held by a worker that let its lease expire or whose process is dead (its
+# heartbeat in `workers` expired, which a claimer sees seconds after a crash,
+# before the lease runs out).
+CLAIMABLE = f"""(
+    sessions.status = 'pending'
+    OR (sessions.status = 'retrying' AND sessions.wake_at <= now())
+    OR (sessions.status IN ('running', 'compensating')
+        AND (sessions.lease_expires_at < now()
+             OR EXISTS (SELECT 1 FROM workers w
+                        WHERE w.id = {WORKER_OF_LEASE_OWNER.format(owner="sessions.lease_owner")}
+                          AND w.expires_at < now())))
+    OR (sessions.status = 'compensating' AND sessions.lease_owner IS NULL
+        AND (sessions.wake_at IS NULL OR sessions.wake_at <= now()))
+)"""
+
+# A session's agent is one this worker loads, or one no worker ever announced
+# (the runner then fails the session: unknown agent).
+RUNNABLE_HERE = """(
+    sessions.agent = ANY(%(agents)s)
+    OR NOT EXISTS (SELECT 1 FROM agents a WHERE a.name = sessions.agent)
+)"""
+
+# Take the lease of a claimable session this worker can run. A worker never
+# claims a known agent it does not load, so a session whose agent no live
+# worker loads causes no claims and no audit rows. Bumping the epoch fences
+# out the previous owner.
+CLAIM_LEASE = f"""
 WITH old AS (
     SELECT id, status, lease_owner, lease_epoch FROM sessions
-    WHERE id = %(id)s
-      AND (status = 'pending'
-           OR (status = 'retrying' AND wake_at <= now())
-           OR (status IN ('running', 'compensating') AND lease_expires_at < now())
-           OR (status = 'compensating' AND lease_owner IS NULL
-               AND (wake_at IS NULL OR wake_at <= now())))
+    WHERE id = %(id)s AND {RUNNABLE_HERE} AND {CLAIMABLE}
     FOR UPDATE
 ), s AS (
     UPDATE sessions SET
@@ -114,6 +135,48 @@ WITH old AS (
 SELECT id AS session_id, agent, cursor, state, input, step_seq, lease_epoch AS epoch, wait,
        wake, status, attempts, error, history_rebase
 FROM s
+"""
+
+
+# Asked when a claim found nothing: is the session claimable by a worker that
+# loads its agent (then the message is passed on), or by none alive (then it
+# waits, untouched, until one starts)? No row: a duplicate message.
+CLAIMABLE_ELSEWHERE = f"""
+SELECT agent, {AGENT_SERVED.format(agent="sessions.agent")} AS served
+FROM sessions
+WHERE id = %(id)s AND NOT {RUNNABLE_HERE} AND {CLAIMABLE}
+"""
+
+
+@dataclass(frozen=True)
+class ClaimableElsewhere:
+    """A row of CLAIMABLE_ELSEWHERE."""
+
+    agent: str
+    served: bool
+
+
+# Sessions of these agents that can be claimed: what a worker enqueues when it
+# starts serving agents no live worker served (their messages were dropped).
+CLAIMABLE_OF_AGENTS = f"""
+SELECT id FROM sessions
+WHERE agent = ANY(%(agents)s) AND {CLAIMABLE}
+ORDER BY updated_at
+LIMIT %(limit)s
+"""
+
+# The sessions of workers whose heartbeat expired, once per dead worker: the
+# reconciler enqueues them so a live worker claims them now rather than when
+# their leases expire.
+ORPHANED_SESSIONS = f"""
+WITH dead AS (
+    UPDATE workers SET reaped_at = now()
+    WHERE expires_at < now() AND reaped_at IS NULL
+    RETURNING id
+)
+SELECT sessions.id FROM sessions
+JOIN dead ON dead.id = {WORKER_OF_LEASE_OWNER.format(owner="sessions.lease_owner")}
+WHERE sessions.status IN ('running', 'compensating') AND sessions.lease_owner IS NOT NULL
 """
 
 

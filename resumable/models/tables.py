@@ -305,6 +305,23 @@ class AgentInfoRow(SQLModel, table=True):
     updated_at: datetime = Field(sa_column=_timestamp(default_now=True))
 
 
+class WorkerRow(SQLModel, table=True):
+    """A live worker process (``host:pid``, the prefix of the lease owners it
+    writes) and the agents it loads, kept alive by a heartbeat: past
+    ``expires_at`` its sessions can be claimed before their leases expire, and
+    an agent no live worker loads is not claimed at all."""
+
+    __tablename__ = "workers"
+
+    id: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    agents: list[str] = Field(sa_column=_jsonb(nullable=False))
+    started_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    heartbeat_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    expires_at: datetime = Field(sa_column=_timestamp())
+    # Set by the reconciler once it re-enqueued a dead worker's sessions.
+    reaped_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+
+
 class DeadLetterRow(SQLModel, table=True):
     """A session that failed for good, kept for an operator to inspect, retry
     or discard. PostgreSQL is the record; dramatiq's Redis dead-letter set is not."""

@@ -38,10 +38,10 @@ from resumable.errors import (
     StepTimeoutError,
 )
 from resumable.logs import session_context
-from resumable.models import agent_queries, step_queries, wait_queries
+from resumable.models import step_queries, wait_queries
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
-from resumable.models.step_queries import ClaimedSession, CommittedStep
+from resumable.models.step_queries import ClaimableElsewhere, ClaimedSession, CommittedStep
 from resumable.queue.broker import enqueue_session
 from resumable.queue.callbacks import CallbackFactory
 from resumable.queue.checkpoint_writer import CheckpointWriter
@@ -102,10 +102,12 @@ class SessionRunner:
         self.shutdown = Shutdown()
         self.failures = FailureHandler(settings, db, broker, keeper, self.shutdown.stopping)
         self.redactor = Redactor(settings.redact_keys)
-        self._owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
+        #: This process, as the `workers` table and its lease owners name it.
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        self.agents = sorted(agent.name for agent in registry)
 
     def _owner(self) -> str:
-        return f"{self._owner_prefix}:{threading.get_ident()}"
+        return f"{self.worker_id}:{threading.get_ident()}"
 
     def claim(self, session_id: uuid.UUID) -> ClaimedSession | None:
         with self.db.connection() as conn:
@@ -116,6 +118,7 @@ class SessionRunner:
                     {
                         "id": session_id,
                         "owner": self._owner(),
+                        "agents": self.agents,
                         "lease_seconds": self.settings.lease_seconds,
                     },
                 )
@@ -133,9 +136,7 @@ class SessionRunner:
                 return RunOutcome.NOT_CLAIMED
             claim = self.claim(session_id)
             if claim is None:
-                # Finished, owned by a live worker, or unknown: a duplicate message.
-                logger.debug("session not claimable; message ignored", extra={"action": "skip"})
-                return RunOutcome.NOT_CLAIMED
+                return self._not_claimed(session_id)
             self.keeper.hold(session_id, claim.epoch)
             try:
                 with self.shutdown.tracking(session_id, claim.epoch) as active:
@@ -146,14 +147,42 @@ class SessionRunner:
             finally:
                 self.keeper.drop(session_id, claim.epoch)
 
+    def _not_claimed(self, session_id: uuid.UUID) -> RunOutcome:
+        """A message this worker cannot act on: a duplicate, or a session of an
+        agent it does not load (passed on when a live worker loads it; left to
+        wait, untouched, when none does: a worker that loads it enqueues it
+        when it starts)."""
+        with self.db.connection() as conn:
+            row = (
+                conn.cursor(row_factory=class_row(ClaimableElsewhere))
+                .execute(
+                    step_queries.CLAIMABLE_ELSEWHERE, {"id": session_id, "agents": self.agents}
+                )
+                .fetchone()
+            )
+        if row is None:
+            # Finished, owned by a live worker, or unknown: a duplicate message.
+            logger.debug("session not claimable; message ignored", extra={"action": "skip"})
+            return RunOutcome.NOT_CLAIMED
+        if row.served:
+            logger.debug(
+                "agent %r is not loaded here; message passed on",
+                row.agent,
+                extra={"action": "agent_not_loaded"},
+            )
+            self.failures.enqueue_later(session_id, 1.0)
+            return RunOutcome.YIELDED
+        logger.info(
+            "no live worker loads agent %r; the session waits for one",
+            row.agent,
+            extra={"action": "agent_not_served"},
+        )
+        return RunOutcome.NOT_CLAIMED
+
     def _loop(self, claim: ClaimedSession, active: ActiveRun) -> RunOutcome:
         try:
             agent = self.registry.get(claim.agent)
-        except ResumableError as exc:
-            if self._known_elsewhere(claim.agent):
-                reason = f"agent {claim.agent!r} is not loaded here"
-                logger.warning("%s", reason, extra={"action": "agent_not_loaded"})
-                return self.failures.hand_back(_held(claim), reason, delay=1.0)
+        except ResumableError as exc:  # an agent no worker ever announced
             return self.failures.step_failed(_held(claim), None, exc, claim.cursor)
         if claim.status is SessionStatus.COMPENSATING:
             error = claim.error or {}
@@ -256,13 +285,6 @@ class SessionRunner:
             assert decision.next_step is not None
             cursor, state, seq, wake = decision.next_step, step.ctx.state, committed, None
             attempts = 0
-
-    def _known_elsewhere(self, agent: str) -> bool:
-        """Whether another worker announced this agent (a deployment whose
-        workers load different agents on one queue): then this worker hands
-        the session back instead of failing it."""
-        with self.db.connection() as conn:
-            return conn.execute(agent_queries.AGENT_KNOWN, (agent,)).fetchone() is not None
 
     def _start_step(self, claim: ClaimedSession, cursor: str, time_limit: float | None) -> None:
         """Record the run's first step and its deadline, for `hung_sessions`."""

@@ -27,9 +27,10 @@ from types import FrameType
 import dramatiq
 
 from resumable.agent import AgentRegistry
-from resumable.models import agent_queries
+from resumable.models import agent_queries, step_queries
 from resumable.models.database import Database
-from resumable.queue.broker import SESSION_ACTOR, build_broker
+from resumable.queue.broker import SESSION_ACTOR, build_broker, enqueue_session
+from resumable.queue.heartbeat import MAX_TTL_SECONDS, WorkerHeartbeat
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.runner import SessionRunner
 from resumable.queue.shutdown import ActiveRun
@@ -42,6 +43,10 @@ logger = logging.getLogger(__name__)
 # limits belong to the retry policy, so the message-level limit is a day.
 _MESSAGE_TIME_LIMIT_MS = 24 * 3600 * 1000
 
+# Sessions enqueued at start for agents no worker served (the reconciler,
+# which now includes this worker's agents, finds any beyond that).
+_WAITING_BATCH = 10_000
+
 
 @dataclass
 class WorkerRuntime:
@@ -52,10 +57,12 @@ class WorkerRuntime:
     broker: WakingRedisBroker
     runner: SessionRunner
     keeper: LeaseKeeper
+    heartbeat: WorkerHeartbeat
     actor: dramatiq.Actor[[str], None]
 
     def close(self) -> None:
         self.keeper.stop()
+        self.heartbeat.stop()
         self.broker.close()
         self.db.close()
 
@@ -83,11 +90,17 @@ def build_runtime(
         max_retries=0,
         time_limit=_MESSAGE_TIME_LIMIT_MS,
     )(run_session)
-    return WorkerRuntime(settings, db, broker, runner, keeper, actor)
+    heartbeat = WorkerHeartbeat(
+        db, runner.worker_id, runner.agents, ttl=min(settings.lease_seconds, MAX_TTL_SECONDS)
+    )
+    return WorkerRuntime(settings, db, broker, runner, keeper, heartbeat, actor)
 
 
-def announce_agents(runtime: WorkerRuntime) -> None:
-    """Record this worker's agents so the web process can validate agent names."""
+def announce_agents(runtime: WorkerRuntime) -> list[str]:
+    """Record this worker's heartbeat row and its agents (the catalog the web
+    process validates names against); return the agents whose sessions
+    waited because no live worker served them until now."""
+    unserved = runtime.heartbeat.announce()  # before the catalog: it asks what was known
     with runtime.db.connection() as conn:
         for agent in runtime.runner.registry:
             conn.execute(
@@ -98,6 +111,28 @@ def announce_agents(runtime: WorkerRuntime) -> None:
                     "checks": json.dumps(agent.check_names),
                 },
             )
+    return unserved
+
+
+def enqueue_waiting(runtime: WorkerRuntime, agents: list[str]) -> int:
+    """Enqueue the claimable sessions of agents no worker served: nobody
+    claimed them, and their messages were dropped."""
+    if not agents:
+        return 0
+    with runtime.db.connection() as conn:
+        rows = conn.execute(
+            step_queries.CLAIMABLE_OF_AGENTS, {"agents": agents, "limit": _WAITING_BATCH}
+        ).fetchall()
+    for row in rows:
+        enqueue_session(runtime.broker, runtime.settings, str(row["id"]))
+    if rows:
+        logger.info(
+            "enqueued %d session(s) that waited for a worker loading %s",
+            len(rows),
+            ", ".join(agents),
+            extra={"action": "enqueued_waiting"},
+        )
+    return len(rows)
 
 
 def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None) -> None:
@@ -126,9 +161,11 @@ def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None
     )
     if settings.worker_prefetch:
         worker.queue_prefetch = settings.worker_prefetch
-    announce_agents(runtime)
+    unserved = announce_agents(runtime)
+    runtime.heartbeat.start()
     runtime.keeper.start()
     worker.start()
+    enqueue_waiting(runtime, unserved)
     logger.info(
         "worker started: %d threads on queue %r",
         settings.worker_threads,
