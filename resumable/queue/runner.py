@@ -20,7 +20,6 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dramatiq
@@ -38,11 +37,10 @@ from resumable.errors import (
     StepTimeoutError,
 )
 from resumable.logs import session_context
-from resumable.models import step_queries, wait_queries
+from resumable.models import step_queries
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.models.step_queries import ClaimableElsewhere, ClaimedSession, CommittedStep
-from resumable.queue.broker import enqueue_session
 from resumable.queue.callbacks import CallbackFactory
 from resumable.queue.checkpoint_writer import CheckpointWriter
 from resumable.queue.failures import FailureHandler, HeldLease
@@ -51,6 +49,7 @@ from resumable.queue.outcomes import RunOutcome
 from resumable.queue.shutdown import ActiveRun, Shutdown
 from resumable.queue.time_limits import TimeLimit
 from resumable.queue.tool_calls import ToolCalls
+from resumable.queue.wakes import Wakes
 from resumable.redaction import Redactor
 from resumable.settings import Settings
 from resumable.waits import Wait, Wake
@@ -101,6 +100,7 @@ class SessionRunner:
         self.keeper = keeper
         self.shutdown = Shutdown()
         self.failures = FailureHandler(settings, db, broker, keeper, self.shutdown.stopping)
+        self.wakes = Wakes(settings, db, broker, keeper)
         self.redactor = Redactor(settings.redact_keys)
         #: This process, as the `workers` table and its lease owners name it.
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
@@ -191,7 +191,7 @@ class SessionRunner:
             return self.failures.compensate(_held(claim), agent, error, policy)
         try:
             cursor = claim.cursor or agent.start_step
-            wake = self._resolve_wake(claim, agent)
+            wake = self.wakes.resolve(claim, agent)
         except LeaseLostError:
             return RunOutcome.LEASE_LOST
         except Exception as exc:
@@ -270,7 +270,7 @@ class SessionRunner:
                 )
                 return RunOutcome.COMPLETED
             if decision.wait is not None:
-                self._wake_if_delivered(claim.session_id)
+                self.wakes.wake_if_delivered(claim.session_id)
                 return RunOutcome.SUSPENDED
             if status is SessionStatus.PENDING:
                 self.failures.enqueue_later(claim.session_id, 0.0)
@@ -298,13 +298,6 @@ class SessionRunner:
                     "time_limit": time_limit,
                 },
             )
-
-    def _resolve_wake(self, claim: ClaimedSession, agent: Agent) -> Wake | None:
-        """The wake the first step sees; a due poll check runs here first."""
-        wake = Wake.from_json(claim.wake)
-        if wake is not None and wake.kind == "poll_check":
-            return self._check_poll(claim, agent) or wake
-        return wake
 
     def _execute(
         self,
@@ -410,57 +403,6 @@ class SessionRunner:
             return SessionStatus.PENDING, events
         return SessionStatus.RUNNING, events
 
-    def _check_poll(self, claim: ClaimedSession, agent: Agent) -> Wake | None:
-        """Run a due poll check: the wake for the `then` step, or None after
-        suspending again until the next check."""
-        wait = claim.wait or {}
-        poll = wait["poll"]
-        value = agent.get_check(poll["check"])(poll["args"])
-        now = datetime.now(UTC)
-        deadline = _parse_time(wait.get("deadline"))
-        wake: Wake | None = None
-        if value is not None:
-            serialization.dumps(value, f"value of check {poll['check']!r}")
-            wake = Wake(kind="poll", topic=poll["check"], payload=value)
-        elif deadline is not None and now >= deadline:
-            wake = Wake(kind="timeout")
-        if wake is not None:
-            with self.db.connection() as conn:
-                conn.execute(
-                    wait_queries.RESUMED_BY_POLL,
-                    {
-                        "id": claim.session_id,
-                        "epoch": claim.epoch,
-                        "kind": wake.kind,
-                        "check": poll["check"],
-                    },
-                )
-            return wake
-        candidates = [now + timedelta(seconds=float(poll["every"]))]
-        candidates += [t for t in (deadline, _parse_time(wait.get("timer_at"))) if t is not None]
-        self.keeper.drop(claim.session_id, claim.epoch)  # suspending again releases it
-        with self.db.connection() as conn:
-            row = conn.execute(
-                wait_queries.RESUSPEND_AFTER_POLL,
-                {"id": claim.session_id, "epoch": claim.epoch, "wake_at": min(candidates)},
-            ).fetchone()
-        if row is None:
-            raise LeaseLostError("lease lost during a poll check")
-        self._wake_if_delivered(claim.session_id)
-        return None
-
-    def _wake_if_delivered(self, session_id: uuid.UUID) -> None:
-        """After suspending: a delivery that arrived early wakes the session now."""
-        with self.db.connection() as conn:
-            woke = conn.execute(wait_queries.WAKE_FROM_DELIVERIES, {"id": session_id}).fetchone()
-        if woke is not None:
-            logger.info(
-                "woken at once by a %s delivered while suspending",
-                woke["kind"],
-                extra={"action": "early_delivery"},
-            )
-            enqueue_session(self.broker, self.settings, session_id)
-
     @staticmethod
     def _interpret(agent: Agent, outcome: object) -> Decision:
         """What a step's return value asks for."""
@@ -528,7 +470,3 @@ class SessionRunner:
 
 def _held(claim: ClaimedSession) -> HeldLease:
     return HeldLease(claim.session_id, claim.epoch, claim.attempts)
-
-
-def _parse_time(value: object) -> datetime | None:
-    return datetime.fromisoformat(str(value)) if value else None
