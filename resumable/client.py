@@ -12,12 +12,13 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import dramatiq
 import psycopg
 import sqlalchemy as sa
+from psycopg.rows import class_row
 from sqlmodel import Session, col, select
 
 from resumable import serialization
@@ -29,13 +30,27 @@ from resumable.errors import (
     SessionNotFoundError,
     SessionStateError,
 )
-from resumable.models import session_queries
+from resumable.models import agent_queries, session_queries, step_queries
+from resumable.models.agent_queries import UnservedAgent
 from resumable.models.database import Database
-from resumable.models.tables import AuditEventRow, CheckpointRow, SessionRow
+from resumable.models.status import SessionStatus
+from resumable.models.step_queries import HungSession
+from resumable.models.tables import AuditEventRow, CheckpointRow, SessionRow, WorkerRow
 from resumable.queue.broker import enqueue_session
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+#: A running step is hung after this long even without a time limit of its own.
+HUNG_AFTER_SECONDS = 600.0
+
+# Statuses in which a session needs a worker that loads its agent.
+_WAITING_FOR_A_WORKER = (
+    SessionStatus.PENDING,
+    SessionStatus.RETRYING,
+    SessionStatus.RUNNING,
+    SessionStatus.COMPENSATING,
+)
 
 
 @dataclass(frozen=True)
@@ -148,8 +163,13 @@ class Client:
         agent: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        hung_after: float | None = None,
+        unserved: bool = False,
     ) -> tuple[list[SessionRow], str | None]:
-        """Newest first, keyset-paginated: the page and the cursor of the next one."""
+        """Newest first, keyset-paginated: the page and the cursor of the next one.
+        `hung_after` (seconds) keeps only hung sessions: running, with a current
+        step past its time limit or running longer than that. `unserved` keeps
+        only sessions waiting for a worker that loads their agent (none is alive)."""
         query = select(SessionRow).order_by(
             col(SessionRow.created_at).desc(), col(SessionRow.id).desc()
         )
@@ -157,6 +177,21 @@ class Client:
             query = query.where(SessionRow.status == status)
         if agent:
             query = query.where(SessionRow.agent == agent)
+        if hung_after is not None:
+            now = sa.func.now()
+            query = query.where(
+                SessionRow.status == SessionStatus.RUNNING,
+                sa.or_(
+                    col(SessionRow.step_deadline) < now,
+                    col(SessionRow.step_started_at) < now - timedelta(seconds=hung_after),
+                ),
+            )
+        if unserved:
+            served = sa.exists().where(
+                col(WorkerRow.expires_at) > sa.func.now(),
+                col(WorkerRow.agents).op("?")(SessionRow.agent),
+            )
+            query = query.where(col(SessionRow.status).in_(_WAITING_FOR_A_WORKER), ~served)
         if cursor:
             created_at, last_id = decode_cursor(cursor)
             query = query.where(
@@ -177,10 +212,30 @@ class Client:
         return row
 
     def list_sessions(
-        self, *, status: str | None = None, agent: str | None = None, limit: int = 50
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        limit: int = 50,
+        hung_after: float | None = None,
+        unserved: bool = False,
     ) -> list[SessionRow]:
         """The newest sessions (the first page of `page_sessions`)."""
-        return self.page_sessions(status=status, agent=agent, limit=limit)[0]
+        page, _ = self.page_sessions(
+            status=status, agent=agent, limit=limit, hung_after=hung_after, unserved=unserved
+        )
+        return page
+
+    def unserved_agents(self) -> list[UnservedAgent]:
+        """Agents with sessions waiting because no live worker loads them."""
+        return unserved_agents(self.db)
+
+    def hung_sessions(
+        self, *, after_seconds: float = HUNG_AFTER_SECONDS, limit: int = 100
+    ) -> list[HungSession]:
+        """Running sessions whose current step has run past its time limit or
+        longer than `after_seconds`, longest-running first."""
+        return hung_sessions(self.db, after_seconds=after_seconds, limit=limit)
 
     def events(
         self, session_id: uuid.UUID | str, *, after: int = 0, limit: int | None = None
@@ -211,6 +266,36 @@ class Client:
                 select(SessionRow.status, sa.func.count()).group_by(SessionRow.status)
             ).all()
         return {status: int(count) for status, count in rows}
+
+
+def hung_sessions(
+    db: Database, *, after_seconds: float = HUNG_AFTER_SECONDS, limit: int = 100
+) -> list[HungSession]:
+    """Running sessions whose current step has run past its time limit or longer
+    than `after_seconds`, longest-running first (for metrics, the CLI and alerts).
+
+    A time limit interrupts a step busy in Python; one blocked in C code or on
+    a socket without a timeout keeps its session until it returns, and this is
+    where it shows. Cancelling such a session fences its writes out; its
+    worker thread stays blocked until the call returns."""
+    with db.connection() as conn:
+        return (
+            conn.cursor(row_factory=class_row(HungSession))
+            .execute(step_queries.HUNG_SESSIONS, {"after": after_seconds, "limit": limit})
+            .fetchall()
+        )
+
+
+def unserved_agents(db: Database) -> list[UnservedAgent]:
+    """Agents with sessions waiting because no live worker loads them, and how
+    many (for metrics and alerts). Such sessions are not claimed or touched;
+    the first worker that loads the agent enqueues them when it starts."""
+    with db.connection() as conn:
+        return (
+            conn.cursor(row_factory=class_row(UnservedAgent))
+            .execute(agent_queries.UNSERVED_SESSIONS_BY_AGENT)
+            .fetchall()
+        )
 
 
 def encode_cursor(created_at: datetime, session_id: uuid.UUID) -> str:

@@ -1,7 +1,9 @@
 """The package's exceptions, rooted in one class so callers can catch them all.
 
 A subclass's docstring is its default message. Control flow that is not a
-failure (a lost lease) has its own type and is never logged as an error.
+failure (a lost lease) has its own type and is never logged as an error. The
+one exception outside the root is ``StepTimeoutError``: an interrupt raised
+into a running step, so it must not be an ``Exception`` a step could catch.
 """
 
 from __future__ import annotations
@@ -101,10 +103,20 @@ class PermanentError(ResumableError):
     code = "permanent_error"
 
 
-class StepTimeoutError(TransientError):
-    """The step ran longer than its time limit."""
+class StepTimeoutError(BaseException):
+    """The step ran longer than its time limit.
+
+    Raised inside the step's own thread when its limit passes. Like dramatiq's
+    ``Interrupt`` it derives from ``BaseException``, not ``Exception``: a step's
+    ``except Exception:`` cannot swallow it, and the worker handles it as a
+    failed attempt (transient: retried unless the policy lists it as permanent).
+    """
 
     code = "step_timeout"
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or "the step ran longer than its time limit"
+        super().__init__(self.message)
 
 
 class UnknownCheckError(ResumableError):

@@ -3,8 +3,9 @@
 Policies are set per agent and may be overridden per step. Failures are
 classified in this order: the package's own definition errors (an unknown
 step, unserializable state, ...) and ``PermanentError`` are permanent;
-anything matching ``transient`` (by default every other exception) is
-retried until ``max_attempts`` is reached. Delays grow exponentially with
+anything matching ``transient`` (by default every other exception) and a
+step that ran past its ``time_limit`` are retried until ``max_attempts`` is
+reached. A compensation that fails permanently is not tried again. Delays grow exponentially with
 full jitter between ``min_delay`` and ``max_delay``; a failure that carries
 a ``retry_after`` waits at least that long.
 """
@@ -19,6 +20,7 @@ from resumable.errors import (
     InvalidStepResultError,
     NotSerializableError,
     PermanentError,
+    StepTimeoutError,
     UnknownAgentError,
     UnknownCheckError,
     UnknownStepError,
@@ -64,7 +66,9 @@ class RetryPolicy:
     def is_transient(self, exc: BaseException) -> bool:
         if isinstance(exc, ALWAYS_PERMANENT + self.permanent):
             return False
-        return isinstance(exc, self.transient)
+        # A time-out is an interrupt (a BaseException), not one of the step's
+        # errors: worth another attempt unless listed as permanent.
+        return isinstance(exc, (*self.transient, StepTimeoutError))
 
     def should_retry(self, exc: BaseException, attempts_made: int) -> bool:
         """Whether to try again after `attempts_made` attempts ended in `exc`."""

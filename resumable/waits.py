@@ -109,16 +109,16 @@ class Wait:
             "since": now.isoformat(),
         }
         due: list[datetime] = []
+        timers: list[datetime] = []
         for condition in self.conditions:
             if isinstance(condition, Callback):
                 spec["callbacks"].append(condition.token)
             elif isinstance(condition, Signal):
                 spec["signals"].append(condition.topic)
             elif isinstance(condition, Timer):
-                at = condition.due(now)
-                if "timer_at" not in spec or at.isoformat() < spec["timer_at"]:
-                    spec["timer_at"] = at.isoformat()
-                due.append(at)
+                # Compared as datetimes: ISO strings in different UTC offsets
+                # do not sort by the instant they name.
+                timers.append(condition.due(now))
             elif isinstance(condition, Poll):
                 if "poll" in spec:
                     raise WaitDefinitionError("a wait can hold at most one Poll")
@@ -129,6 +129,9 @@ class Wait:
                 due.append(now + timedelta(seconds=every))
             else:
                 raise WaitDefinitionError(f"cannot wait on {condition!r}")
+        if timers:
+            spec["timer_at"] = min(timers).isoformat()
+            due.append(min(timers))
         timeouts = [_seconds(self.timeout)] + [
             _seconds(c.timeout) for c in self.conditions if not isinstance(c, Timer)
         ]

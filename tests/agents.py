@@ -424,3 +424,88 @@ def _refuse(body: dict[str, Any]) -> None:
 @leaky.step
 def leak(ctx: StepContext) -> str:
     raise PermanentError(f"login rejected for key {ctx.state['auth']['api_key']}")
+
+
+# -- leases, time limits and shutdown (tests/integration/test_leases.py and friends) ----
+
+
+def post_then_hold(url: str, body: dict[str, Any], gate_dir: str, idempotency_key: str) -> Any:
+    """A tool that makes its effect, then waits while the test's hold file exists
+    (so a test can pause the worker inside the call, after the effect)."""
+    result = post_json(url, body, idempotency_key)
+    gate = Path(gate_dir)
+    if (gate / "hold").exists():
+        (gate / "entered-tool").touch()
+        deadline = time.monotonic() + 120
+        while (gate / "hold").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return result
+
+
+ledger = Agent("ledger")
+
+
+@ledger.step
+def pay(ctx: StepContext) -> Complete:
+    paid = ctx.tool(
+        "pay", post_then_hold, f"{ctx.input['api']}/pay", {"amount": 7}, ctx.input["gate_dir"]
+    )
+    return Complete({"paid": paid})
+
+
+stubborn = Agent(
+    "stubborn", retry=RetryPolicy(max_attempts=2, min_delay=0.1, max_delay=0.2, time_limit=1)
+)
+stubborn.compensation(undo)
+
+
+@stubborn.step
+def reserve(ctx: StepContext) -> str:
+    _book(ctx, "seat")
+    return "stall"
+
+
+@stubborn.step
+def stall(ctx: StepContext) -> Complete:
+    """Busy in Python past its time limit, inside a catch-all for Exception."""
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+    except Exception:
+        Path(ctx.input["swallowed"]).touch()  # a time-out must never land here
+    return Complete({"stalled": True})
+
+
+hung = Agent("hung", retry=RetryPolicy(max_attempts=1, time_limit=1))
+
+
+@hung.step
+def block(ctx: StepContext) -> Complete:
+    """Blocked in C (time.sleep) past its time limit: nothing can interrupt it."""
+    time.sleep(float(ctx.input["seconds"]))
+    return Complete({"blocked": True})
+
+
+def refuse_refund(request: dict[str, Any], response: dict[str, Any]) -> None:
+    bump(request["args"][1]["counter"])
+    raise PermanentError("the airline refuses refunds")
+
+
+stuck_saga = Agent(
+    "stuck_saga",
+    retry=RetryPolicy(max_attempts=1, min_delay=0.1, max_delay=0.2, compensation_attempts=5),
+)
+stuck_saga.compensation(refuse_refund)
+
+
+@stuck_saga.step
+def book_flight(ctx: StepContext) -> str:
+    body = {"what": "flight", "counter": ctx.input["counter"]}
+    ctx.tool("flight", post_json, f"{ctx.input['api']}/book", body, compensate="refuse_refund")
+    return "cancelled_route"
+
+
+@stuck_saga.step
+def cancelled_route(ctx: StepContext) -> Complete:
+    raise PermanentError("the airline cancelled the route")

@@ -7,6 +7,32 @@ compensation or write a dead letter for it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PendingCompensation:
+    """A row of PENDING_COMPENSATIONS: one completed tool call still to undo."""
+
+    idempotency_key: str
+    tool: str
+    step: str
+    step_seq: int
+    call_index: int
+    compensation: str
+    request: Any
+    response: Any
+    compensation_attempts: int
+
+
+@dataclass(frozen=True)
+class DeadLettered:
+    """A row of FAIL_SESSION: the dead letter the failure opened."""
+
+    dead_letter_id: int
+
+
 # A transient failure: release the session until its next attempt. The epoch
 # moves on so a step still running past its time limit cannot commit.
 SCHEDULE_RETRY = """
@@ -19,6 +45,8 @@ WITH s AS (
         lease_epoch = lease_epoch + 1,
         lease_owner = NULL,
         lease_expires_at = NULL,
+        step_started_at = NULL,
+        step_deadline = NULL,
         updated_at = now()
     WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
     RETURNING id, step_seq, wake_at
@@ -38,7 +66,8 @@ SELECT wake_at FROM s
 START_COMPENSATION = """
 WITH s AS (
     UPDATE sessions SET status = 'compensating', attempts = %(attempts)s,
-                        error = %(error)s::jsonb, updated_at = now()
+                        error = %(error)s::jsonb, step_started_at = NULL, step_deadline = NULL,
+                        updated_at = now()
     WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
     RETURNING id, step_seq
 ), e AS (
@@ -58,6 +87,18 @@ WHERE session_id = %(id)s AND status = 'completed' AND compensation IS NOT NULL
 ORDER BY step_seq DESC, call_index DESC
 """
 
+# Before a compensation runs: only the worker holding the current epoch may
+# start it (a worker that lost the saga cannot start another undo), and the
+# call is marked as started (a crash now means it runs again, with its key).
+CLAIM_COMPENSATION = """
+UPDATE tool_execution_cache AS t SET compensation_status = 'started'
+FROM sessions s
+WHERE t.idempotency_key = %(key)s AND s.id = t.session_id
+  AND s.lease_epoch = %(epoch)s AND s.status = 'compensating' AND s.lease_owner IS NOT NULL
+  AND coalesce(t.compensation_status, 'pending') <> 'completed'
+RETURNING t.idempotency_key
+"""
+
 COMPENSATION_DONE = """
 WITH t AS (
     UPDATE tool_execution_cache AS t SET
@@ -67,7 +108,7 @@ WITH t AS (
         compensated_at = now()
     FROM sessions s
     WHERE t.idempotency_key = %(key)s AND s.id = t.session_id
-      AND s.lease_epoch = %(epoch)s AND s.status = 'compensating'
+      AND s.lease_epoch = %(epoch)s AND s.status = 'compensating' AND s.lease_owner IS NOT NULL
     RETURNING t.session_id, t.step_seq, t.step, t.tool, t.compensation
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
@@ -88,7 +129,7 @@ WITH t AS (
         compensation_error = %(error)s::jsonb
     FROM sessions s
     WHERE t.idempotency_key = %(key)s AND s.id = t.session_id
-      AND s.lease_epoch = %(epoch)s AND s.status = 'compensating'
+      AND s.lease_epoch = %(epoch)s AND s.status = 'compensating' AND s.lease_owner IS NOT NULL
     RETURNING t.session_id, t.step_seq, t.step, t.compensation, t.compensation_attempts
 ), s AS (
     UPDATE sessions SET
@@ -122,9 +163,12 @@ WITH s AS (
         lease_owner = NULL,
         lease_expires_at = NULL,
         wake_at = NULL,
+        step_started_at = NULL,
+        step_deadline = NULL,
         finished_at = now(),
         updated_at = now()
     WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status IN ('running', 'compensating')
+      AND lease_owner IS NOT NULL
     RETURNING id, agent, step_seq
 ), d AS (
     INSERT INTO dead_letters (session_id, agent, step, error_code, error_type, error_message,

@@ -30,15 +30,19 @@ SELECT id, agent, input, status FROM sessions WHERE idempotency_key = %(idempote
 # and running ones whose lease expired (their worker died). Locked rows are
 # skipped so several reconcilers never hand out the same session at once, and
 # the touch makes each session come back at most once per grace period.
+# Sessions of an agent no live worker loads are left alone (untouched, so the
+# oldest-pending alert sees them): a worker that loads it enqueues them.
 RECONCILE = """
 WITH due AS (
     SELECT id FROM sessions
-    WHERE (status = 'pending' AND updated_at < now() - make_interval(secs => %(grace)s))
+    WHERE ((status = 'pending' AND updated_at < now() - make_interval(secs => %(grace)s))
        OR (status IN ('running', 'compensating') AND lease_expires_at < now()
            AND (updated_at < lease_expires_at
                 OR updated_at < now() - make_interval(secs => %(grace)s)))
        OR (status = 'compensating' AND lease_owner IS NULL AND wake_at IS NULL
-           AND updated_at < now() - make_interval(secs => %(grace)s))
+           AND updated_at < now() - make_interval(secs => %(grace)s)))
+      AND (EXISTS (SELECT 1 FROM workers w WHERE w.expires_at > now() AND w.agents ? sessions.agent)
+           OR NOT EXISTS (SELECT 1 FROM agents a WHERE a.name = sessions.agent))
     ORDER BY updated_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

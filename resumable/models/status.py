@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 
 
@@ -34,3 +35,17 @@ class ToolCallStatus(StrEnum):
     STARTED = "started"  # claimed; the side effect may or may not have happened
     COMPLETED = "completed"  # the result is recorded and is returned on replay
     FAILED = "failed"  # the tool raised; a later attempt calls it again with the same key
+
+
+class SagaOutcome(StrEnum):
+    """What became of a dead-lettered session's compensations."""
+
+    NONE = "none"  # it had nothing to compensate
+    COMPLETED = "completed"  # every compensation ran
+    FAILED = "failed"  # a compensation kept failing: an operator must step in
+
+
+def sql_values(members: Iterable[StrEnum]) -> str:
+    """The members as a SQL list of string literals (for CHECK constraints), in
+    declaration order, so the constraint text stays what the migrations wrote."""
+    return ",".join(f"'{member.value}'" for member in members)

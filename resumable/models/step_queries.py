@@ -7,17 +7,103 @@ by the lease epoch (as procrastinate keeps its ``queries.sql``).
 
 from __future__ import annotations
 
-# Take the lease: a pending session, or a running one whose worker let its lease
-# expire (crashed or paused). Bumping the epoch fences out the previous owner.
-CLAIM_LEASE = """
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from resumable.models.agent_queries import AGENT_SERVED, WORKER_OF_LEASE_OWNER
+from resumable.models.status import SessionStatus
+
+
+@dataclass(frozen=True)
+class ClaimedSession:
+    """A row of CLAIM_LEASE: everything the runner needs to run the next step."""
+
+    session_id: uuid.UUID
+    agent: str
+    cursor: str | None
+    state: dict[str, Any]
+    input: Any
+    step_seq: int
+    epoch: int
+    wait: dict[str, Any] | None
+    wake: dict[str, Any] | None
+    status: SessionStatus
+    attempts: int
+    error: dict[str, Any] | None
+    history_rebase: bool
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", SessionStatus(self.status))
+
+
+@dataclass(frozen=True)
+class CommittedStep:
+    """A row of COMMIT_STEP: the sequence number the step was committed as."""
+
+    step_seq: int
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """A row of RENEW_LEASE: whether the lease was renewed and, if not, where
+    the session stands now (so the keeper can say who took it)."""
+
+    renewed: bool
+    status: SessionStatus
+    epoch: int
+    owner: str | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", SessionStatus(self.status))
+
+
+@dataclass(frozen=True)
+class HungSession:
+    """A row of HUNG_SESSIONS: a running session whose current step has run
+    past its time limit, or longer than the caller's bound."""
+
+    session_id: uuid.UUID
+    agent: str
+    step: str | None
+    lease_owner: str | None
+    step_started_at: datetime
+    step_deadline: datetime | None
+    running_seconds: float
+
+
+# When a session may be claimed: pending, due for a retry, a compensation due,
+# or held by a worker that let its lease expire or whose process is dead (its
+# heartbeat in `workers` expired, which a claimer sees seconds after a crash,
+# before the lease runs out).
+CLAIMABLE = f"""(
+    sessions.status = 'pending'
+    OR (sessions.status = 'retrying' AND sessions.wake_at <= now())
+    OR (sessions.status IN ('running', 'compensating')
+        AND (sessions.lease_expires_at < now()
+             OR EXISTS (SELECT 1 FROM workers w
+                        WHERE w.id = {WORKER_OF_LEASE_OWNER.format(owner="sessions.lease_owner")}
+                          AND w.expires_at < now())))
+    OR (sessions.status = 'compensating' AND sessions.lease_owner IS NULL
+        AND (sessions.wake_at IS NULL OR sessions.wake_at <= now()))
+)"""
+
+# A session's agent is one this worker loads, or one no worker ever announced
+# (the runner then fails the session: unknown agent).
+RUNNABLE_HERE = """(
+    sessions.agent = ANY(%(agents)s)
+    OR NOT EXISTS (SELECT 1 FROM agents a WHERE a.name = sessions.agent)
+)"""
+
+# Take the lease of a claimable session this worker can run. A worker never
+# claims a known agent it does not load, so a session whose agent no live
+# worker loads causes no claims and no audit rows. Bumping the epoch fences
+# out the previous owner.
+CLAIM_LEASE = f"""
 WITH old AS (
     SELECT id, status, lease_owner, lease_epoch FROM sessions
-    WHERE id = %(id)s
-      AND (status = 'pending'
-           OR (status = 'retrying' AND wake_at <= now())
-           OR (status IN ('running', 'compensating') AND lease_expires_at < now())
-           OR (status = 'compensating' AND lease_owner IS NULL
-               AND (wake_at IS NULL OR wake_at <= now())))
+    WHERE id = %(id)s AND {RUNNABLE_HERE} AND {CLAIMABLE}
     FOR UPDATE
 ), s AS (
     UPDATE sessions SET
@@ -26,6 +112,8 @@ WITH old AS (
         lease_epoch = sessions.lease_epoch + 1,
         lease_owner = %(owner)s,
         lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+        step_started_at = now(),
+        step_deadline = NULL,
         updated_at = now()
     FROM old
     WHERE sessions.id = old.id
@@ -44,14 +132,78 @@ WITH old AS (
                               'previous_owner', previous_owner, 'attempt', attempts + 1)
     FROM s
 )
-SELECT * FROM s
+SELECT id AS session_id, agent, cursor, state, input, step_seq, lease_epoch AS epoch, wait,
+       wake, status, attempts, error, history_rebase
+FROM s
 """
 
 
+# Asked when a claim found nothing: is the session claimable by a worker that
+# loads its agent (then the message is passed on), or by none alive (then it
+# waits, untouched, until one starts)? No row: a duplicate message.
+CLAIMABLE_ELSEWHERE = f"""
+SELECT agent, {AGENT_SERVED.format(agent="sessions.agent")} AS served
+FROM sessions
+WHERE id = %(id)s AND NOT {RUNNABLE_HERE} AND {CLAIMABLE}
+"""
+
+
+@dataclass(frozen=True)
+class ClaimableElsewhere:
+    """A row of CLAIMABLE_ELSEWHERE."""
+
+    agent: str
+    served: bool
+
+
+# Sessions of these agents that can be claimed: what a worker enqueues when it
+# starts serving agents no live worker served (their messages were dropped).
+CLAIMABLE_OF_AGENTS = f"""
+SELECT id FROM sessions
+WHERE agent = ANY(%(agents)s) AND {CLAIMABLE}
+ORDER BY updated_at
+LIMIT %(limit)s
+"""
+
+# The sessions of workers whose heartbeat expired, once per dead worker: the
+# reconciler enqueues them so a live worker claims them now rather than when
+# their leases expire.
+ORPHANED_SESSIONS = f"""
+WITH dead AS (
+    UPDATE workers SET reaped_at = now()
+    WHERE expires_at < now() AND reaped_at IS NULL
+    RETURNING id
+)
+SELECT sessions.id FROM sessions
+JOIN dead ON dead.id = {WORKER_OF_LEASE_OWNER.format(owner="sessions.lease_owner")}
+WHERE sessions.status IN ('running', 'compensating') AND sessions.lease_owner IS NOT NULL
+"""
+
+
+# Extend a held lease, in every status a live worker holds one. The outer
+# SELECT sees the row as it was before the update: when nothing was renewed,
+# it says where the session stands (cancelled, or another worker's epoch).
 RENEW_LEASE = """
-UPDATE sessions SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
+WITH r AS (
+    UPDATE sessions SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
+    WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status IN ('running', 'compensating')
+      AND lease_owner IS NOT NULL
+    RETURNING id
+)
+SELECT EXISTS (SELECT 1 FROM r) AS renewed, status, lease_epoch AS epoch, lease_owner AS owner
+FROM sessions WHERE id = %(id)s
+"""
+
+
+# The step a run starts with, when the claim could not know it (it reads only
+# the agent's name): a new session's first step (its cursor is NULL until
+# now), and when that step's time limit passes. Later steps get both from
+# COMMIT_STEP.
+START_STEP = """
+UPDATE sessions SET
+    cursor = %(cursor)s,
+    step_deadline = now() + make_interval(secs => %(time_limit)s)
 WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
-RETURNING id
 """
 
 
@@ -76,6 +228,9 @@ WITH s AS (
         lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,
         lease_expires_at = CASE WHEN %(release)s THEN NULL
                                 ELSE now() + make_interval(secs => %(lease_seconds)s) END,
+        step_started_at = CASE WHEN %(release)s THEN NULL ELSE now() END,
+        step_deadline = CASE WHEN NOT %(release)s
+                             THEN now() + make_interval(secs => %(next_time_limit)s) END,
         finished_at = CASE WHEN %(status)s = 'completed' THEN now() END,
         updated_at = now()
     WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
@@ -104,12 +259,17 @@ SELECT step_seq FROM s
 """
 
 
-# Hand the session back without finishing it (e.g. the worker is shutting down).
+# Hand the session back without finishing it (the agent is not loaded here, the
+# worker is stopping): a running session becomes pending, a compensating one
+# stays compensating, and either can be claimed again at once.
 RELEASE_LEASE = """
 WITH s AS (
-    UPDATE sessions SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL,
-                        updated_at = now()
-    WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
+    UPDATE sessions SET
+        status = CASE WHEN status = 'compensating' THEN 'compensating' ELSE 'pending' END,
+        step_started_at = NULL, step_deadline = NULL,
+        lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+    WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status IN ('running', 'compensating')
+      AND lease_owner IS NOT NULL
     RETURNING id, step_seq, cursor
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
@@ -117,4 +277,18 @@ WITH s AS (
     FROM s
 )
 SELECT id FROM s
+"""
+
+
+# Running sessions whose current step has run past its time limit, or longer
+# than %(after)s seconds: a step blocked where the time limit cannot reach it
+# (C code, a socket without a timeout) keeps its session until it returns.
+HUNG_SESSIONS = """
+SELECT id AS session_id, agent, cursor AS step, lease_owner, step_started_at, step_deadline,
+       extract(epoch FROM now() - step_started_at)::float8 AS running_seconds
+FROM sessions
+WHERE status = 'running' AND step_started_at IS NOT NULL
+  AND (step_deadline < now() OR step_started_at < now() - make_interval(secs => %(after)s))
+ORDER BY step_started_at
+LIMIT %(limit)s
 """

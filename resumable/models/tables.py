@@ -1,5 +1,6 @@
 """The tables. Definitions and simple reads go through SQLModel; the hot path
-(claiming leases, committing steps) uses the named SQL in ``queries.py``."""
+(claiming leases, committing steps) uses the named SQL in the ``*_queries.py``
+modules beside this one."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
+from resumable.models.status import SagaOutcome, SessionStatus, ToolCallStatus, sql_values
+
 # Deterministic constraint names, so the schema built by the migrations and
 # the one built from these models can be compared name for name.
 SQLModel.metadata.naming_convention = {
@@ -21,9 +24,9 @@ SQLModel.metadata.naming_convention = {
     "pk": "pk_%(table_name)s",
 }
 
-_STATUSES = (
-    "'pending','running','suspended','retrying','compensating','completed','failed','cancelled'"
-)
+_SESSION_STATUSES = sql_values(SessionStatus)
+_TOOL_CALL_STATUSES = sql_values(ToolCallStatus)
+_SAGA_OUTCOMES = sql_values(SagaOutcome)
 
 
 def _now() -> sa.TextClause:
@@ -48,7 +51,7 @@ class SessionRow(SQLModel, table=True):
 
     __tablename__ = "sessions"
     __table_args__ = (
-        sa.CheckConstraint(f"status IN ({_STATUSES})", name="status"),
+        sa.CheckConstraint(f"status IN ({_SESSION_STATUSES})", name="status"),
         sa.Index("ix_sessions_status_updated_at", "status", "updated_at"),
         sa.Index("ix_sessions_agent_created_at", "agent", "created_at"),
         sa.Index(
@@ -107,6 +110,10 @@ class SessionRow(SQLModel, table=True):
     compacted_to: int = Field(
         default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
     )
+    # Added in migration 0005: while running, when the current step started and
+    # when its time limit passes (NULL: no limit), to find hung steps.
+    step_started_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    step_deadline: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
 
 
 class CheckpointRow(SQLModel, table=True):
@@ -174,7 +181,7 @@ class ToolCallRow(SQLModel, table=True):
 
     __tablename__ = "tool_execution_cache"
     __table_args__ = (
-        sa.CheckConstraint("status IN ('started','completed','failed')", name="status"),
+        sa.CheckConstraint(f"status IN ({_TOOL_CALL_STATUSES})", name="status"),
         sa.Index("ix_tool_execution_cache_session_id_step_seq", "session_id", "step_seq"),
     )
 
@@ -298,6 +305,23 @@ class AgentInfoRow(SQLModel, table=True):
     updated_at: datetime = Field(sa_column=_timestamp(default_now=True))
 
 
+class WorkerRow(SQLModel, table=True):
+    """A live worker process (``host:pid``, the prefix of the lease owners it
+    writes) and the agents it loads, kept alive by a heartbeat: past
+    ``expires_at`` its sessions can be claimed before their leases expire, and
+    an agent no live worker loads is not claimed at all."""
+
+    __tablename__ = "workers"
+
+    id: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    agents: list[str] = Field(sa_column=_jsonb(nullable=False))
+    started_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    heartbeat_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    expires_at: datetime = Field(sa_column=_timestamp())
+    # Set by the reconciler once it re-enqueued a dead worker's sessions.
+    reaped_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+
+
 class DeadLetterRow(SQLModel, table=True):
     """A session that failed for good, kept for an operator to inspect, retry
     or discard. PostgreSQL is the record; dramatiq's Redis dead-letter set is not."""
@@ -305,7 +329,7 @@ class DeadLetterRow(SQLModel, table=True):
     __tablename__ = "dead_letters"
     __table_args__ = (
         sa.CheckConstraint("status IN ('open','retried','discarded')", name="status"),
-        sa.CheckConstraint("compensation IN ('none','completed','failed')", name="compensation"),
+        sa.CheckConstraint(f"compensation IN ({_SAGA_OUTCOMES})", name="compensation"),
         sa.Index(
             "uq_dead_letters_open_session",
             "session_id",

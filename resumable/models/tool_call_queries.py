@@ -2,6 +2,31 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+from resumable.models.status import ToolCallStatus
+
+
+@dataclass(frozen=True)
+class ToolCallClaim:
+    """A row of CLAIM_TOOL_CALL. ``status`` is set when this epoch claimed the
+    call (run it); ``recorded_*`` is the cache row as it stands (a completed one
+    is returned without running the tool)."""
+
+    owned: bool
+    status: ToolCallStatus | None
+    response: Any
+    recorded_status: ToolCallStatus | None
+    recorded_response: Any
+
+    def __post_init__(self) -> None:
+        for name in ("status", "recorded_status"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, ToolCallStatus(value))
+
+
 # Claim a tool call for this epoch, unless another attempt already recorded it.
 # Claim: a worker that lost its lease cannot start a new side effect.
 CLAIM_TOOL_CALL = """
@@ -23,7 +48,7 @@ WITH owner AS (
     WHERE tool_execution_cache.status <> 'completed'
     RETURNING status, response
 )
-SELECT (SELECT count(*) FROM owner) AS owned,
+SELECT EXISTS (SELECT 1 FROM owner) AS owned,
        ins.status, ins.response,
        t.status AS recorded_status, t.response AS recorded_response
 FROM (SELECT 1) AS one
@@ -32,14 +57,25 @@ LEFT JOIN tool_execution_cache AS t ON t.idempotency_key = %(key)s
 """
 
 
+# Record a tool call's outcome, fenced like every other write: only the epoch
+# that claimed the call, while it still holds the session, may record it. A
+# worker paused inside a tool call and resumed after another worker recorded
+# (or re-ran) the same call gets no row back, and its result is dropped.
 COMPLETE_TOOL_CALL = """
-UPDATE tool_execution_cache
+UPDATE tool_execution_cache AS t
 SET status = 'completed', response = %(response)s::jsonb, error = NULL, updated_at = now()
-WHERE idempotency_key = %(key)s
+FROM sessions s
+WHERE t.idempotency_key = %(key)s AND t.lease_epoch = %(epoch)s AND t.status = 'started'
+  AND s.id = t.session_id AND s.lease_epoch = %(epoch)s AND s.status = 'running'
+RETURNING t.idempotency_key
 """
 
 
 FAIL_TOOL_CALL = """
-UPDATE tool_execution_cache SET status = 'failed', error = %(error)s::jsonb, updated_at = now()
-WHERE idempotency_key = %(key)s AND status <> 'completed'
+UPDATE tool_execution_cache AS t
+SET status = 'failed', error = %(error)s::jsonb, updated_at = now()
+FROM sessions s
+WHERE t.idempotency_key = %(key)s AND t.lease_epoch = %(epoch)s AND t.status = 'started'
+  AND s.id = t.session_id AND s.lease_epoch = %(epoch)s AND s.status = 'running'
+RETURNING t.idempotency_key
 """

@@ -13,7 +13,6 @@ from __future__ import annotations
 import uuid
 
 import dramatiq
-from dramatiq.brokers.redis import RedisBroker
 
 from resumable.queue.wakeup import WakingRedisBroker
 from resumable.settings import Settings
@@ -22,8 +21,8 @@ SESSION_ACTOR = "resumable_run_session"
 NAMESPACE = "resumable"
 
 
-def build_broker(settings: Settings, redis_url: str) -> RedisBroker:
-    return WakingRedisBroker(  # type: ignore[no-untyped-call]
+def build_broker(settings: Settings, redis_url: str) -> WakingRedisBroker:
+    return WakingRedisBroker(
         url=redis_url,
         namespace=NAMESPACE,
         heartbeat_timeout=settings.heartbeat_timeout_ms,

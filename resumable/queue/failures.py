@@ -7,28 +7,38 @@ resumes from its latest checkpoint with its recorded tool calls intact.
 
 A permanent failure, or the last attempt, runs the saga: the compensations
 of the session's completed, compensable tool calls, newest first, each once
-(recorded, fenced, retried on its own schedule), with the session
-``compensating`` meanwhile. Then the session ends ``failed`` with an open
-dead letter. A compensation that keeps failing stops the saga and the dead
-letter says an operator must step in.
+(claimed under the lease epoch before it runs, recorded, retried on its own
+schedule), with the session ``compensating`` meanwhile and its lease renewed
+like a running step's. Then the session ends ``failed`` with an open dead
+letter. A compensation that keeps failing, or fails permanently, stops the
+saga and the dead letter says an operator must step in.
+
+All of it runs on the worker thread that ran the step (a time-out included),
+in the session's log context.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import traceback
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import dramatiq
+from psycopg.rows import class_row
 
 from resumable import serialization
 from resumable.agent import Agent
-from resumable.errors import ResumableError
+from resumable.errors import ResumableError, StepTimeoutError
 from resumable.models import failure_queries
 from resumable.models.database import Database
+from resumable.models.failure_queries import DeadLettered, PendingCompensation
+from resumable.models.status import SagaOutcome
 from resumable.queue.broker import session_message
+from resumable.queue.lease import LeaseKeeper
+from resumable.queue.outcomes import RunOutcome
 from resumable.queue.tool_calls import accepts_idempotency_key
 from resumable.redaction import Redactor
 from resumable.retries import DEFAULT_POLICY, RetryPolicy
@@ -37,21 +47,12 @@ from resumable.settings import Settings
 logger = logging.getLogger(__name__)
 
 
-class Outcome:
-    """How a failure was handled (also the runner's return values)."""
-
-    RETRYING = "retrying"
-    FAILED = "failed"
-    COMPENSATING = "compensating"
-    LEASE_LOST = "lease_lost"
-
-
 def error_record(
     exc: BaseException, step: str | None, secrets: Iterable[str] = ()
 ) -> dict[str, Any]:
     """The error as stored (audit log, session, dead letter), with any secret
     value the step's state or tool calls held scrubbed from its text."""
-    code = exc.code if isinstance(exc, ResumableError) else "step_failed"
+    code = exc.code if isinstance(exc, ResumableError | StepTimeoutError) else "step_failed"
     return {
         "code": code,
         "type": type(exc).__name__,
@@ -67,21 +68,32 @@ class HeldLease:
 
     session_id: Any
     epoch: int
-    attempts: int  # attempts already made before the failing one
+    attempts: int  # attempts already made (before the failing one, while it is handled)
     secrets: frozenset[str] | set[str] = frozenset()  # values to scrub from error texts
 
 
 class FailureHandler:
-    def __init__(self, settings: Settings, db: Database, broker: dramatiq.Broker) -> None:
+    """Handles a failed step (or compensation) on the worker thread that ran it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        broker: dramatiq.Broker,
+        keeper: LeaseKeeper,
+        stopping: threading.Event,
+    ) -> None:
         self.settings = settings
         self.db = db
         self.broker = broker
+        self.keeper = keeper
+        self.stopping = stopping
 
     # -- steps ------------------------------------------------------------------------
 
     def step_failed(
         self, held: HeldLease, agent: Agent | None, exc: BaseException, step: str | None
-    ) -> str:
+    ) -> RunOutcome:
         policy = agent.policy(step) if agent is not None else DEFAULT_POLICY
         attempts = held.attempts + 1
         record = error_record(exc, step, held.secrets)
@@ -95,6 +107,8 @@ class FailureHandler:
             record["message"],
             extra={"action": "step_failed_permanently", "error_code": record["code"]},
         )
+        # From here on the failing attempt counts as made (dead letter included).
+        held = replace(held, attempts=attempts)
         if agent is not None and self._has_compensations(held):
             with self.db.connection() as conn:
                 started = conn.execute(
@@ -108,9 +122,9 @@ class FailureHandler:
                     },
                 ).fetchone()
             if started is None:
-                return Outcome.LEASE_LOST
+                return RunOutcome.LEASE_LOST
             return self.compensate(held, agent, record, policy)
-        return self.fail(held, record, attempts, compensation="none")
+        return self.fail(held, record, attempts, compensation=SagaOutcome.NONE)
 
     def _schedule_retry(
         self,
@@ -120,8 +134,9 @@ class FailureHandler:
         record: dict[str, Any],
         attempts: int,
         step: str | None,
-    ) -> str:
+    ) -> RunOutcome:
         delay = policy.delay(attempts, exc)
+        self.keeper.drop(held.session_id, held.epoch)  # this write gives the lease up
         with self.db.connection() as conn:
             row = conn.execute(
                 failure_queries.SCHEDULE_RETRY,
@@ -135,7 +150,7 @@ class FailureHandler:
                 },
             ).fetchone()
         if row is None:
-            return Outcome.LEASE_LOST
+            return RunOutcome.LEASE_LOST
         logger.warning(
             "step %s failed (attempt %d of %d), retrying in %.2f s: %s: %s",
             step,
@@ -147,7 +162,7 @@ class FailureHandler:
             extra={"action": "retry_scheduled", "error_code": record["code"]},
         )
         self.enqueue_later(held.session_id, delay)
-        return Outcome.RETRYING
+        return RunOutcome.RETRYING
 
     # -- sagas --------------------------------------------------------------------------
 
@@ -162,51 +177,63 @@ class FailureHandler:
 
     def compensate(
         self, held: HeldLease, agent: Agent, error: dict[str, Any], policy: RetryPolicy
-    ) -> str:
-        """Run what is left of the saga; then dead-letter the session."""
+    ) -> RunOutcome:
+        """Run what is left of the saga, each compensation at most once per
+        epoch; then dead-letter the session. `held.attempts` counts the
+        failed attempt that started the saga."""
         with self.db.connection() as conn:
-            pending = conn.execute(
-                failure_queries.PENDING_COMPENSATIONS, {"id": held.session_id}
-            ).fetchall()
+            pending = (
+                conn.cursor(row_factory=class_row(PendingCompensation))
+                .execute(failure_queries.PENDING_COMPENSATIONS, {"id": held.session_id})
+                .fetchall()
+            )
         for call in pending:
-            key = f"{call['idempotency_key']}:compensate"
-            name = str(call["compensation"])
+            if self.stopping.is_set():
+                return self.hand_back(held, "worker stopping")
+            key = f"{call.idempotency_key}:compensate"
+            name = call.compensation
+            if not self._fenced(failure_queries.CLAIM_COMPENSATION, call, held):
+                return RunOutcome.LEASE_LOST
             try:
                 fn = agent.get_compensation(name)
                 kwargs = {"idempotency_key": key} if accepts_idempotency_key(fn) else {}
-                fn(call["request"], call["response"], **kwargs)
+                fn(call.request, call.response, **kwargs)
             except Exception as exc:
                 return self._compensation_failed(held, call, exc, error, policy)
-            with self.db.connection() as conn:
-                done = conn.execute(
-                    failure_queries.COMPENSATION_DONE,
-                    {"key": call["idempotency_key"], "epoch": held.epoch},
-                ).fetchone()
-            if done is None:
-                return Outcome.LEASE_LOST
-            logger.info(
-                "compensated %s with %s", call["tool"], name, extra={"action": "compensated"}
-            )
-        return self.fail(held, error, held.attempts, compensation="completed")
+            if not self._fenced(failure_queries.COMPENSATION_DONE, call, held):
+                return RunOutcome.LEASE_LOST
+            logger.info("compensated %s with %s", call.tool, name, extra={"action": "compensated"})
+        return self.fail(held, error, held.attempts, compensation=SagaOutcome.COMPLETED)
+
+    def _fenced(self, statement: str, call: PendingCompensation, held: HeldLease) -> bool:
+        with self.db.connection() as conn:
+            row = conn.execute(
+                statement, {"key": call.idempotency_key, "epoch": held.epoch}
+            ).fetchone()
+        return row is not None
 
     def _compensation_failed(
         self,
         held: HeldLease,
-        call: dict[str, Any],
+        call: PendingCompensation,
         exc: BaseException,
         error: dict[str, Any],
         policy: RetryPolicy,
-    ) -> str:
-        attempts = int(call["compensation_attempts"]) + 1
-        give_up = attempts >= policy.compensation_attempts
+    ) -> RunOutcome:
+        attempts = call.compensation_attempts + 1
+        # A permanent failure (PermanentError, a missing compensation) is not
+        # worth another attempt, whatever attempts are left.
+        give_up = attempts >= policy.compensation_attempts or not policy.is_transient(exc)
         delay = policy.delay(attempts, exc)
-        record = error_record(exc, str(call["step"]), held.secrets)
-        record["compensation"] = call["compensation"]
+        record = error_record(exc, call.step, held.secrets)
+        record["compensation"] = call.compensation
+        if not give_up:
+            self.keeper.drop(held.session_id, held.epoch)  # released until the next attempt
         with self.db.connection() as conn:
             row = conn.execute(
                 failure_queries.COMPENSATION_FAILED,
                 {
-                    "key": call["idempotency_key"],
+                    "key": call.idempotency_key,
                     "epoch": held.epoch,
                     "give_up": give_up,
                     "error": serialization.dumps(record, "error"),
@@ -214,11 +241,11 @@ class FailureHandler:
                 },
             ).fetchone()
         if row is None:
-            return Outcome.LEASE_LOST
+            return RunOutcome.LEASE_LOST
         if not give_up:
             logger.warning(
                 "compensation %s failed (attempt %d of %d), retrying in %.2f s: %s",
-                call["compensation"],
+                call.compensation,
                 attempts,
                 policy.compensation_attempts,
                 delay,
@@ -226,11 +253,12 @@ class FailureHandler:
                 extra={"action": "compensation_retry_scheduled"},
             )
             self.enqueue_later(held.session_id, delay)
-            return Outcome.COMPENSATING
+            return RunOutcome.COMPENSATING
         logger.error(
-            "compensation %s failed %d times; saga stopped, manual intervention needed: %s",
-            call["compensation"],
+            "compensation %s failed %d time(s)%s; saga stopped, manual intervention needed: %s",
+            call.compensation,
             attempts,
+            "" if policy.is_transient(exc) else " with a permanent error",
             record["message"],
             extra={"action": "compensation_failed", "error_code": record["code"]},
         )
@@ -238,7 +266,7 @@ class FailureHandler:
             held,
             error,
             held.attempts,
-            compensation="failed",
+            compensation=SagaOutcome.FAILED,
             compensation_error={
                 **record,
                 "message": "compensation failed, manual intervention needed: " + record["message"],
@@ -253,53 +281,66 @@ class FailureHandler:
         error: dict[str, Any],
         attempts: int,
         *,
-        compensation: str,
+        compensation: SagaOutcome,
         compensation_error: dict[str, Any] | None = None,
-    ) -> str:
+    ) -> RunOutcome:
         """End the session `failed` with an open dead letter (and an alert)."""
-        alert_kind = "compensation_failed" if compensation == "failed" else "dead_letter"
+        alert_kind = "compensation_failed" if compensation is SagaOutcome.FAILED else "dead_letter"
         with self.db.connection() as conn:
-            row = conn.execute(
-                failure_queries.FAIL_SESSION,
-                {
-                    "id": held.session_id,
-                    "epoch": held.epoch,
-                    "error": serialization.dumps(error, "error"),
-                    "attempts": attempts,
-                    "step": error.get("step"),
-                    "code": error.get("code", "step_failed"),
-                    "type": error.get("type", "Exception"),
-                    "message": error.get("message", ""),
-                    "traceback": error.get("traceback"),
-                    "compensation": compensation,
-                    "compensation_error": serialization.dumps(compensation_error)
-                    if compensation_error
-                    else None,
-                    "alert_kind": alert_kind,
-                    "alerts_enabled": bool(self.settings.alert_webhook_url),
-                },
-            ).fetchone()
+            row = (
+                conn.cursor(row_factory=class_row(DeadLettered))
+                .execute(
+                    failure_queries.FAIL_SESSION,
+                    {
+                        "id": held.session_id,
+                        "epoch": held.epoch,
+                        "error": serialization.dumps(error, "error"),
+                        "attempts": attempts,
+                        "step": error.get("step"),
+                        "code": error.get("code", "step_failed"),
+                        "type": error.get("type", "Exception"),
+                        "message": error.get("message", ""),
+                        "traceback": error.get("traceback"),
+                        "compensation": compensation,
+                        "compensation_error": serialization.dumps(compensation_error)
+                        if compensation_error
+                        else None,
+                        "alert_kind": alert_kind,
+                        "alerts_enabled": bool(self.settings.alert_webhook_url),
+                    },
+                )
+                .fetchone()
+            )
         if row is None:
-            return Outcome.LEASE_LOST
+            return RunOutcome.LEASE_LOST
         logger.error(
             "session dead-lettered (dead letter %s) at step %s: %s: %s",
-            row["dead_letter_id"],
+            row.dead_letter_id,
             error.get("step"),
             error.get("type"),
             error.get("message"),
             extra={
                 "action": "dead_lettered",
-                "dead_letter_id": row["dead_letter_id"],
+                "dead_letter_id": row.dead_letter_id,
                 "error_code": error.get("code"),
                 "compensation": compensation,
             },
         )
-        return Outcome.FAILED
+        return RunOutcome.FAILED
+
+    def hand_back(self, held: HeldLease, reason: str, *, delay: float = 0.0) -> RunOutcome:
+        """Release the lease without a transition and enqueue the session for
+        any worker (this one is stopping, or cannot load the agent)."""
+        if not self.keeper.release(held.session_id, held.epoch, reason):
+            return RunOutcome.LEASE_LOST
+        logger.info("%s; session handed back", reason, extra={"action": "handed_back"})
+        self.enqueue_later(held.session_id, delay)
+        return RunOutcome.HANDED_BACK
 
     def enqueue_later(self, session_id: Any, delay: float) -> None:
         try:
-            self.broker.enqueue(
-                session_message(self.settings, session_id), delay=max(int(delay * 1000), 0)
-            )
+            message = session_message(self.settings, session_id)
+            # No delay at all (not delay=0): an immediate enqueue also wakes idle consumers.
+            self.broker.enqueue(message, delay=int(delay * 1000) if delay > 0 else None)
         except Exception:
             logger.warning("could not enqueue the retry; the scheduler will", exc_info=True)

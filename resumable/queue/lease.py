@@ -1,10 +1,16 @@
-"""Keeping leases alive while long steps run.
+"""Keeping leases alive while long steps and compensations run.
 
-A step may take longer than the lease (an LLM call, a slow API). One thread
-per worker process renews every lease the process holds a few times per
-lease period; if a renewal finds the epoch moved on, the lease is marked lost
-the keeper stops renewing it, and the runner stops at its next write, which
-the epoch check rejects.
+A step may take longer than the lease (an LLM call, a slow API), and so may a
+saga's compensation. One thread per worker process renews every lease the
+process holds, in whichever status it holds it (``running`` or
+``compensating``), a few times per lease period. If a renewal finds that the
+epoch moved on, the keeper stops renewing that lease and says who has the
+session now; the runner stops at its next write, which the epoch check rejects.
+
+Each lease is registered under its epoch, and the runner drops it (that epoch
+only) *before* the write that gives the session up (the final commit, a
+retry, a dead letter, a hand-back). A renewal that then fails is the runner's
+own release racing it, not a takeover, and is not reported as one.
 """
 
 from __future__ import annotations
@@ -13,8 +19,12 @@ import logging
 import threading
 import uuid
 
+from psycopg.rows import class_row
+
 from resumable.models import step_queries
 from resumable.models.database import Database
+from resumable.models.status import SessionStatus
+from resumable.models.step_queries import Renewal
 
 logger = logging.getLogger(__name__)
 
@@ -44,9 +54,27 @@ class LeaseKeeper:
         with self._lock:
             self._held[session_id] = epoch
 
-    def drop(self, session_id: uuid.UUID) -> None:
+    def drop(self, session_id: uuid.UUID, epoch: int) -> None:
+        """Stop renewing this epoch's lease. A later epoch of the same session
+        (taken over by another thread of this process) stays registered."""
         with self._lock:
-            self._held.pop(session_id, None)
+            if self._held.get(session_id) == epoch:
+                del self._held[session_id]
+
+    def release(self, session_id: uuid.UUID, epoch: int, reason: str) -> bool:
+        """Give the lease up without a transition (the session can be claimed
+        again at once); False if this epoch no longer held it."""
+        self.drop(session_id, epoch)
+        with self._db.connection() as conn:
+            row = conn.execute(
+                step_queries.RELEASE_LEASE, {"id": session_id, "epoch": epoch, "reason": reason}
+            ).fetchone()
+        return row is not None
+
+    def holds(self, session_id: uuid.UUID, epoch: int) -> bool:
+        """Whether this process still renews the lease of that epoch."""
+        with self._lock:
+            return self._held.get(session_id) == epoch
 
     def renew_all(self) -> None:
         with self._lock:
@@ -55,25 +83,49 @@ class LeaseKeeper:
             return
         try:
             with self._db.connection() as conn:
+                cursor = conn.cursor(row_factory=class_row(Renewal))
                 for session_id, epoch in held:
-                    row = conn.execute(
+                    renewal = cursor.execute(
                         step_queries.RENEW_LEASE,
                         {"id": session_id, "epoch": epoch, "lease_seconds": self._lease_seconds},
                     ).fetchone()
-                    if row is None:
-                        logger.warning(
-                            "lease on session %s (epoch %d) was taken over",
-                            session_id,
-                            epoch,
-                            extra={"action": "lease_lost", "session_id": str(session_id)},
-                        )
-                        # Stop renewing; the runner's next fenced write fails and it stops.
-                        with self._lock:
-                            if self._held.get(session_id) == epoch:
-                                del self._held[session_id]
+                    if renewal is None or not renewal.renewed:
+                        self._lost(session_id, epoch, renewal)
         except Exception:
             # The database may be briefly unreachable; the next tick retries.
             logger.exception("lease renewal failed", extra={"action": "lease_renewal_failed"})
+
+    def _lost(self, session_id: uuid.UUID, epoch: int, now: Renewal | None) -> None:
+        with self._lock:
+            if self._held.get(session_id) != epoch:
+                return  # released by its runner while the renewal ran: not a loss
+            del self._held[session_id]
+        extra = {"action": "lease_lost", "session_id": str(session_id)}
+        if now is None:
+            logger.warning(
+                "session %s (epoch %d) no longer exists; its run stops",
+                session_id,
+                epoch,
+                extra=extra,
+            )
+        elif now.status is SessionStatus.CANCELLED:
+            logger.warning(
+                "session %s was cancelled while this worker ran it (epoch %d); its run stops "
+                "at its next write",
+                session_id,
+                epoch,
+                extra=extra,
+            )
+        else:
+            logger.warning(
+                "lease on session %s (epoch %d) was taken over: now %s at epoch %d by %s",
+                session_id,
+                epoch,
+                now.status,
+                now.epoch,
+                now.owner or "no worker",
+                extra=extra,
+            )
 
     def _run(self) -> None:
         interval = max(self._lease_seconds / 3, 0.05)

@@ -4,9 +4,11 @@ One message means "run this session for a while". The runner takes the lease
 (bumping the fencing epoch), then loops: run the step with no transaction
 open, validate what it returned, and commit state, cursor, status, checkpoint
 and audit events in one epoch-checked statement. It stops when the session
-completes or fails, when the epoch check says another worker took over, or
-after a budget of steps or seconds, when it hands the session back to the
-queue so one long session cannot starve the others.
+completes or fails, when the epoch check says another worker took over,
+after a budget of steps or seconds (it re-enqueues the session so one long
+session cannot starve the others), or when the worker is stopping (the step
+in flight commits and releases the lease in the same statement, and the
+session is re-enqueued at once: see ``shutdown.py``).
 """
 
 from __future__ import annotations
@@ -18,11 +20,10 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from functools import partial
 from typing import Any
 
 import dramatiq
+from psycopg.rows import class_row
 
 from resumable import serialization
 from resumable.agent import Agent, AgentRegistry, Complete, Next
@@ -33,45 +34,27 @@ from resumable.errors import (
     LeaseLostError,
     NotSerializableError,
     ResumableError,
+    StepTimeoutError,
 )
 from resumable.logs import session_context
-from resumable.models import agent_queries, step_queries, wait_queries
+from resumable.models import step_queries
 from resumable.models.database import Database
-from resumable.queue.broker import enqueue_session
+from resumable.models.status import SessionStatus
+from resumable.models.step_queries import ClaimableElsewhere, ClaimedSession, CommittedStep
 from resumable.queue.callbacks import CallbackFactory
 from resumable.queue.checkpoint_writer import CheckpointWriter
 from resumable.queue.failures import FailureHandler, HeldLease
 from resumable.queue.lease import LeaseKeeper
-from resumable.queue.time_limits import time_limit
+from resumable.queue.outcomes import RunOutcome
+from resumable.queue.shutdown import ActiveRun, Shutdown
+from resumable.queue.time_limits import TimeLimit
 from resumable.queue.tool_calls import ToolCalls
+from resumable.queue.wakes import Wakes
 from resumable.redaction import Redactor
 from resumable.settings import Settings
 from resumable.waits import Wait, Wake
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Claim:
-    """What the lease claim returned: everything needed to run the next step."""
-
-    session_id: uuid.UUID
-    agent: str
-    cursor: str | None
-    state: dict[str, Any]
-    input: Any
-    step_seq: int
-    epoch: int
-    wait: dict[str, Any] | None
-    wake: dict[str, Any] | None
-    status: str
-    attempts: int
-    error: dict[str, Any] | None
-    history_rebase: bool
-
-    @property
-    def held(self) -> HeldLease:
-        return HeldLease(self.session_id, self.epoch, self.attempts)
 
 
 @dataclass(frozen=True)
@@ -99,17 +82,6 @@ class Decision:
     wait: dict[str, Any] | None = None
 
 
-class RunOutcome:
-    """How one run of the loop ended (returned for tests and logs)."""
-
-    NOT_CLAIMED = "not_claimed"
-    SUSPENDED = "suspended"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    YIELDED = "yielded"
-    LEASE_LOST = "lease_lost"
-
-
 class SessionRunner:
     """Runs sessions for one worker process; thread-safe (one call per message)."""
 
@@ -126,77 +98,120 @@ class SessionRunner:
         self.broker = broker
         self.registry = registry
         self.keeper = keeper
-        self.failures = FailureHandler(settings, db, broker)
+        self.shutdown = Shutdown()
+        self.failures = FailureHandler(settings, db, broker, keeper, self.shutdown.stopping)
+        self.wakes = Wakes(settings, db, broker, keeper)
         self.redactor = Redactor(settings.redact_keys)
-        self._owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
+        #: This process, as the `workers` table and its lease owners name it.
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        self.agents = sorted(agent.name for agent in registry)
 
     def _owner(self) -> str:
-        return f"{self._owner_prefix}:{threading.get_ident()}"
+        return f"{self.worker_id}:{threading.get_ident()}"
 
-    def claim(self, session_id: uuid.UUID) -> Claim | None:
+    def claim(self, session_id: uuid.UUID) -> ClaimedSession | None:
         with self.db.connection() as conn:
-            row = conn.execute(
-                step_queries.CLAIM_LEASE,
-                {
-                    "id": session_id,
-                    "owner": self._owner(),
-                    "lease_seconds": self.settings.lease_seconds,
-                },
-            ).fetchone()
-        if row is None:
-            return None
-        return Claim(
-            session_id=session_id,
-            agent=str(row["agent"]),
-            cursor=row["cursor"],  # type: ignore[arg-type]
-            state=row["state"],  # type: ignore[arg-type]
-            input=row["input"],
-            step_seq=int(row["step_seq"]),  # type: ignore[call-overload]
-            epoch=int(row["lease_epoch"]),  # type: ignore[call-overload]
-            wait=row["wait"],  # type: ignore[arg-type]
-            wake=row["wake"],  # type: ignore[arg-type]
-            status=str(row["status"]),
-            attempts=int(row["attempts"]),  # type: ignore[call-overload]
-            error=row["error"],  # type: ignore[arg-type]
-            history_rebase=bool(row["history_rebase"]),
-        )
+            return (
+                conn.cursor(row_factory=class_row(ClaimedSession))
+                .execute(
+                    step_queries.CLAIM_LEASE,
+                    {
+                        "id": session_id,
+                        "owner": self._owner(),
+                        "agents": self.agents,
+                        "lease_seconds": self.settings.lease_seconds,
+                    },
+                )
+                .fetchone()
+            )
 
-    def run(self, session_id: uuid.UUID | str) -> str:
-        """Run the session until it finishes, waits, loses its lease or uses its budget."""
+    def run(self, session_id: uuid.UUID | str) -> RunOutcome:
+        """Run the session until it finishes, waits, loses its lease, uses its
+        budget or the worker stops."""
         session_id = uuid.UUID(str(session_id))
         with session_context(session_id):
+            if self.shutdown.stopping.is_set():
+                # Taken off the queue as the worker stops: straight back, unclaimed.
+                self.failures.enqueue_later(session_id, 0.0)
+                return RunOutcome.NOT_CLAIMED
             claim = self.claim(session_id)
             if claim is None:
-                # Finished, owned by a live worker, or unknown: a duplicate message.
-                logger.debug("session not claimable; message ignored", extra={"action": "skip"})
-                return RunOutcome.NOT_CLAIMED
+                return self._not_claimed(session_id)
             self.keeper.hold(session_id, claim.epoch)
             try:
-                return self._loop(claim)
+                with self.shutdown.tracking(session_id, claim.epoch) as active:
+                    outcome = self._loop(claim, active)
+                if outcome is RunOutcome.HANDED_BACK and self.shutdown.stopping.is_set():
+                    self.shutdown.handed_back()
+                return outcome
             finally:
-                self.keeper.drop(session_id)
+                self.keeper.drop(session_id, claim.epoch)
 
-    def _loop(self, claim: Claim) -> str:
+    def _not_claimed(self, session_id: uuid.UUID) -> RunOutcome:
+        """A message this worker cannot act on: a duplicate, or a session of an
+        agent it does not load (passed on when a live worker loads it; left to
+        wait, untouched, when none does: a worker that loads it enqueues it
+        when it starts)."""
+        with self.db.connection() as conn:
+            row = (
+                conn.cursor(row_factory=class_row(ClaimableElsewhere))
+                .execute(
+                    step_queries.CLAIMABLE_ELSEWHERE, {"id": session_id, "agents": self.agents}
+                )
+                .fetchone()
+            )
+        if row is None:
+            # Finished, owned by a live worker, or unknown: a duplicate message.
+            logger.debug("session not claimable; message ignored", extra={"action": "skip"})
+            return RunOutcome.NOT_CLAIMED
+        if row.served:
+            logger.debug(
+                "agent %r is not loaded here; message passed on",
+                row.agent,
+                extra={"action": "agent_not_loaded"},
+            )
+            self.failures.enqueue_later(session_id, 1.0)
+            return RunOutcome.YIELDED
+        logger.info(
+            "no live worker loads agent %r; the session waits for one",
+            row.agent,
+            extra={"action": "agent_not_served"},
+        )
+        return RunOutcome.NOT_CLAIMED
+
+    def _loop(self, claim: ClaimedSession, active: ActiveRun) -> RunOutcome:
         try:
             agent = self.registry.get(claim.agent)
-        except ResumableError as exc:
-            if self._known_elsewhere(claim.agent):
-                return self._hand_back(claim, f"agent {claim.agent!r} is not loaded here")
-            return self.failures.step_failed(claim.held, None, exc, claim.cursor)
-        if claim.status == "compensating":
+        except ResumableError as exc:  # an agent no worker ever announced
+            return self.failures.step_failed(_held(claim), None, exc, claim.cursor)
+        if claim.status is SessionStatus.COMPENSATING:
             error = claim.error or {}
             policy = agent.policy(error.get("step"))
-            return self.failures.compensate(claim.held, agent, error, policy)
+            active.at_step(error.get("step"))
+            return self.failures.compensate(_held(claim), agent, error, policy)
         try:
             cursor = claim.cursor or agent.start_step
-            wake = self._resolve_wake(claim, agent)
+            wake = self.wakes.resolve(claim, agent)
         except LeaseLostError:
             return RunOutcome.LEASE_LOST
         except Exception as exc:
-            return self.failures.step_failed(claim.held, agent, exc, claim.cursor)
+            return self.failures.step_failed(_held(claim), agent, exc, claim.cursor)
         if wake is not None and wake.kind == "poll_check":
             return RunOutcome.SUSPENDED  # the check found nothing; suspended again
+        time_limit = agent.policy(cursor).time_limit
+        if claim.cursor is None or time_limit is not None:
+            self._start_step(claim, cursor, time_limit)
+        return self._steps(claim, agent, cursor, wake, active)
 
+    def _steps(
+        self,
+        claim: ClaimedSession,
+        agent: Agent,
+        cursor: str,
+        wake: Wake | None,
+        active: ActiveRun,
+    ) -> RunOutcome:
+        """Run steps one after the other, each committed before the next starts."""
         started = time.monotonic()
         steps_run = 0
         state, seq, attempts = claim.state, claim.step_seq, claim.attempts
@@ -205,17 +220,26 @@ class SessionRunner:
         )
         while True:
             held = HeldLease(claim.session_id, claim.epoch, attempts, writer.secrets)
+            if self.shutdown.stopping.is_set():
+                return self.failures.hand_back(held, "worker stopping")
+            active.at_step(cursor)
+            limit = TimeLimit(agent.policy(cursor).time_limit)
             try:
-                with time_limit(
-                    agent.policy(cursor).time_limit,
-                    partial(self.failures.step_failed, held, agent, step=cursor),
-                ):
+                with limit:
                     step = self._execute(claim, agent, cursor, seq, state, wake, writer)
-            except LeaseLostError:
+            except LeaseLostError as exc:
                 logger.info(
-                    "lease lost during step %s; stopping", cursor, extra={"action": "lease_lost"}
+                    "lease lost during step %s (%s); stopping",
+                    cursor,
+                    exc,
+                    extra={"action": "lease_lost"},
                 )
                 return RunOutcome.LEASE_LOST
+            except StepTimeoutError as exc:
+                # Raised into this thread by the time limit: handled here, where
+                # the step ran and its session's log context is set.
+                timeout = StepTimeoutError(limit.message).with_traceback(exc.__traceback__)
+                return self.failures.step_failed(held, agent, timeout, cursor)
             except Exception as exc:
                 return self.failures.step_failed(held, agent, exc, cursor)
 
@@ -224,8 +248,14 @@ class SessionRunner:
                 steps_run >= self.settings.max_steps_per_run
                 or time.monotonic() - started >= self.settings.max_seconds_per_run
             )
-            status, events = self._transition(step, out_of_budget, steps_run, writer)
-            committed = self._commit(claim, step, status, events)
+            stopping = self.shutdown.stopping.is_set()
+            status, events = self._transition(step, out_of_budget, stopping, steps_run, writer)
+            if status is not SessionStatus.RUNNING:
+                self.keeper.drop(claim.session_id, claim.epoch)  # this commit releases it
+            next_limit = None
+            if status is SessionStatus.RUNNING and step.decision.next_step is not None:
+                next_limit = agent.policy(step.decision.next_step).time_limit
+            committed = self._commit(claim, step, status, events, next_limit)
             if committed is None:
                 logger.warning(
                     "step %s not committed: another worker owns the session",
@@ -240,44 +270,38 @@ class SessionRunner:
                 )
                 return RunOutcome.COMPLETED
             if decision.wait is not None:
-                self._wake_if_delivered(claim.session_id)
+                self.wakes.wake_if_delivered(claim.session_id)
                 return RunOutcome.SUSPENDED
-            if out_of_budget:
-                enqueue_session(self.broker, self.settings, claim.session_id)
+            if status is SessionStatus.PENDING:
+                self.failures.enqueue_later(claim.session_id, 0.0)
+                if stopping:
+                    logger.info(
+                        "worker stopping: step %s committed, session handed back",
+                        cursor,
+                        extra={"action": "handed_back"},
+                    )
+                    return RunOutcome.HANDED_BACK
                 return RunOutcome.YIELDED
             assert decision.next_step is not None
             cursor, state, seq, wake = decision.next_step, step.ctx.state, committed, None
             attempts = 0
 
-    def _known_elsewhere(self, agent: str) -> bool:
-        """Whether another worker announced this agent (a deployment whose
-        workers load different agents on one queue): then this worker hands
-        the session back instead of failing it."""
+    def _start_step(self, claim: ClaimedSession, cursor: str, time_limit: float | None) -> None:
+        """Record the run's first step and its deadline, for `hung_sessions`."""
         with self.db.connection() as conn:
-            return conn.execute(agent_queries.AGENT_KNOWN, (agent,)).fetchone() is not None
-
-    def _hand_back(self, claim: Claim, reason: str) -> str:
-        with self.db.connection() as conn:
-            released = conn.execute(
-                step_queries.RELEASE_LEASE,
-                {"id": claim.session_id, "epoch": claim.epoch, "reason": reason},
-            ).fetchone()
-        if released is None:
-            return RunOutcome.LEASE_LOST
-        logger.warning("%s; handing the session back", reason, extra={"action": "handed_back"})
-        self.failures.enqueue_later(claim.session_id, 1.0)
-        return RunOutcome.YIELDED
-
-    def _resolve_wake(self, claim: Claim, agent: Agent) -> Wake | None:
-        """The wake the first step sees; a due poll check runs here first."""
-        wake = Wake.from_json(claim.wake)
-        if wake is not None and wake.kind == "poll_check":
-            return self._check_poll(claim, agent) or wake
-        return wake
+            conn.execute(
+                step_queries.START_STEP,
+                {
+                    "id": claim.session_id,
+                    "epoch": claim.epoch,
+                    "cursor": cursor,
+                    "time_limit": time_limit,
+                },
+            )
 
     def _execute(
         self,
-        claim: Claim,
+        claim: ClaimedSession,
         agent: Agent,
         cursor: str,
         seq: int,
@@ -334,8 +358,12 @@ class SessionRunner:
 
     @staticmethod
     def _transition(
-        step: StepRun, out_of_budget: bool, steps_run: int, writer: CheckpointWriter
-    ) -> tuple[str, list[dict[str, Any]]]:
+        step: StepRun,
+        out_of_budget: bool,
+        stopping: bool,
+        steps_run: int,
+        writer: CheckpointWriter,
+    ) -> tuple[SessionStatus, list[dict[str, Any]]]:
         """The status a step leaves the session in, and its audit events."""
         decision = step.decision
         payload: dict[str, Any] = {
@@ -351,7 +379,7 @@ class SessionRunner:
         ]
         if decision.done:
             events.append({"step": step.name, "type": "session_completed", "payload": {}})
-            return "completed", events
+            return SessionStatus.COMPLETED, events
         if decision.wait is not None:
             events.append(
                 {
@@ -360,63 +388,20 @@ class SessionRunner:
                     "payload": writer.redact(decision.wait),
                 }
             )
-            return "suspended", events
+            return SessionStatus.SUSPENDED, events
+        if stopping:
+            # The commit releases the lease: the worker is stopping (a hand-back).
+            payload = {"reason": "worker stopping"}
+            events.append(
+                {"step": decision.next_step, "type": "lease_released", "payload": payload}
+            )
+            return SessionStatus.PENDING, events
         if out_of_budget:
             events.append(
                 {"step": decision.next_step, "type": "run_yielded", "payload": {"steps": steps_run}}
             )
-            return "pending", events
-        return "running", events
-
-    def _check_poll(self, claim: Claim, agent: Agent) -> Wake | None:
-        """Run a due poll check: the wake for the `then` step, or None after
-        suspending again until the next check."""
-        wait = claim.wait or {}
-        poll = wait["poll"]
-        value = agent.get_check(poll["check"])(poll["args"])
-        now = datetime.now(UTC)
-        deadline = _parse_time(wait.get("deadline"))
-        wake: Wake | None = None
-        if value is not None:
-            serialization.dumps(value, f"value of check {poll['check']!r}")
-            wake = Wake(kind="poll", topic=poll["check"], payload=value)
-        elif deadline is not None and now >= deadline:
-            wake = Wake(kind="timeout")
-        if wake is not None:
-            with self.db.connection() as conn:
-                conn.execute(
-                    wait_queries.RESUMED_BY_POLL,
-                    {
-                        "id": claim.session_id,
-                        "epoch": claim.epoch,
-                        "kind": wake.kind,
-                        "check": poll["check"],
-                    },
-                )
-            return wake
-        candidates = [now + timedelta(seconds=float(poll["every"]))]
-        candidates += [t for t in (deadline, _parse_time(wait.get("timer_at"))) if t is not None]
-        with self.db.connection() as conn:
-            row = conn.execute(
-                wait_queries.RESUSPEND_AFTER_POLL,
-                {"id": claim.session_id, "epoch": claim.epoch, "wake_at": min(candidates)},
-            ).fetchone()
-        if row is None:
-            raise LeaseLostError("lease lost during a poll check")
-        self._wake_if_delivered(claim.session_id)
-        return None
-
-    def _wake_if_delivered(self, session_id: uuid.UUID) -> None:
-        """After suspending: a delivery that arrived early wakes the session now."""
-        with self.db.connection() as conn:
-            woke = conn.execute(wait_queries.WAKE_FROM_DELIVERIES, {"id": session_id}).fetchone()
-        if woke is not None:
-            logger.info(
-                "woken at once by a %s delivered while suspending",
-                woke["kind"],
-                extra={"action": "early_delivery"},
-            )
-            enqueue_session(self.broker, self.settings, session_id)
+            return SessionStatus.PENDING, events
+        return SessionStatus.RUNNING, events
 
     @staticmethod
     def _interpret(agent: Agent, outcome: object) -> Decision:
@@ -437,41 +422,51 @@ class SessionRunner:
         )
 
     def _commit(
-        self, claim: Claim, step: StepRun, status: str, events: list[dict[str, Any]]
+        self,
+        claim: ClaimedSession,
+        step: StepRun,
+        status: SessionStatus,
+        events: list[dict[str, Any]],
+        next_time_limit: float | None,
     ) -> int | None:
         """Commit a step's outcome; the new sequence number, or None if fenced out."""
         wait = step.decision.wait
         with self.db.connection() as conn:
-            row = conn.execute(
-                step_queries.COMMIT_STEP,
-                {
-                    "id": claim.session_id,
-                    "epoch": claim.epoch,
-                    "expected_seq": step.ctx.seq - 1,
-                    "state": step.state,
-                    "cursor": step.decision.next_step,
-                    "status": status,
-                    "result": step.result,
-                    "release": status != "running",
-                    "wait": serialization.dumps(wait, "wait") if wait else None,
-                    "wake_at": wait.get("wake_at") if wait else None,
-                    "delivery_id": step.wake.delivery_id if step.wake else None,
-                    "after_wake": step.wake is not None,
-                    "lease_seconds": self.settings.lease_seconds,
-                    "step": step.name,
-                    "events": serialization.dumps(events, "audit events"),
-                    "kind": step.history.kind,
-                    # NULL: the checkpoint takes the live state (nothing was redacted).
-                    "history_state": None
-                    if step.history.state == step.state
-                    else step.history.state,
-                    "patch": step.history.patch,
-                    "step_events": step.history.events,
-                },
-                prepare=True,
-            ).fetchone()
-        return None if row is None else int(row["step_seq"])  # type: ignore[call-overload]
+            row = (
+                conn.cursor(row_factory=class_row(CommittedStep))
+                .execute(
+                    step_queries.COMMIT_STEP,
+                    {
+                        "id": claim.session_id,
+                        "epoch": claim.epoch,
+                        "expected_seq": step.ctx.seq - 1,
+                        "state": step.state,
+                        "cursor": step.decision.next_step,
+                        "status": status,
+                        "result": step.result,
+                        "release": status is not SessionStatus.RUNNING,
+                        "wait": serialization.dumps(wait, "wait") if wait else None,
+                        "wake_at": wait.get("wake_at") if wait else None,
+                        "delivery_id": step.wake.delivery_id if step.wake else None,
+                        "after_wake": step.wake is not None,
+                        "lease_seconds": self.settings.lease_seconds,
+                        "next_time_limit": next_time_limit,
+                        "step": step.name,
+                        "events": serialization.dumps(events, "audit events"),
+                        "kind": step.history.kind,
+                        # NULL: the checkpoint takes the live state (nothing was redacted).
+                        "history_state": None
+                        if step.history.state == step.state
+                        else step.history.state,
+                        "patch": step.history.patch,
+                        "step_events": step.history.events,
+                    },
+                    prepare=True,
+                )
+                .fetchone()
+            )
+        return None if row is None else row.step_seq
 
 
-def _parse_time(value: object) -> datetime | None:
-    return datetime.fromisoformat(str(value)) if value else None
+def _held(claim: ClaimedSession) -> HeldLease:
+    return HeldLease(claim.session_id, claim.epoch, claim.attempts)

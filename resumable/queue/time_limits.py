@@ -1,63 +1,82 @@
-"""Per-step time limits.
+"""Per-step time limits, enforced the way dramatiq's TimeLimit is.
 
-A step that runs past its limit cannot be stopped safely from outside: it
-may be blocked in C code or on a socket. So the limit does two things. It
-handles the step as a failed attempt at once (a retry, or the saga and the
-dead letter), which moves the lease epoch on, so whatever the stuck step
-does later is rejected at its next write. And it raises ``StepTimeoutError``
-in the step's thread, which ends a step busy in Python code (the way
-dramatiq's own TimeLimit does); one blocked in C finishes its call first.
+Past its limit a timer raises ``StepTimeoutError`` asynchronously in the
+step's own thread. That exception derives from ``BaseException``, so a step's
+``except Exception:`` cannot swallow it, and it surfaces in the worker thread
+that ran the step: the failure is handled there, in the session's log
+context, and so is any saga compensation it leads to. The timer thread does
+nothing else.
+
+An asynchronous exception lands only when the thread runs Python code again:
+a step blocked in C (a socket read without a timeout, ``time.sleep``) keeps
+its session until that call returns. Such a step is *hung*; the runner
+records when each step started and when its limit passes, so operators find
+it with ``hung_sessions`` and can cancel it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import logging
 import threading
-from collections.abc import Callable, Iterator
+from types import TracebackType
 
 from resumable.errors import StepTimeoutError
 
-logger = logging.getLogger(__name__)
 
-
-def _raise_in_thread(thread_id: int, exc_type: type[BaseException]) -> None:
+def _set_async_exc(thread_id: int, exc_type: type[BaseException] | None) -> None:
+    """Raise `exc_type` in the thread at its next bytecode; None clears a pending one."""
     ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type)
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type else None
     )
 
 
-@contextlib.contextmanager
-def time_limit(
-    seconds: float | None, on_timeout: Callable[[StepTimeoutError], object]
-) -> Iterator[None]:
-    """Run the body under a limit; past it, call `on_timeout` from a timer
-    thread and interrupt the body's thread."""
-    if seconds is None:
-        yield
-        return
-    lock = threading.Lock()
-    finished = False
-    thread_id = threading.get_ident()
+class TimeLimit:
+    """``with TimeLimit(seconds):`` runs the body under a limit (None: no limit).
 
-    def fire() -> None:
-        with lock:
-            if finished:
+    Leaving the block always leaves the thread with no interrupt pending, so a
+    limit that fires as the step returns cannot land in the commit that follows:
+    once the limit has fired, the block ends in ``StepTimeoutError`` either way.
+    """
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.fired = False
+        self._finished = False
+        self._lock = threading.Lock()
+        self._thread_id = 0
+        self._timer: threading.Timer | None = None
+
+    @property
+    def message(self) -> str:
+        return f"the step ran longer than its {self.seconds:g} s time limit"
+
+    def __enter__(self) -> TimeLimit:
+        if self.seconds is not None:
+            self._thread_id = threading.get_ident()
+            self._timer = threading.Timer(self.seconds, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._finished:
                 return
-            error = StepTimeoutError(f"the step ran longer than its {seconds:g} s time limit")
-            try:
-                on_timeout(error)
-            except Exception:
-                logger.exception("handling a step time-out failed")
-            _raise_in_thread(thread_id, StepTimeoutError)
+            self.fired = True
+            _set_async_exc(self._thread_id, StepTimeoutError)
 
-    timer = threading.Timer(seconds, fire)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        with lock:
-            finished = True
-        timer.cancel()
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._timer is None:
+            return
+        with self._lock:
+            self._finished = True
+            self._timer.cancel()
+            if self.fired:
+                _set_async_exc(self._thread_id, None)
+        if self.fired:
+            raise StepTimeoutError(self.message).with_traceback(traceback) from None

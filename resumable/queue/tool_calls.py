@@ -5,8 +5,10 @@ the step's sequence number and name, the call's index within the step and the
 canonical JSON of its arguments. Before the tool runs, the key is claimed in
 ``tool_execution_cache`` under the worker's lease epoch (a worker that lost its
 lease cannot start a new side effect); as soon as the tool returns, its result
-is committed. A replay of the step after a crash finds the recorded result and
-returns it without calling the tool. The one window left, a crash after the
+is committed under the same epoch (a worker paused inside the call and resumed
+after another took the session over cannot overwrite what that one recorded:
+it gets ``LeaseLostError`` instead). A replay of the step after a crash finds
+the recorded result and returns it without calling the tool. The one window left, a crash after the
 external effect and before our record, is closed by handing the key to the
 tool, so the external API can dedupe on it.
 """
@@ -20,10 +22,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from psycopg.rows import class_row
+
 from resumable import serialization
 from resumable.errors import LeaseLostError
 from resumable.models import tool_call_queries
 from resumable.models.database import Database
+from resumable.models.status import ToolCallStatus
+from resumable.models.tool_call_queries import ToolCallClaim
 
 
 def idempotency_key(
@@ -83,28 +89,32 @@ class ToolCalls:
         )
         key = idempotency_key(self._session_id, self._step_seq, self._step, index, tool, request)
         with self._db.connection() as conn:
-            row = conn.execute(
-                tool_call_queries.CLAIM_TOOL_CALL,
-                {
-                    "session_id": self._session_id,
-                    "epoch": self._epoch,
-                    "key": key,
-                    "step_seq": self._step_seq,
-                    "step": self._step,
-                    "call_index": index,
-                    "tool": tool,
-                    "request": serialization.dumps(
-                        self._redact({"args": list(args), "kwargs": kwargs})
-                    ),
-                    "compensation": compensate,
-                },
-            ).fetchone()
+            row = (
+                conn.cursor(row_factory=class_row(ToolCallClaim))
+                .execute(
+                    tool_call_queries.CLAIM_TOOL_CALL,
+                    {
+                        "session_id": self._session_id,
+                        "epoch": self._epoch,
+                        "key": key,
+                        "step_seq": self._step_seq,
+                        "step": self._step,
+                        "call_index": index,
+                        "tool": tool,
+                        "request": serialization.dumps(
+                            self._redact({"args": list(args), "kwargs": kwargs})
+                        ),
+                        "compensation": compensate,
+                    },
+                )
+                .fetchone()
+            )
         assert row is not None
-        if not row["owned"]:
+        if not row.owned:
             raise LeaseLostError(f"lease lost before tool call {tool!r}")
-        if row["status"] is None and row["recorded_status"] == "completed":
+        if row.status is None and row.recorded_status is ToolCallStatus.COMPLETED:
             self.replayed += 1
-            return row["recorded_response"]
+            return row.recorded_response
 
         if accepts_idempotency_key(fn):
             kwargs = {**kwargs, "idempotency_key": key}
@@ -116,16 +126,23 @@ class ToolCalls:
                 "message": self._scrub(str(exc)),
                 "traceback": self._scrub(traceback.format_exc()),
             }
-            with self._db.connection() as conn:
-                conn.execute(
-                    tool_call_queries.FAIL_TOOL_CALL,
-                    {"key": key, "error": serialization.dumps(error)},
-                )
+            if not self._record(tool_call_queries.FAIL_TOOL_CALL, key, error=error):
+                raise LeaseLostError(f"lease lost during tool call {tool!r}") from exc
             raise
         serialization.dumps(result, f"result of tool {tool!r}")
         # Recorded redacted: a replay returns secret fields as "[REDACTED]".
-        encoded = serialization.dumps(self._redact(result))
-        with self._db.connection() as conn:
-            conn.execute(tool_call_queries.COMPLETE_TOOL_CALL, {"key": key, "response": encoded})
+        if not self._record(
+            tool_call_queries.COMPLETE_TOOL_CALL, key, response=self._redact(result)
+        ):
+            raise LeaseLostError(
+                f"lease lost during tool call {tool!r}; its result was not recorded"
+            )
         self.executed += 1
         return result
+
+    def _record(self, statement: str, key: str, **outcome: Any) -> bool:
+        """Record a call's outcome under this epoch; False if the epoch moved on."""
+        params = {name: serialization.dumps(value) for name, value in outcome.items()}
+        with self._db.connection() as conn:
+            row = conn.execute(statement, {"key": key, "epoch": self._epoch, **params}).fetchone()
+        return row is not None

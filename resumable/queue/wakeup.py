@@ -10,11 +10,18 @@ with BLPOP; a consumer whose prefetch is full waits for one of its own
 messages to be acked. Tokens are hints (the list is trimmed; a stale token
 only costs one empty fetch), and the message itself is still stored and
 acknowledged by dramatiq's own scripts.
+
+A stopping worker must not take more work: once ``stop_fetching`` is called,
+its consumers fetch nothing (they still heartbeat, so the messages in flight
+are not redelivered elsewhere), and what they had prefetched goes straight
+back to the queue, with wake-up tokens, for the other workers.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -33,26 +40,63 @@ def wakeup_key(namespace: str, queue_name: str) -> str:
 class WakingRedisBroker(RedisBroker):
     """RedisBroker plus a wake-up token per immediate enqueue."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        self.fetching = threading.Event()
+        self.fetching.set()
+
     @property
     def consumer_class(self) -> type[_RedisConsumer]:
         return _WakingConsumer
 
+    def stop_fetching(self) -> None:
+        """This process is stopping: its consumers take no more messages."""
+        self.fetching.clear()
+
     def enqueue(self, message: Message[Any], *, delay: int | None = None) -> Message[Any]:
         enqueued: Message[Any] = super().enqueue(message, delay=delay)
         if delay is None:
-            key = wakeup_key(self.namespace, message.queue_name)
-            pipe = self.client.pipeline(transaction=False)
-            pipe.lpush(key, b"1")
-            pipe.ltrim(key, 0, _MAX_TOKENS - 1)
-            pipe.execute()
+            self.wake(message.queue_name, 1)
         return enqueued
+
+    def wake(self, queue_name: str, tokens: int) -> None:
+        """Wake up to `tokens` idle consumers of the queue (in any process)."""
+        key = wakeup_key(self.namespace, queue_name)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.lpush(key, *([b"1"] * min(tokens, _MAX_TOKENS)))
+        pipe.ltrim(key, 0, _MAX_TOKENS - 1)
+        pipe.execute()
+
+    def requeue(self, queue_name: str, messages: Sequence[MessageProxy | Message[Any]]) -> None:
+        """Put fetched-but-unstarted messages back on their queue and wake
+        consumers for them."""
+        ids = [message.options["redis_message_id"] for message in messages]
+        if ids:
+            self.do_requeue(queue_name, *ids)
+            self.wake(queue_name, len(ids))
 
 
 class _WakingConsumer(_RedisConsumer):
     def __init__(self, broker: WakingRedisBroker, queue_name: str, prefetch: int, timeout: int):
         super().__init__(broker, queue_name, prefetch, timeout)  # type: ignore[no-untyped-call]
+        self._broker = broker
         self._key = wakeup_key(broker.namespace, queue_name)
         self._capacity = threading.Event()
+
+    def _return_prefetched(self) -> None:
+        cached = [Message.decode(data) for data in self.message_cache if data is not None]
+        self.message_cache = []
+        self._broker.requeue(self.queue_name, cached)
+
+    def close(self) -> None:
+        self._return_prefetched()
+
+    def _idle_while_stopping(self) -> None:
+        self._return_prefetched()
+        # A fetch of nothing still records this process's heartbeat, so the
+        # messages it is finishing are not handed to another worker meanwhile.
+        self._broker.do_fetch(self.queue_name, 0)
+        time.sleep(min(self.timeout / 1000, 0.1))
 
     def ack(self, message: MessageProxy) -> None:
         try:
@@ -68,6 +112,9 @@ class _WakingConsumer(_RedisConsumer):
 
     def __next__(self) -> MessageProxy | None:
         try:
+            if not self._broker.fetching.is_set():
+                self._idle_while_stopping()
+                return None
             while True:
                 if self.message_cache:
                     data = self.message_cache.pop(0)

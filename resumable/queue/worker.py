@@ -1,30 +1,40 @@
 """A worker process: the session actor on a dramatiq Worker, in-process.
 
 ``resumable worker`` builds everything here explicitly (settings, database,
-broker, agent registry) instead of relying on dramatiq's global broker, and
-stops cleanly on SIGTERM/SIGINT: dramatiq finishes the messages in flight, so
-the sessions they run commit their current step and the rest stay pending in
-PostgreSQL for any other worker.
+broker, agent registry) instead of relying on dramatiq's global broker.
+
+SIGTERM/SIGINT is a hand-back (invariant 9): the consumers stop fetching and
+return what they prefetched to the queue; each thread finishes the step it is
+running, commits it, releases the lease and re-enqueues the session at once.
+The worker waits for those steps up to ``RESUMABLE_MAX_SECONDS_PER_RUN``
+(how long one run may take anyway). A thread still blocked after that (a step
+stuck in C) is left behind with a line saying so, after its session's lease is
+released for another worker; then the process exits 0, saying how many
+sessions it handed back.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import queue
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from types import FrameType
 
 import dramatiq
-from dramatiq.brokers.redis import RedisBroker
 
 from resumable.agent import AgentRegistry
-from resumable.models import agent_queries
+from resumable.models import agent_queries, step_queries
 from resumable.models.database import Database
-from resumable.queue.broker import SESSION_ACTOR, build_broker
+from resumable.queue.broker import SESSION_ACTOR, build_broker, enqueue_session
+from resumable.queue.heartbeat import MAX_TTL_SECONDS, WorkerHeartbeat
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.runner import SessionRunner
+from resumable.queue.shutdown import ActiveRun
+from resumable.queue.wakeup import WakingRedisBroker
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -33,6 +43,10 @@ logger = logging.getLogger(__name__)
 # limits belong to the retry policy, so the message-level limit is a day.
 _MESSAGE_TIME_LIMIT_MS = 24 * 3600 * 1000
 
+# Sessions enqueued at start for agents no worker served (the reconciler,
+# which now includes this worker's agents, finds any beyond that).
+_WAITING_BATCH = 10_000
+
 
 @dataclass
 class WorkerRuntime:
@@ -40,13 +54,15 @@ class WorkerRuntime:
 
     settings: Settings
     db: Database
-    broker: RedisBroker
+    broker: WakingRedisBroker
     runner: SessionRunner
     keeper: LeaseKeeper
+    heartbeat: WorkerHeartbeat
     actor: dramatiq.Actor[[str], None]
 
     def close(self) -> None:
         self.keeper.stop()
+        self.heartbeat.stop()
         self.broker.close()
         self.db.close()
 
@@ -74,11 +90,17 @@ def build_runtime(
         max_retries=0,
         time_limit=_MESSAGE_TIME_LIMIT_MS,
     )(run_session)
-    return WorkerRuntime(settings, db, broker, runner, keeper, actor)
+    heartbeat = WorkerHeartbeat(
+        db, runner.worker_id, runner.agents, ttl=min(settings.lease_seconds, MAX_TTL_SECONDS)
+    )
+    return WorkerRuntime(settings, db, broker, runner, keeper, heartbeat, actor)
 
 
-def announce_agents(runtime: WorkerRuntime) -> None:
-    """Record this worker's agents so the web process can validate agent names."""
+def announce_agents(runtime: WorkerRuntime) -> list[str]:
+    """Record this worker's heartbeat row and its agents (the catalog the web
+    process validates names against); return the agents whose sessions
+    waited because no live worker served them until now."""
+    unserved = runtime.heartbeat.announce()  # before the catalog: it asks what was known
     with runtime.db.connection() as conn:
         for agent in runtime.runner.registry:
             conn.execute(
@@ -89,6 +111,28 @@ def announce_agents(runtime: WorkerRuntime) -> None:
                     "checks": json.dumps(agent.check_names),
                 },
             )
+    return unserved
+
+
+def enqueue_waiting(runtime: WorkerRuntime, agents: list[str]) -> int:
+    """Enqueue the claimable sessions of agents no worker served: nobody
+    claimed them, and their messages were dropped."""
+    if not agents:
+        return 0
+    with runtime.db.connection() as conn:
+        rows = conn.execute(
+            step_queries.CLAIMABLE_OF_AGENTS, {"agents": agents, "limit": _WAITING_BATCH}
+        ).fetchall()
+    for row in rows:
+        enqueue_session(runtime.broker, runtime.settings, str(row["id"]))
+    if rows:
+        logger.info(
+            "enqueued %d session(s) that waited for a worker loading %s",
+            len(rows),
+            ", ".join(agents),
+            extra={"action": "enqueued_waiting"},
+        )
+    return len(rows)
 
 
 def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None) -> None:
@@ -97,7 +141,10 @@ def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None
     stop = stop_event or threading.Event()
 
     def _on_signal(signum: int, _frame: FrameType | None) -> None:
-        logger.info("received %s; finishing messages in flight", signal.Signals(signum).name)
+        logger.info(
+            "received %s; finishing the steps in flight and handing their sessions back",
+            signal.Signals(signum).name,
+        )
         stop.set()
 
     if threading.current_thread() is threading.main_thread():
@@ -114,9 +161,11 @@ def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None
     )
     if settings.worker_prefetch:
         worker.queue_prefetch = settings.worker_prefetch
-    announce_agents(runtime)
+    unserved = announce_agents(runtime)
+    runtime.heartbeat.start()
     runtime.keeper.start()
     worker.start()
+    enqueue_waiting(runtime, unserved)
     logger.info(
         "worker started: %d threads on queue %r",
         settings.worker_threads,
@@ -126,6 +175,71 @@ def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None
     try:
         stop.wait()
     finally:
-        worker.stop(timeout=int(settings.lease_seconds * 1000))
-        runtime.close()
-        logger.info("worker stopped", extra={"action": "worker_stopped"})
+        hand_back_and_stop(runtime, worker)
+
+
+def hand_back_and_stop(runtime: WorkerRuntime, worker: dramatiq.Worker) -> None:
+    """Stop as a hand-back: nothing this process holds waits for a lease to expire."""
+    runner, keeper = runtime.runner, runtime.keeper
+    runtime.broker.stop_fetching()
+    runner.shutdown.stopping.set()
+    returned = _return_unstarted(runtime.broker, worker)
+
+    def still_held(run: ActiveRun) -> bool:
+        return keeper.holds(run.session_id, run.epoch)
+
+    left = runner.shutdown.wait(still_held, runtime.settings.max_seconds_per_run)
+    for run in left:
+        _leave_behind(runtime, run, still_held(run))
+    # Threads that handed back exit within a worker timeout; blocked ones are left.
+    worker.stop(timeout=2000)
+    runtime.close()
+    logger.info(
+        "worker stopped: %d session(s) handed back mid-run, %d queued message(s) returned, "
+        "%d thread(s) left blocked",
+        runner.shutdown.handed_back_count,
+        returned,
+        len(left),
+        extra={"action": "worker_stopped", "handed_back": runner.shutdown.handed_back_count},
+    )
+
+
+def _return_unstarted(broker: WakingRedisBroker, worker: dramatiq.Worker) -> int:
+    """Return messages dramatiq had queued in memory for this process's threads
+    (what ``Worker.stop`` does at its very end, done first so that other
+    workers start them now rather than after this one's steps finish)."""
+    items = []
+    while True:
+        try:
+            items.append(worker.work_queue.get_nowait())
+        except queue.Empty:
+            break
+    by_queue: dict[str, list[dramatiq.MessageProxy]] = {}
+    for item in items:
+        by_queue.setdefault(item.message.queue_name, []).append(item.message)
+    for queue_name, messages in by_queue.items():
+        try:
+            broker.requeue(queue_name, messages)
+        except Exception:
+            logger.warning("could not return %d queued message(s)", len(messages), exc_info=True)
+    return len(items)
+
+
+def _leave_behind(runtime: WorkerRuntime, run: ActiveRun, held: bool) -> None:
+    """A thread still in a step at exit: say so, and release what it holds."""
+    blocked_for = time.monotonic() - run.step_started
+    if held and runtime.keeper.release(run.session_id, run.epoch, "worker stopped"):
+        runtime.runner.failures.enqueue_later(run.session_id, 0.0)
+        runtime.runner.shutdown.handed_back()
+        fate = "its lease is released and the session re-enqueued; the step runs again elsewhere"
+    else:
+        fate = "the session is no longer this worker's (cancelled or taken over)"
+    logger.warning(
+        "thread %s is still blocked in step %s of session %s after %.1f s; exiting without it: %s",
+        run.thread,
+        run.step,
+        run.session_id,
+        blocked_for,
+        fate,
+        extra={"action": "thread_left_blocked", "session_id": str(run.session_id)},
+    )

@@ -2,10 +2,12 @@
 
 PostgreSQL is the only source of truth; Redis can lose every key (flushed,
 restarted without persistence, a failed send) and this brings the work back:
-pending sessions untouched for a grace period, and running sessions whose
-worker let the lease expire. Rows are claimed with SKIP LOCKED, so several
-schedulers may call this at once; a session enqueued twice is harmless, as
-the lease claim lets only one run go ahead.
+pending sessions untouched for a grace period (no grace when a marker key
+shows Redis lost everything), running sessions whose worker let the lease
+expire, and sessions of a worker whose heartbeat expired (dead or paused).
+Rows are claimed with SKIP LOCKED, so several schedulers may call this at
+once; a session enqueued twice is harmless, as the lease claim lets only one
+run go ahead.
 """
 
 from __future__ import annotations
@@ -15,23 +17,40 @@ import uuid
 from dataclasses import dataclass, field
 
 import dramatiq
+from dramatiq.brokers.redis import RedisBroker
 
-from resumable.models import session_queries
+from resumable.models import session_queries, step_queries
 from resumable.models.database import Database
-from resumable.queue.broker import enqueue_session
+from resumable.models.status import SessionStatus
+from resumable.queue.broker import NAMESPACE, enqueue_session
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+
+# Set in Redis by the reconciler; gone means Redis lost its keys (flushed, or
+# restarted without persistence) and every queue message with them.
+MARKER_KEY = f"{NAMESPACE}:reconciler-marker"
 
 
 @dataclass
 class ReconcileReport:
     pending: list[uuid.UUID] = field(default_factory=list)
     expired: list[uuid.UUID] = field(default_factory=list)
+    orphaned: list[uuid.UUID] = field(default_factory=list)  # held by a dead worker
+    broker_reset: bool = False
 
     @property
     def total(self) -> int:
-        return len(self.pending) + len(self.expired)
+        return len(self.pending) + len(self.expired) + len(self.orphaned)
+
+
+def broker_was_reset(broker: dramatiq.Broker) -> bool:
+    """Whether Redis lost its keys since the last call (also true on the first
+    call against a fresh Redis). Atomic, so of several schedulers one sees it."""
+    if not isinstance(broker, RedisBroker):
+        return False
+    return bool(broker.client.set(MARKER_KEY, "1", nx=True))
 
 
 def reconcile(
@@ -42,20 +61,39 @@ def reconcile(
     grace_seconds: float | None = None,
     limit: int = 500,
 ) -> ReconcileReport:
-    """Enqueue a message for every session found stranded; return what was found."""
+    """Enqueue a message for every session found stranded; return what was found.
+
+    A pending session untouched for the grace period lost its message; when
+    the marker key says Redis itself lost every key, no grace is waited for.
+    Sessions held by a worker whose heartbeat expired are enqueued at once,
+    so a live worker claims them before their leases run out."""
     grace = settings.reconcile_grace_seconds if grace_seconds is None else grace_seconds
-    report = ReconcileReport()
+    report = ReconcileReport(broker_reset=broker_was_reset(broker))
+    if report.broker_reset:
+        logger.info(
+            "the broker has no marker (first start, or Redis lost its keys): "
+            "re-enqueueing pending sessions without a grace period",
+            extra={"action": "broker_reset"},
+        )
+        grace = 0
     with db.connection() as conn:
         rows = conn.execute(session_queries.RECONCILE, {"grace": grace, "limit": limit}).fetchall()
+        orphans = conn.execute(step_queries.ORPHANED_SESSIONS).fetchall()
     for row in rows:
         session_id = uuid.UUID(str(row["id"]))
         enqueue_session(broker, settings, session_id)
-        (report.pending if row["status"] == "pending" else report.expired).append(session_id)
+        found = report.pending if row["status"] == SessionStatus.PENDING else report.expired
+        found.append(session_id)
+    for row in orphans:
+        session_id = uuid.UUID(str(row["id"]))
+        enqueue_session(broker, settings, session_id)
+        report.orphaned.append(session_id)
     if report.total:
         logger.info(
-            "reconciler re-enqueued %d pending and %d expired-lease sessions",
+            "reconciler re-enqueued %d pending, %d expired-lease and %d dead-worker sessions",
             len(report.pending),
             len(report.expired),
+            len(report.orphaned),
             extra={"action": "reconciled"},
         )
     return report

@@ -1,0 +1,104 @@
+"""A worker process's heartbeat in PostgreSQL.
+
+Each worker keeps a row in ``workers`` alive (its id, the prefix of the lease
+owners it writes, and the agents it loads) a few times per ``ttl``. Two things
+follow from it:
+
+- a dead worker is seen seconds after it dies: a claim treats the sessions of
+  a worker whose row expired as claimable before their leases run out, and the
+  reconciler enqueues them (``ORPHANED_SESSIONS``);
+- a session whose agent no live worker loads is not claimed by anyone (no
+  churn, no audit rows) and waits, visibly, until a worker that loads it
+  starts and enqueues it.
+
+The heartbeat runs on its own connection, so a busy pool cannot delay it
+into looking dead. A paused process (SIGSTOP, a long GC) looks dead too: its
+sessions go to other workers, and fencing rejects whatever it writes later.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import psycopg
+
+from resumable.models import agent_queries
+from resumable.models.database import Database, libpq_url
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a worker counts as alive after its last heartbeat (at most the lease).
+MAX_TTL_SECONDS = 3.0
+
+
+class WorkerHeartbeat:
+    """Announces this worker and keeps its row alive until `stop`."""
+
+    def __init__(self, db: Database, worker_id: str, agents: list[str], ttl: float) -> None:
+        self._url = libpq_url(db.url)
+        self.worker_id = worker_id
+        self._agents = agents
+        self.ttl = ttl
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="resumable-worker-heartbeat", daemon=True
+        )
+
+    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self._url, autocommit=True, connect_timeout=5)
+        return self._conn
+
+    def _execute(self, statement: str, params: dict[str, object]) -> bool:
+        """Run one statement on the heartbeat's own connection; whether a row came back."""
+        cursor = self._connection().execute(statement, params)
+        return cursor.description is not None and cursor.fetchone() is not None
+
+    def announce(self) -> list[str]:
+        """Write this worker's row; return the agents no other live worker
+        loaded until now (their waiting sessions need a message)."""
+        conn = self._connection()
+        params = {"id": self.worker_id, "agents": self._agents}
+        unserved = [str(row[0]) for row in conn.execute(agent_queries.UNSERVED_AGENTS, params)]
+        conn.execute(agent_queries.FORGET_DEAD_WORKERS)
+        self._announce()
+        return unserved
+
+    def _announce(self) -> None:
+        self._execute(
+            agent_queries.ANNOUNCE_WORKER,
+            {"id": self.worker_id, "agents": json.dumps(self._agents), "ttl": self.ttl},
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop beating and remove the row (a clean stop has handed everything back)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        try:
+            self._execute(agent_queries.RETIRE_WORKER, {"id": self.worker_id})
+        except psycopg.Error:
+            logger.warning("could not remove this worker's heartbeat row", exc_info=True)
+        if self._conn is not None:
+            self._conn.close()
+
+    def beat(self) -> None:
+        params = {"id": self.worker_id, "ttl": self.ttl}
+        if not self._execute(agent_queries.WORKER_HEARTBEAT, params):
+            self._announce()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ttl / 3):
+            try:
+                self.beat()
+            except psycopg.Error:
+                # The database may be briefly unreachable; reconnect at the next beat.
+                logger.warning("worker heartbeat failed", exc_info=True)
+                if self._conn is not None:
+                    self._conn.close()

@@ -1,0 +1,27 @@
+"""How one run of a session ended, as the runner and the failure handler report it.
+
+Where a run ends by leaving the session in a status, the outcome is that
+status's value; the others say why the worker let go without a transition of
+its own (another worker owns the session, the message was a duplicate, the
+run used its budget or the worker is stopping).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from resumable.models.status import SessionStatus
+
+
+class RunOutcome(StrEnum):
+    """Returned by ``SessionRunner.run`` (for tests and logs)."""
+
+    NOT_CLAIMED = "not_claimed"  # a duplicate message, or the session is not runnable
+    LEASE_LOST = "lease_lost"  # another worker (or an operator) moved the epoch on
+    YIELDED = "yielded"  # budget used or not loadable here: re-enqueued for any worker
+    HANDED_BACK = "handed_back"  # the worker is stopping: lease released, re-enqueued
+    SUSPENDED = SessionStatus.SUSPENDED.value  # waiting for a callback, signal, timer or poll
+    RETRYING = SessionStatus.RETRYING.value  # a transient failure; next attempt scheduled
+    COMPENSATING = SessionStatus.COMPENSATING.value  # a compensation will be tried again
+    COMPLETED = SessionStatus.COMPLETED.value  # finished with a result
+    FAILED = SessionStatus.FAILED.value  # dead-lettered

@@ -1,0 +1,103 @@
+"""What a claimed session woke up for, and waking it again when it must.
+
+The first step after a wait sees ``ctx.wake``. A due poll check runs here,
+before any step: if the check finds nothing, the session suspends again
+until its next check (releasing the lease), and no step runs. After a
+session suspends, a delivery that arrived while it was suspending wakes it
+at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import dramatiq
+
+from resumable import serialization
+from resumable.agent import Agent
+from resumable.errors import LeaseLostError
+from resumable.models import wait_queries
+from resumable.models.database import Database
+from resumable.models.step_queries import ClaimedSession
+from resumable.queue.broker import enqueue_session
+from resumable.queue.lease import LeaseKeeper
+from resumable.settings import Settings
+from resumable.waits import Wake
+
+logger = logging.getLogger(__name__)
+
+
+class Wakes:
+    """Wake handling for one worker process."""
+
+    def __init__(
+        self, settings: Settings, db: Database, broker: dramatiq.Broker, keeper: LeaseKeeper
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.broker = broker
+        self.keeper = keeper
+
+    def resolve(self, claim: ClaimedSession, agent: Agent) -> Wake | None:
+        """The wake the first step sees; a due poll check runs here first."""
+        wake = Wake.from_json(claim.wake)
+        if wake is not None and wake.kind == "poll_check":
+            return self.check_poll(claim, agent) or wake
+        return wake
+
+    def check_poll(self, claim: ClaimedSession, agent: Agent) -> Wake | None:
+        """Run a due poll check: the wake for the `then` step, or None after
+        suspending again until the next check."""
+        wait = claim.wait or {}
+        poll = wait["poll"]
+        value = agent.get_check(poll["check"])(poll["args"])
+        now = datetime.now(UTC)
+        deadline = _parse_time(wait.get("deadline"))
+        wake: Wake | None = None
+        if value is not None:
+            serialization.dumps(value, f"value of check {poll['check']!r}")
+            wake = Wake(kind="poll", topic=poll["check"], payload=value)
+        elif deadline is not None and now >= deadline:
+            wake = Wake(kind="timeout")
+        if wake is not None:
+            with self.db.connection() as conn:
+                conn.execute(
+                    wait_queries.RESUMED_BY_POLL,
+                    {
+                        "id": claim.session_id,
+                        "epoch": claim.epoch,
+                        "kind": wake.kind,
+                        "check": poll["check"],
+                    },
+                )
+            return wake
+        candidates = [now + timedelta(seconds=float(poll["every"]))]
+        candidates += [t for t in (deadline, _parse_time(wait.get("timer_at"))) if t is not None]
+        self.keeper.drop(claim.session_id, claim.epoch)  # suspending again releases it
+        with self.db.connection() as conn:
+            row = conn.execute(
+                wait_queries.RESUSPEND_AFTER_POLL,
+                {"id": claim.session_id, "epoch": claim.epoch, "wake_at": min(candidates)},
+            ).fetchone()
+        if row is None:
+            raise LeaseLostError("lease lost during a poll check")
+        self.wake_if_delivered(claim.session_id)
+        return None
+
+    def wake_if_delivered(self, session_id: uuid.UUID) -> None:
+        """After suspending: a delivery that arrived early wakes the session now."""
+        with self.db.connection() as conn:
+            woke = conn.execute(wait_queries.WAKE_FROM_DELIVERIES, {"id": session_id}).fetchone()
+        if woke is not None:
+            logger.info(
+                "woken at once by a %s delivered while suspending",
+                woke["kind"],
+                extra={"action": "early_delivery"},
+            )
+            enqueue_session(self.broker, self.settings, session_id)
+
+
+def _parse_time(value: object) -> datetime | None:
+    return datetime.fromisoformat(str(value)) if value else None

@@ -1,0 +1,102 @@
+"""Invariant 9: a stop is a hand-back. SIGTERM finishes the step in flight,
+commits it, releases the lease and re-enqueues the session at once; a thread
+blocked past the stop is named, never left behind in silence."""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+
+from resumable.client import Client
+from tests.conftest import ManagedProcess, wait_until
+from tests.fake_api import FakeAPI
+
+
+def _owner_pid(client: Client, session_id: uuid.UUID) -> int | None:
+    owner = client.get(session_id).lease_owner
+    return int(owner.split(":")[1]) if owner else None
+
+
+def test_sigterm_mid_run_hands_the_session_to_another_worker_at_once(
+    client: Client, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    steps = 40
+    with FakeAPI() as api:
+        stopping = start_worker()
+        session_id = client.start("counter", {"api": api.url, "steps": steps, "sleep": 0.1})
+        wait_until(lambda: client.get(session_id).step_seq >= 3, what="the run to be under way")
+        other = start_worker()
+        assert _owner_pid(client, session_id) == stopping.pid
+
+        stopping.signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        wait_until(
+            lambda: _owner_pid(client, session_id) == other.pid,
+            timeout=10,
+            interval=0.01,
+            what="the other worker to take the session",
+        )
+        picked_up_after = time.monotonic() - signalled
+        assert stopping.proc.wait(timeout=15) == 0
+        wait_until(lambda: client.get(session_id).status == "completed", what="completion")
+
+        assert picked_up_after < 1.5, picked_up_after
+        # Every step ran once and every charge was made once: nothing was cut off.
+        assert api.total_calls() == steps
+        assert api.effect_count() == steps
+    checkpoints = client.checkpoints(session_id)
+    assert [c.seq for c in checkpoints] == list(range(1, steps + 1))
+    committed = Counter(
+        e.seq for e in client.events(session_id) if e.event_type == "step_completed"
+    )
+    assert committed == Counter(range(1, steps + 1))
+    released = [e for e in client.events(session_id) if e.event_type == "lease_released"]
+    assert [e.payload["reason"] for e in released] == ["worker stopping"]
+    assert "1 session(s) handed back mid-run" in stopping.output()
+
+
+def test_hung_steps_are_listed_and_stopping_names_the_threads_it_leaves(
+    client: Client, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    """Point 11: a step blocked in C past its time limit shows as hung; after a
+    cancel its thread stays blocked, and the worker's stop says so instead of
+    waiting for it; a hung session it still holds is released for others."""
+    # Stopping waits for held steps up to RESUMABLE_MAX_SECONDS_PER_RUN.
+    worker = start_worker(RESUMABLE_MAX_SECONDS_PER_RUN="1")
+    cancelled = client.start("hung", {"seconds": 120})
+    held = client.start("hung", {"seconds": 120})
+    slow = client.start("counter", {"steps": 1, "sleep": 2.5})  # no time limit
+
+    def hung_ids(after: float) -> set[uuid.UUID]:
+        return {h.session_id for h in client.hung_sessions(after_seconds=after)}
+
+    # Past their 1 s time limit, the two blocked steps are hung; the slow step,
+    # which has no limit, is hung only by the caller's own bound.
+    wait_until(lambda: {cancelled, held} <= hung_ids(600), timeout=15, what="hung steps")
+    assert slow not in hung_ids(600)
+    wait_until(lambda: slow in hung_ids(1), timeout=10, what="the slow step to pass 1 s")
+    [row] = [h for h in client.hung_sessions() if h.session_id == held]
+    assert row.step == "block" and row.step_deadline is not None and row.running_seconds >= 1
+    listed = {s.id for s in client.list_sessions(hung_after=600)}
+    assert {cancelled, held} <= listed and slow not in listed
+    wait_until(lambda: client.get(slow).status == "completed", what="the slow session")
+
+    client.cancel(cancelled, actor="test", reason="hung")
+    wait_until(lambda: "was cancelled while this worker ran it" in worker.output(), timeout=10)
+
+    worker.signal(signal.SIGTERM)
+    started = time.monotonic()
+    assert worker.proc.wait(timeout=20) == 0
+    assert time.monotonic() - started < 10  # not the 120 s the steps would take
+    out = worker.output()
+    assert f"still blocked in step block of session {cancelled}" in out
+    assert f"still blocked in step block of session {held}" in out
+    assert "no longer this worker's (cancelled or taken over)" in out
+    assert "its lease is released and the session re-enqueued" in out
+    assert client.get(cancelled).status == "cancelled"
+    # Released for any other worker, without waiting for the lease to expire.
+    after = client.get(held)
+    assert (after.status, after.lease_owner) == ("pending", None)
