@@ -76,6 +76,7 @@ TABLES = [
     "callbacks",
     "deliveries",
     "agents",
+    "workers",
     "dead_letters",
     "alerts",
 ]

@@ -71,14 +71,19 @@ def settings(urls: ServiceURLs) -> Settings:
     )
 
 
-@pytest.fixture
-def db(settings: Settings) -> Iterator[Database]:
-    database = Database(settings.database_url or "", pool_size=4)
+def truncate_all(database: Database) -> None:
+    """Empty every table the runtime writes (not the schema's version)."""
     with database.connection() as conn:
         conn.execute(
             "TRUNCATE sessions, checkpoints, audit_events, tool_execution_cache, callbacks, "
-            "deliveries, agents, dead_letters, alerts, archived_sessions CASCADE"
+            "deliveries, agents, workers, dead_letters, alerts, archived_sessions CASCADE"
         )
+
+
+@pytest.fixture
+def db(settings: Settings) -> Iterator[Database]:
+    database = Database(settings.database_url or "", pool_size=4)
+    truncate_all(database)
     yield database
     database.close()
 

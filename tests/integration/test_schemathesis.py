@@ -41,6 +41,7 @@ from tests.conftest import (
     TEST_HOME,
     WORKER_ENV,
     free_port,
+    truncate_all,
     wait_until,
 )
 
@@ -82,14 +83,6 @@ def accepts_valid_requests(ctx: Any, response: Any, case: Case) -> bool | None:
     return result
 
 
-def _truncate(db: Database) -> None:
-    with db.connection() as conn:
-        conn.execute(
-            "TRUNCATE sessions, checkpoints, audit_events, tool_execution_cache, callbacks, "
-            "deliveries, agents, dead_letters, alerts, archived_sessions CASCADE"
-        )
-
-
 @pytest.fixture(scope="module")
 def api_server(urls: ServiceURLs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A web process and a worker, with sessions in several states and a dead
@@ -99,7 +92,7 @@ def api_server(urls: ServiceURLs, tmp_path_factory: pytest.TempPathFactory) -> I
     logs = tmp_path_factory.mktemp("schemathesis")
     settings = Settings(database_url=urls.database_url, redis_url=urls.redis_url, home=TEST_HOME)
     db = Database(urls.database_url, pool_size=2)
-    _truncate(db)
+    truncate_all(db)
     with redis.Redis.from_url(urls.redis_url) as queue:
         queue.flushdb()
     port = free_port()
