@@ -458,8 +458,8 @@ def test_the_sessions_list_filters_and_pages(
     assert ids == [str(extra[0]), world["session_id"]]
 
     failed = browser.get("/ui/sessions?status=failed")
-    ids = set(re.findall(r'href="/ui/sessions/([0-9a-f-]{36})"', failed.text))
-    assert ids == {world["fixable"], world["compensated"]}
+    failed_ids = set(re.findall(r'href="/ui/sessions/([0-9a-f-]{36})"', failed.text))
+    assert failed_ids == {world["fixable"], world["compensated"]}
     prefix = world["fixable"][:6].upper()
     by_id = browser.get(f"/ui/sessions?id={prefix}")
     assert world["fixable"] in by_id.text
