@@ -15,7 +15,7 @@ from resumable.waits import Signal, Wait
 SCRIPT = "<script>alert(1)</script>"
 IMAGE = '"><img src=x onerror=alert(1)>'
 JAVASCRIPT_URL = "javascript:alert(1)"
-HTTP_URL = "https://example.com/orders?id=1&q=<b>"
+HTTP_URL = "https://example.com/orders?id=1&q=a%20b"
 UNICODE = "Zoë ✓ 東京 🚀 \u202egnp.exe"
 LONG = "long:" + "x" * 100_000
 

@@ -38,7 +38,11 @@ def safe_next(target: str | None) -> str:
 
 
 def _login_page(
-    request: Request, status: int = 200, error: str | None = None, name: str = ""
+    request: Request,
+    status: int = 200,
+    error: str | None = None,
+    name: str = "",
+    target: str | None = None,
 ) -> Response:
     token = new_csrf_token()
     response = page(
@@ -46,7 +50,7 @@ def _login_page(
         "login.html",
         status,
         login_csrf=token,
-        next=safe_next(request.query_params.get("next")),
+        next=safe_next(target or request.query_params.get("next")),
         name=name,
         error=error,
     )
@@ -77,9 +81,11 @@ async def log_in(request: Request) -> Response:
         )
         token = form.text("token", "The API token", required=True, max_length=_MAX_TOKEN_LENGTH)
     except FormError as exc:
-        return _login_page(request, exc.status, exc.message, name)
+        return _login_page(request, exc.status, exc.message, name, form.raw("next"))
     if token is None or not console.auth.accepts(token.encode("utf-8", "surrogateescape")):
-        return _login_page(request, 401, "That API token is not accepted here.", name)
+        return _login_page(
+            request, 401, "That API token is not accepted here.", name, form.raw("next")
+        )
     response = RedirectResponse(safe_next(form.raw("next")), 303)
     console.signer.log_in(response, request, name)
     return response

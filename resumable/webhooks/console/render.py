@@ -41,8 +41,11 @@ def http_url(value: Any) -> str | None:
     return None
 
 
-def visible(text: str) -> str:
-    return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+def visible(text: Any) -> str:
+    """`text` with characters that hide or reorder text shown as \\u escapes."""
+    if text is None:
+        return ""
+    return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", str(text))
 
 
 def _string(value: str) -> Markup:
