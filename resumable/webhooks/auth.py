@@ -10,8 +10,9 @@ the rest: Prometheus sends one with ``authorization: {credentials_file: ...}``.
 The operator console (``/`` and ``/ui/...``, served by its own Starlette app in
 front of the API's router) is for browsers, which send no bearer header: the
 same middleware checks its signed session cookie instead, on every console
-route but the login form and the static files. A console request without a
-valid cookie is sent to the login form; a bearer header does not replace it.
+route but the login form, the static files and ``/`` (a redirect). A console
+request without a valid cookie is sent to the login form; a bearer header
+does not replace it.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ from resumable.webhooks.errors import error_response
 # Route paths (as declared) that answer without a token; everything else needs one.
 PUBLIC_ROUTES = frozenset({"/healthz", "/readyz", "/v1/callbacks/{token}"})
 # Console routes (as declared) a browser reaches without the console's session
-# cookie: the login form and the static files. Every other console route,
-# including one added later or none at all (a 404), needs the cookie.
-CONSOLE_PUBLIC_ROUTES = frozenset({"/ui/login", "/ui/static"})
+# cookie: the login form, the static files, and `/`, which only redirects to
+# `/ui` (the cookie is scoped to `/ui`, so `/` never receives it). Every other
+# console route, including one added later or none at all (a 404), needs it.
+CONSOLE_PUBLIC_ROUTES = frozenset({"/", "/ui/login", "/ui/static"})
 CONSOLE_LOGIN_PATH = "/ui/login"
 
 _CHALLENGE = 'Bearer realm="resumable"'

@@ -137,7 +137,7 @@ def is_login_redirect(answer: httpx2.Response) -> bool:
 def test_every_console_route_needs_the_session_cookie(
     app: Starlette, console: Starlette, browser: TestClient
 ) -> None:
-    assert {"/ui/login", "/ui/static"} == CONSOLE_PUBLIC_ROUTES
+    assert {"/", "/ui/login", "/ui/static"} == CONSOLE_PUBLIC_ROUTES
     values = {"session_id": str(uuid.uuid4()), "dead_letter_id": "1", "job_id": "x"}
     signer = CookieSigner([API_TOKEN])
     forged = {
@@ -175,7 +175,9 @@ def test_every_console_route_needs_the_session_cookie(
         "/ui/sessions?status=failed"
     ]
     assert is_login_redirect(browser.get("/ui/no-such-page"))
-    assert is_login_redirect(browser.get("/"))
+    assert browser.get("/").headers["location"] == "/ui"  # the cookie's path starts there
+    assert is_login_redirect(browser.get("/ui"))
+    assert browser.post("/").status_code == 405
 
     # A console route added later is protected without a line in its handler.
     async def leak(request: Any) -> PlainTextResponse:
@@ -186,6 +188,8 @@ def test_every_console_route_needs_the_session_cookie(
     log_in(browser)
     assert browser.get("/ui/added-later").text == "secret"
     assert browser.get("/ui/no-such-page").status_code == 404
+    assert browser.get("/ui").headers["location"] == "/ui/sessions"
+    assert "GET" in browser.delete("/ui/sessions").headers["allow"]
     # The API is unchanged: a console cookie is not an API credential.
     assert browser.get("/v1/sessions").status_code == 401
 
@@ -484,7 +488,7 @@ def test_the_session_page_shows_history_tool_calls_wait_and_traceback(
     assert "Traceback (most recent call last)" in text
     assert "the card was declined" in text
     assert "reserve" in text and "undo: release" in text
-    key = re.search(r'class="mono key">([^<]+)<', text)
+    key = re.search(r'class="mono key[^"]*">([^<]+)<', text)
     assert key is not None and len(key.group(1)) > 20  # the idempotency key
     assert "&#34;reserved&#34;" in text  # the recorded result
     fixable = browser.get(f"/ui/sessions/{world['fixable']}")

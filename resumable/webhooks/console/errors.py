@@ -63,7 +63,9 @@ async def _package(request: Request, exc: Exception) -> Response:
 
 async def _http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return error_page(request, exc.status_code, f"HTTP {exc.status_code}", str(exc.detail))
+    response = error_page(request, exc.status_code, f"HTTP {exc.status_code}", str(exc.detail))
+    response.headers.update(exc.headers or {})
+    return response
 
 
 async def _database_down(request: Request, exc: Exception) -> Response:

@@ -102,8 +102,12 @@ async def home(request: Request) -> Response:
     return RedirectResponse(_HOME, 303)
 
 
+async def root(request: Request) -> Response:
+    return RedirectResponse("/ui", 303)
+
+
 routes = [
-    Route("/", home, methods=["GET"]),
+    Route("/", root, methods=["GET"]),
     Route("/ui", home, methods=["GET"]),
     Route("/ui/login", login_form, methods=["GET"]),
     Route("/ui/login", log_in, methods=["POST"]),
