@@ -36,6 +36,7 @@ from resumable.webhooks import (
     session_routes,
 )
 from resumable.webhooks.auth import BearerAuth, accepted_tokens, auth_middleware
+from resumable.webhooks.console.app import WithConsole, build_console
 from resumable.webhooks.errors import EXCEPTION_HANDLERS
 from resumable.webhooks.guards import RejectUnusableRequests
 from resumable.webhooks.metrics import Metrics
@@ -59,10 +60,14 @@ ROUTES: tuple[BaseRoute, ...] = (
 
 
 class _App(Starlette):
-    """Starlette, with its plain-text 413 turned into the API's JSON error."""
+    """Starlette, with its plain-text 413 turned into the API's JSON error,
+    behind the operator console's paths."""
+
+    console: ASGIApp | None = None
 
     def build_middleware_stack(self) -> ASGIApp:
-        return JsonTooLarge(super().build_middleware_stack())
+        api = JsonTooLarge(super().build_middleware_stack())
+        return api if self.console is None else WithConsole(api, self.console)
 
 
 def create_app(
@@ -106,13 +111,15 @@ def create_app(
                 broker.close()
                 db.close()
 
-    return _App(
+    app = _App(
         routes=list(ROUTES),
         middleware=[Middleware(RejectUnusableRequests), auth_middleware(auth)],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
         max_body_size=settings.max_body_bytes,
     )
+    app.console = build_console(settings, auth, lambda: app.state.resumable)
+    return app
 
 
 @contextlib.asynccontextmanager

@@ -6,6 +6,13 @@ handler. Public: liveness and readiness (probes carry no credentials) and
 callbacks (external systems prove themselves with the signature and the
 unguessable token). ``/metrics`` and ``/openapi.json`` need the token like
 the rest: Prometheus sends one with ``authorization: {credentials_file: ...}``.
+
+The operator console (``/`` and ``/ui/...``, served by its own Starlette app in
+front of the API's router) is for browsers, which send no bearer header: the
+same middleware checks its signed session cookie instead, on every console
+route but the login form, the static files and ``/`` (a redirect). A console
+request without a valid cookie is sent to the login form; a bearer header
+does not replace it.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import hashlib
 import hmac
 import secrets
 from pathlib import Path
+from urllib.parse import urlencode
 
 from starlette.authentication import (
     AuthCredentials,
@@ -24,14 +32,21 @@ from starlette.authentication import (
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import HTTPConnection, Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Match
 
 from resumable.settings import Settings
+from resumable.webhooks.console.session_cookie import CookieSigner, Operator
 from resumable.webhooks.errors import error_response
 
 # Route paths (as declared) that answer without a token; everything else needs one.
 PUBLIC_ROUTES = frozenset({"/healthz", "/readyz", "/v1/callbacks/{token}"})
+# Console routes (as declared) a browser reaches without the console's session
+# cookie: the login form, the static files, and `/`, which only redirects to
+# `/ui` (the cookie is scoped to `/ui`, so `/` never receives it). Every other
+# console route, including one added later or none at all (a 404), needs it.
+CONSOLE_PUBLIC_ROUTES = frozenset({"/", "/ui/login", "/ui/static"})
+CONSOLE_LOGIN_PATH = "/ui/login"
 
 _CHALLENGE = 'Bearer realm="resumable"'
 
@@ -66,6 +81,9 @@ class BearerAuth:
     def __init__(self, tokens: list[str]) -> None:
         self._tokens = [t.encode() for t in tokens if t]
 
+    def accepts(self, given: bytes) -> bool:
+        return any(hmac.compare_digest(given, token) for token in self._tokens)
+
     def actor(self, conn: HTTPConnection) -> str:
         """The caller's identity for the audit log; UnauthorizedError otherwise."""
         header = conn.headers.get("authorization", "")
@@ -73,7 +91,7 @@ class BearerAuth:
         if scheme.lower() != "bearer" or not value.strip():
             raise UnauthorizedError("missing bearer token (Authorization: Bearer ...)", _CHALLENGE)
         given = value.strip().encode("utf-8", "surrogateescape")
-        if not any(hmac.compare_digest(given, token) for token in self._tokens):
+        if not self.accepts(given):
             raise UnauthorizedError("invalid bearer token", f'{_CHALLENGE}, error="invalid_token"')
         fingerprint = hashlib.sha256(given).hexdigest()[:8]
         who = conn.headers.get("x-resumable-actor", "").strip()[:200]
@@ -115,6 +133,46 @@ def _unauthorized(conn: HTTPConnection, exc: AuthenticationError) -> Response:
 
 def auth_middleware(auth: BearerAuth) -> Middleware:
     return Middleware(AuthenticationMiddleware, backend=_TokenBackend(auth), on_error=_unauthorized)
+
+
+class ConsoleUser(SimpleUser):
+    """A browser logged in to the console."""
+
+    def __init__(self, operator: Operator) -> None:
+        super().__init__(operator.actor)
+        self.operator = operator
+
+
+class NoConsoleSessionError(AuthenticationError):
+    """No valid console session cookie."""
+
+
+class _CookieBackend(AuthenticationBackend):
+    def __init__(self, signer: CookieSigner) -> None:
+        self.signer = signer
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
+        route = route_for(conn)
+        if route is not None and getattr(route, "path", None) in CONSOLE_PUBLIC_ROUTES:
+            return None
+        operator = self.signer.operator(conn)
+        if operator is None:
+            raise NoConsoleSessionError()
+        return AuthCredentials(["console"]), ConsoleUser(operator)
+
+
+def _to_login(conn: HTTPConnection, exc: AuthenticationError) -> Response:
+    """Browsers go to the login form, which sends them back here after (a page
+    they were reading; a form they were posting is not replayed)."""
+    method = conn.scope.get("method", "GET")
+    target = conn.url.path if method in ("GET", "HEAD") else "/ui"
+    if method in ("GET", "HEAD") and conn.url.query:
+        target += "?" + conn.url.query
+    return RedirectResponse(f"{CONSOLE_LOGIN_PATH}?{urlencode({'next': target})}", 303)
+
+
+def console_auth_middleware(signer: CookieSigner) -> Middleware:
+    return Middleware(AuthenticationMiddleware, backend=_CookieBackend(signer), on_error=_to_login)
 
 
 def request_actor(request: Request) -> str:

@@ -1,0 +1,159 @@
+"""The session page's actions: cancel, signal, fork, and retry or discard its
+dead letter. Each is a POST with the session's CSRF token, audited as
+``console:<name>`` by the same Python calls the API and the CLI make, and
+answered with a redirect (303) to the page that shows the result. A refused
+action renders the session page again with the error beside its form, and
+what was typed; nothing was written.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from resumable.dead_letters import DeadLetters
+from resumable.errors import DeadLetterNotFoundError, ResumableError, SessionNotFoundError
+from resumable.inbox import Verdict
+from resumable.time_travel import TimeTravel
+from resumable.webhooks.console.errors import status_of
+from resumable.webhooks.console.forms import Form, FormError, action_form
+from resumable.webhooks.console.session_pages import path_session_id, render_session
+from resumable.webhooks.console.state import operator, web_state
+from resumable.webhooks.request_models import MAX_SEQ
+
+TOPIC = re.compile(r"[A-Za-z0-9_.:\-]{1,100}")
+# Signal ids are indexed; the API and the CLI bound them the same way.
+MAX_KEY_BYTES = 256
+
+Act = Callable[[Form, str, uuid.UUID], str]
+
+
+async def _act(
+    request: Request, name: str, session_of: Callable[[], uuid.UUID], act: Act
+) -> Response:
+    """Check the CSRF token, then run `act(form, actor, session_id)`, which
+    returns where to go next; on a refusal, the session page with the error."""
+    form: Form | None = None
+    try:
+        form = await action_form(request)  # CsrfError: a 403 page, nothing done
+        session_id = await run_in_threadpool(session_of)
+        target = await run_in_threadpool(act, form, operator(request).actor, session_id)
+    except (FormError, ResumableError) as exc:
+        status = exc.status if isinstance(exc, FormError) else status_of(exc)
+        if status in (404, 500):
+            raise
+        typed = {k: v for k, v in (form.fields if form else {}).items() if k != "csrf"}
+        session_id = await run_in_threadpool(session_of)
+        return await render_session(
+            request, session_id, status=status, error=exc.message, failed=name, form=typed
+        )
+    return RedirectResponse(target, 303)
+
+
+def _page(session_id: uuid.UUID, done: str) -> str:
+    return f"/ui/sessions/{session_id}?done={done}"
+
+
+async def cancel(request: Request) -> Response:
+    state = web_state(request)
+
+    def act(form: Form, actor: str, session_id: uuid.UUID) -> str:
+        reason = form.text("reason", "The reason")
+        state.client.cancel(session_id, actor=actor, reason=reason)
+        return _page(session_id, "cancelled")
+
+    return await _act(request, "cancel", lambda: path_session_id(request), act)
+
+
+async def signal(request: Request) -> Response:
+    state = web_state(request)
+
+    def act(form: Form, actor: str, session_id: uuid.UUID) -> str:
+        topic = form.text(
+            "topic", "The topic", required=True, pattern=TOPIC, hint="1-100 of A-Z a-z 0-9 _ . : -"
+        )
+        payload = form.json("payload", "The payload")
+        key = form.text("key", "The signal id", max_length=MAX_KEY_BYTES)
+        if key is not None and len(key.encode()) > MAX_KEY_BYTES:
+            raise FormError(f"The signal id is longer than {MAX_KEY_BYTES} bytes")
+        assert topic is not None
+        receipt = state.inbox.signal(session_id, topic, payload, key, actor)
+        state.metrics.deliveries.labels("signal", receipt.verdict.value).inc()
+        if receipt.verdict is Verdict.UNKNOWN:
+            raise SessionNotFoundError(f"no session {session_id}")
+        if receipt.verdict in (Verdict.CLOSED, Verdict.REUSED):
+            raise FormError(receipt.message, 409)
+        done = "signal_duplicate" if receipt.verdict is Verdict.DUPLICATE else "signal_accepted"
+        return _page(session_id, done)
+
+    return await _act(request, "signal", lambda: path_session_id(request), act)
+
+
+async def fork(request: Request) -> Response:
+    state = web_state(request)
+
+    def act(form: Form, actor: str, session_id: uuid.UUID) -> str:
+        at = form.integer("at", "The checkpoint", 1, MAX_SEQ)
+        if at is None:
+            raise FormError("The checkpoint to fork at is required")
+        fork_id = TimeTravel(state.db, state.client.registry).fork(
+            session_id,
+            at,
+            actor=actor,
+            state_patch=form.patch("patch"),
+            broker=state.broker,
+            settings=state.settings,
+            allow_compensated=form.flag("allow_compensated"),
+        )
+        return _page(fork_id, "forked")
+
+    return await _act(request, "fork", lambda: path_session_id(request), act)
+
+
+def _dead_letters(request: Request) -> tuple[DeadLetters, Callable[[], uuid.UUID], int]:
+    """The dead letters, a reader of the letter's session, and the letter's id."""
+    state = web_state(request)
+    letters = DeadLetters(state.settings, state.db, state.broker)
+    raw = str(request.path_params["dead_letter_id"])
+    number = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 18 else 0
+    if number < 1:
+        raise DeadLetterNotFoundError(f"no dead letter {raw[:40]!r}")
+    return letters, lambda: letters.get(number).session_id, number
+
+
+async def retry_dead_letter(request: Request) -> Response:
+    letters, session_of, number = _dead_letters(request)
+
+    def act(form: Form, actor: str, session_id: uuid.UUID) -> str:
+        reason = form.text("reason", "The reason")
+        letters.retry(number, actor=actor, reason=reason, state_patch=form.patch("patch"))
+        return _page(session_id, "retried")
+
+    return await _act(request, "retry", session_of, act)
+
+
+async def discard_dead_letter(request: Request) -> Response:
+    letters, session_of, number = _dead_letters(request)
+
+    def act(form: Form, actor: str, session_id: uuid.UUID) -> str:
+        reason = form.text("reason", "The reason", required=True)
+        assert reason is not None
+        letters.discard(number, actor=actor, reason=reason)
+        return _page(session_id, "discarded")
+
+    return await _act(request, "discard", session_of, act)
+
+
+routes = [
+    Route("/ui/sessions/{session_id}/cancel", cancel, methods=["POST"]),
+    Route("/ui/sessions/{session_id}/signal", signal, methods=["POST"]),
+    Route("/ui/sessions/{session_id}/fork", fork, methods=["POST"]),
+    Route("/ui/dead-letters/{dead_letter_id}/retry", retry_dead_letter, methods=["POST"]),
+    Route("/ui/dead-letters/{dead_letter_id}/discard", discard_dead_letter, methods=["POST"]),
+]

@@ -1,0 +1,159 @@
+"""The sessions list and the session page (reads only; actions are in
+``session_actions.py``)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from resumable.errors import ResumableError, SessionNotFoundError
+from resumable.models.status import SessionStatus
+from resumable.webhooks.console import queries
+from resumable.webhooks.console.errors import status_of
+from resumable.webhooks.console.forms import Form, FormError
+from resumable.webhooks.console.render import page
+from resumable.webhooks.console.session_view import session_view
+from resumable.webhooks.console.state import web_state
+from resumable.webhooks.request_models import MAX_SEQ
+
+STATUSES = [status.value for status in SessionStatus]
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+_ID_PREFIX = re.compile(r"[0-9a-f-]{1,36}")
+_DURATION = re.compile(r"(\d{1,6})\s*(s|m|min|h|d)")
+_UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+_MAX_CURSOR_LENGTH = 200
+
+# What a successful action says on the page it returns to (a fixed set: the
+# query string cannot put words in the console's mouth).
+NOTICES = {
+    "cancelled": "The session was cancelled.",
+    "signal_accepted": "The signal was stored; the session takes it when it waits for its topic.",
+    "signal_duplicate": "That signal id was already received; nothing new was stored.",
+    "retried": "The dead letter was retried: the session resumes from its latest checkpoint.",
+    "discarded": "The dead letter was discarded.",
+    "forked": "This session was forked from a checkpoint of another one and is queued.",
+}
+
+
+def duration(form: Form, name: str, label: str) -> timedelta | None:
+    text = form.text(name, label, max_length=20)
+    if text is None:
+        return None
+    match = _DURATION.fullmatch(text.lower())
+    if not match:
+        raise FormError(f"{label} must be a duration like 90s, 15m, 2h or 7d")
+    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+
+
+def session_filter(form: Form) -> queries.SessionFilter:
+    status = form.text("status", "Status", max_length=20)
+    if status is not None and status not in STATUSES:
+        raise FormError(f"Status must be one of {', '.join(STATUSES)}")
+    prefix = form.text("id", "The session id", max_length=36)
+    if prefix is not None:
+        prefix = prefix.lower()
+        if not _ID_PREFIX.fullmatch(prefix):
+            raise FormError("The session id is hexadecimal digits and dashes (any leading part)")
+    return queries.SessionFilter(
+        status=status,
+        agent=form.text("agent", "The agent", max_length=200),
+        id_prefix=prefix,
+        older_than=duration(form, "older_than", "Older than"),
+        newer_than=duration(form, "newer_than", "Newer than"),
+    )
+
+
+async def list_sessions(request: Request) -> Response:
+    state = web_state(request)
+    form = Form(dict(request.query_params))
+    error: str | None = None
+    rows: list[queries.SessionSummary] = []
+    next_cursor = None
+    status = 200
+    try:
+        cursor = form.text("cursor", "The page cursor", max_length=_MAX_CURSOR_LENGTH)
+        limit = form.integer("limit", "The page size", 1, MAX_PAGE_SIZE) or PAGE_SIZE
+        where = session_filter(form)
+        rows, next_cursor = await run_in_threadpool(
+            lambda: queries.find_sessions(state.db, where, limit=limit, cursor=cursor)
+        )
+    except FormError as exc:
+        error, status = exc.message, exc.status
+    except ResumableError as exc:  # a cursor this console did not hand out
+        error, status = exc.message, status_of(exc)
+    counts = await run_in_threadpool(state.client.count_by_status)
+    agents = await run_in_threadpool(queries.known_agents, state.db)
+    base = {k: v for k, v in form.fields.items() if k != "cursor" and v}
+    return page(
+        request,
+        "sessions.html",
+        status,
+        rows=rows,
+        next_cursor=next_cursor,
+        counts=counts,
+        statuses=STATUSES,
+        agents=agents,
+        filters=form.fields,
+        base=base,
+        error=error,
+    )
+
+
+def path_session_id(request: Request) -> uuid.UUID:
+    raw = str(request.path_params["session_id"])
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise SessionNotFoundError(f"no session {raw[:80]!r}") from None
+
+
+async def render_session(
+    request: Request,
+    session_id: uuid.UUID,
+    *,
+    status: int = 200,
+    error: str | None = None,
+    failed: str | None = None,
+    form: dict[str, str] | None = None,
+) -> Response:
+    """The session page; after a refused action, with the error beside the
+    form that failed (`failed`) and what was typed in it (`form`)."""
+    state = web_state(request)
+    query = Form(dict(request.query_params))
+    try:
+        at = query.integer("at", "The checkpoint", 1, MAX_SEQ)
+        events_after = query.integer("events_after", "events_after", 0, 2**62) or 0
+    except FormError as exc:
+        at, events_after = None, 0
+        error, status = error or exc.message, status if error else exc.status
+    view = await run_in_threadpool(
+        lambda: session_view(state, session_id, at=at, events_after=events_after)
+    )
+    done = request.query_params.get("done")
+    context: dict[str, Any] = {
+        "view": view,
+        "row": view.row,
+        "error": error,
+        "failed": failed,
+        "form": form or {},
+        "notice": NOTICES.get(done or "") if not error else None,
+    }
+    return page(request, "session.html", status, **context)
+
+
+async def show_session(request: Request) -> Response:
+    return await render_session(request, path_session_id(request))
+
+
+routes = [
+    Route("/ui/sessions", list_sessions, methods=["GET"]),
+    Route("/ui/sessions/{session_id}", show_session, methods=["GET"]),
+]

@@ -1,0 +1,290 @@
+"""The operator console in a real browser: headless Chromium (Debian's
+``chromium``; Playwright's own download is not reachable here) driven by
+Playwright, against a real ``resumable web`` process and a real worker.
+
+Screenshots of every page a test looks at are saved under its tmp_path.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from resumable.client import Client
+from resumable.models.database import Database
+from tests.conftest import API_TOKEN, START_TIMEOUT, LocalDeployment, wait_until
+from tests.integration.console_agents import (
+    HTTP_URL,
+    IMAGE,
+    JAVASCRIPT_URL,
+    LONG,
+    SCRIPT,
+)
+
+AGENTS = "tests.integration.console_agents"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# How long a page may take to show what a test waits for.
+PAGE_TIMEOUT_MS = 15_000
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Browser]:
+    assert CHROMIUM.exists(), (
+        "the console's browser tests need Debian's chromium: apt-get install -y chromium "
+        "(.ci/run installs it when missing)"
+    )
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def console(deployment: LocalDeployment) -> str:
+    """A real web process and a worker of the console's test agents (started
+    side by side: the browser tests are kept quick)."""
+    starting = [deployment.processes.web(deployment.port), deployment.processes.worker(AGENTS)]
+    for process in starting:
+        process.wait_ready(START_TIMEOUT)
+    return deployment.url
+
+
+class Tab:
+    """One browser page with its own cookies, recording any dialog a page opens
+    (an alert would mean a value ran as script) and saving screenshots."""
+
+    def __init__(self, page: Page, base: str, shots: Path) -> None:
+        self.page = page
+        self.base = base
+        self.shots = shots
+        self.dialogs: list[str] = []
+        page.set_default_timeout(PAGE_TIMEOUT_MS)
+        page.on("dialog", self._dialog)
+
+    def _dialog(self, dialog: object) -> None:
+        self.dialogs.append(str(getattr(dialog, "message", dialog)))
+        dialog.dismiss()  # type: ignore[attr-defined]
+
+    def go(self, path: str) -> None:
+        self.page.goto(self.base + path)
+
+    def shot(self, name: str) -> Path:
+        path = self.shots / f"{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+    def log_in(self, name: str = "Ada", token: str = API_TOKEN) -> None:
+        if "/ui/login" not in self.page.url:
+            self.go("/ui/login")
+        self.page.fill("input[name=name]", name)
+        self.page.fill("input[name=token]", token)
+        self.page.click("button:has-text('Log in')")
+
+    def text(self, selector: str = "main") -> str:
+        return self.page.inner_text(selector)
+
+
+@pytest.fixture
+def tab(chromium: Browser, console: str, tmp_path: Path) -> Iterator[Tab]:
+    context = chromium.new_context()
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    yield Tab(context.new_page(), console, shots)
+    context.close()
+
+
+def _failed(client: Client, *session_ids: uuid.UUID) -> Callable[[], bool]:
+    return lambda: all(client.get(s).status == "failed" for s in session_ids)
+
+
+def test_a_logged_out_browser_is_sent_to_the_login_page(tab: Tab) -> None:
+    tab.go("/ui/sessions?status=failed")
+    assert "/ui/login?next=" in tab.page.url
+    tab.log_in(token="not-the-token")
+    assert "not accepted" in tab.text("[role=alert]")
+    tab.log_in()
+    tab.page.wait_for_url("**/ui/sessions?status=failed")
+    assert "Ada" in tab.text("header")
+    tab.page.click("button:has-text('Log out')")
+    tab.page.wait_for_url("**/ui/login")
+    tab.go("/ui/dead-letters")
+    assert "/ui/login?next=%2Fui%2Fdead-letters" in tab.page.url
+    tab.go("/")
+    assert "/ui/login" in tab.page.url
+    tab.shot("login")
+
+
+def test_an_operator_finds_a_dead_letter_reads_its_traceback_and_retries_it_with_a_patch(
+    tab: Tab, client: Client, db: Database
+) -> None:
+    broken = client.start("console_fixable", {"order": 7})
+    client.start("console_waiting", {})
+    wait_until(_failed(client, broken), what="the session to fail")
+
+    tab.go("/ui/sessions")
+    tab.log_in()
+    tab.page.select_option("select[name=status]", "failed")
+    tab.page.fill("input[name=agent]", "console_fixable")
+    tab.page.click("#session-filters button:has-text('Filter')")
+    tab.page.wait_for_url("**status=failed**")
+    rows = tab.page.locator("#sessions tbody tr")
+    assert rows.count() == 1
+    rows.locator("a").first.click()
+    tab.page.wait_for_url(f"**/ui/sessions/{broken}")
+
+    traceback = tab.text("pre.traceback")
+    assert "Traceback (most recent call last)" in traceback
+    assert "the order needs state.fixed (retry with a patch)" in traceback
+    tab.shot("dead-lettered-session")
+
+    tab.page.fill(
+        "#retry-form textarea[name=patch]", '[{"op": "add", "path": "/fixed", "value": "by Ada"}]'
+    )
+    tab.page.fill("#retry-form input[name=reason]", "patched the order")
+    tab.page.click("#retry-form button")
+    assert "dead letter was retried" in tab.text("#notice")
+
+    deadline = time.monotonic() + 20
+    while "completed" not in tab.text("#status"):
+        assert time.monotonic() < deadline, "the retried session did not complete"
+        tab.page.wait_for_timeout(200)
+        tab.page.reload()
+    assert '"fixed": "by Ada"' in tab.text("#io")
+    timeline = tab.text("#timeline")
+    assert "dead_letter_retried" in timeline and "console:Ada" in timeline
+    assert "session_completed" in timeline
+    tab.shot("session")
+    assert client.get(broken).result["fixed"] == "by Ada"
+    assert not tab.dialogs
+
+
+def test_a_drain_shows_its_dry_run_then_runs_with_progress(
+    tab: Tab, client: Client, tmp_path: Path
+) -> None:
+    flag = tmp_path / "fixed"
+    fixable = [client.start("console_fixable", {"flag": str(flag)}) for _ in range(2)]
+    refused = client.start("console_compensated", {})
+    wait_until(_failed(client, *fixable, refused), what="three dead letters")
+    flag.touch()  # from now on a retry of the fixable sessions succeeds
+
+    tab.go("/ui/dead-letters")
+    tab.log_in()
+    assert tab.page.locator("#dead-letters tbody tr").count() == 3
+    tab.page.select_option("#drain select[name=action]", "retry")
+    tab.page.click("#drain button:has-text('Dry run')")
+    tab.page.wait_for_url("**/ui/dead-letters/drain?**")
+    assert tab.text("#matched") == "3 matched"
+    assert tab.text("#would-act") == "2 would be retried"
+    assert tab.text("#refused") == "1 would be refused"
+    refused_row = tab.text("#preview tr.refused")
+    assert str(refused) in refused_row and "compensations ran" in refused_row
+    tab.shot("drain-dry-run")
+    assert all(client.get(s).status == "failed" for s in [*fixable, refused])  # a dry run
+
+    tab.page.click("#run-drain button")
+    tab.page.wait_for_url("**/ui/drains/**")
+    tab.page.wait_for_selector("#drain-progress[data-running=no]")
+    # The one the dry run said would be refused is refused, for the same reason.
+    assert tab.text("#done-count") == "2" and tab.text("#failed-count") == "1"
+    assert "compensations ran" in tab.text("#drain-progress ul.failed")
+    tab.shot("drain-finished")
+    wait_until(
+        lambda: all(client.get(s).status == "completed" for s in fixable),
+        what="the drained sessions to complete",
+    )
+    assert client.get(refused).status == "failed"
+
+
+def test_hostile_strings_from_agents_tools_and_errors_render_inert(
+    tab: Tab, client: Client
+) -> None:
+    session = client.start("console_hostile", {"note": SCRIPT})
+    wait_until(_failed(client, session), what="the hostile session to fail")
+    tab.go("/ui/sessions")
+    tab.log_in()
+    for path in (
+        f"/ui/sessions/{session}",
+        "/ui/sessions?status=failed",
+        "/ui/dead-letters",
+        "/ui/dead-letters/drain?action=retry",
+    ):
+        tab.go(path)
+        page = tab.page
+        # Nothing ran and nothing was injected: no dialog, no image, no script
+        # but the console's own, no javascript: link.
+        assert page.locator("img").count() == 0, path
+        assert page.locator("script").count() == 1, path
+        assert page.locator("script").get_attribute("src") == "/ui/static/console.js"
+        assert page.locator("a[href^='javascript']").count() == 0, path
+        assert page.locator("[onerror]").count() == 0, path
+        tab.shot(path.strip("/").replace("/", "_").replace("?", "_")[:60])
+    # The session page shows every value as text, literally.
+    tab.go(f"/ui/sessions/{session}")
+    body = tab.text("body")
+    for value in (SCRIPT, IMAGE.replace('"', '\\"'), JAVASCRIPT_URL, "Zoë ✓ 東京 🚀"):
+        assert value in body, value
+    assert "\\u202egnp.exe" in body  # the right-to-left override is shown, not obeyed
+    assert LONG in body  # 100 KB, whole
+    error = tab.text(".dead-letter .error-message")
+    assert SCRIPT in error and IMAGE in error and JAVASCRIPT_URL in error
+    assert SCRIPT in tab.text("#tool-calls")
+    # An http(s) URL an agent stored is a link (without a referrer); javascript: is text.
+    link = tab.page.locator(f"a[href='{HTTP_URL}']").first
+    assert link.get_attribute("rel") == "noopener noreferrer nofollow"
+    assert (
+        tab.page.locator("pre.json a").count() == tab.page.locator(f"a[href='{HTTP_URL}']").count()
+    )
+    assert not tab.dialogs, tab.dialogs
+
+
+def test_an_action_without_the_csrf_token_is_refused_and_changes_nothing(
+    tab: Tab, client: Client, db: Database
+) -> None:
+    session = client.start("console_waiting", {})
+    wait_until(lambda: client.get(session).status == "suspended", what="the session to wait")
+    tab.go(f"/ui/sessions/{session}")
+    tab.log_in()
+    tab.page.wait_for_url(f"**/ui/sessions/{session}")
+
+    tab.page.evaluate("document.querySelector('#cancel-form input[name=csrf]').remove()")
+    with tab.page.expect_response(f"**/ui/sessions/{session}/cancel") as answer:
+        tab.page.click("#cancel-form button")
+    assert answer.value.status == 403
+    assert "CSRF" in tab.text("h1") and "Nothing was changed" in tab.text("main")
+    tab.shot("csrf-refused")
+    assert client.get(session).status == "suspended"
+
+    # Another site's page that posts to the console: the SameSite=Strict cookie
+    # stays home, so the browser is sent to log in, and nothing changes.
+    attacker = "http://attacker.test/"
+    form = (
+        f"<form id=f method=post action='{tab.base}/ui/sessions/{session}/cancel'>"
+        "<input name=reason value=forged></form><script>f.submit()</script>"
+    )
+    tab.page.route(attacker, lambda route: route.fulfill(content_type="text/html", body=form))
+    tab.page.goto(attacker)
+    tab.page.wait_for_url("**/ui/login?**")
+    assert client.get(session).status == "suspended"
+    types = [e.event_type for e in client.events(session)]
+    assert "session_cancelled" not in types
+
+    # With the token, the same form does cancel (so the refusals were the token's).
+    tab.go(f"/ui/sessions/{session}")
+    tab.page.click("#cancel-form button")
+    assert "cancelled" in tab.text("#notice")
+    assert client.get(session).status == "cancelled"
+    assert not tab.dialogs
