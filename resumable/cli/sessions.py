@@ -19,6 +19,7 @@ from resumable.agent import AgentRegistry
 from resumable.cli.ids import resolve_session
 from resumable.cli.json_args import parse_json, parse_patch, parse_text
 from resumable.cli.support import ErrorGroup, connected, console, optional_agents
+from resumable.client import HUNG_AFTER_SECONDS
 from resumable.errors import (
     IdempotencyConflictError,
     ResumableError,
@@ -95,14 +96,42 @@ def sessions() -> None:
 @click.option("--status", type=click.Choice(STATUSES), default=None)
 @click.option("--agent", default=None)
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option(
+    "--hung",
+    is_flag=True,
+    help="Only running sessions whose step is past its time limit or has run long (--hung-after).",
+)
+@click.option(
+    "--hung-after",
+    type=click.FloatRange(1, 30 * 86_400),
+    default=HUNG_AFTER_SECONDS,
+    show_default=True,
+    help="Seconds a step may run before --hung lists it.",
+)
+@click.option(
+    "--unserved", is_flag=True, help="Only sessions waiting for a worker that loads their agent."
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def sessions_list(
-    settings: Settings, status: str | None, agent: str | None, limit: int, as_json: bool
+    settings: Settings,
+    status: str | None,
+    agent: str | None,
+    limit: int,
+    hung: bool,
+    hung_after: float,
+    unserved: bool,
+    as_json: bool,
 ) -> None:
     """List sessions, newest first."""
     with connected(settings) as c:
-        rows = c.client.list_sessions(status=status, agent=agent, limit=limit)
+        rows = c.client.list_sessions(
+            status=status,
+            agent=agent,
+            limit=limit,
+            hung_after=hung_after if hung else None,
+            unserved=unserved,
+        )
     if as_json:
         click.echo(json.dumps([r.model_dump(mode="json", exclude={"state"}) for r in rows]))
         return

@@ -1,8 +1,9 @@
 """Prometheus metrics, read from PostgreSQL at scrape time.
 
 PostgreSQL is the truth, so the gauges are counted there on each scrape
-(sessions by status and agent, open dead letters, pending alerts, the oldest
-pending session's age) and are the same whichever web process answers. The
+(sessions by status and agent, open dead letters, pending alerts, hung
+sessions, sessions no live worker serves, the oldest pending session's age)
+and are the same whichever web process answers. The
 counters are this process's own (callbacks and signals by outcome).
 """
 
@@ -14,8 +15,12 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from resumable.client import hung_sessions, unserved_agents
 from resumable.models import metrics_queries
 from resumable.models.database import Database
+
+# Counted up to this many; past it the gauge says "at least".
+_HUNG_COUNT_LIMIT = 10_000
 
 
 class DatabaseCollector(Collector):
@@ -42,6 +47,20 @@ class DatabaseCollector(Collector):
             "Alerts not delivered yet.",
             value=float(others["alerts"]),  # type: ignore[arg-type]
         )
+        yield GaugeMetricFamily(
+            "resumable_sessions_hung",
+            "Running sessions whose current step is past its time limit or has run"
+            " longer than 10 minutes (a step blocked where a time limit cannot reach).",
+            value=float(len(hung_sessions(self.db, limit=_HUNG_COUNT_LIMIT))),
+        )
+        unserved = GaugeMetricFamily(
+            "resumable_sessions_unserved",
+            "Sessions waiting because no live worker loads their agent, by agent.",
+            labels=["agent"],
+        )
+        for waiting in unserved_agents(self.db):
+            unserved.add_metric([waiting.agent], float(waiting.sessions))
+        yield unserved
         yield GaugeMetricFamily(
             "resumable_oldest_pending_seconds",
             "Age of the longest-waiting pending session (a stuck queue shows here).",

@@ -4,6 +4,7 @@ blocked past the stop is named, never left behind in silence."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 import uuid
@@ -11,7 +12,8 @@ from collections import Counter
 from collections.abc import Callable
 
 from resumable.client import Client
-from tests.conftest import ManagedProcess, wait_until
+from resumable.webhooks.metrics import DatabaseCollector
+from tests.conftest import ManagedProcess, run_cli, wait_until
 from tests.fake_api import FakeAPI
 
 
@@ -82,6 +84,10 @@ def test_hung_steps_are_listed_and_stopping_names_the_threads_it_leaves(
     assert row.step == "block" and row.step_deadline is not None and row.running_seconds >= 1
     listed = {s.id for s in client.list_sessions(hung_after=600)}
     assert {cancelled, held} <= listed and slow not in listed
+    hung_cli = run_cli(client.settings, "sessions", "list", "--hung", "--json")
+    assert {cancelled, held} <= {uuid.UUID(row["id"]) for row in json.loads(hung_cli.stdout)}
+    gauges = {family.name: family for family in DatabaseCollector(client.db).collect()}
+    assert gauges["resumable_sessions_hung"].samples[0].value >= 2
     wait_until(lambda: client.get(slow).status == "completed", what="the slow session")
 
     client.cancel(cancelled, actor="test", reason="hung")

@@ -4,6 +4,7 @@ keys, and a session whose agent no live worker loads waits without churn."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections import Counter
@@ -16,7 +17,8 @@ from resumable.client import Client
 from resumable.models.database import Database
 from resumable.scheduler.reconcile import MARKER_KEY, reconcile
 from resumable.settings import Settings
-from tests.conftest import ManagedProcess, wait_until
+from resumable.webhooks.metrics import DatabaseCollector
+from tests.conftest import ManagedProcess, run_cli, wait_until
 
 # The documented defaults (conftest shortens them for other tests).
 DEFAULTS = {
@@ -142,6 +144,12 @@ def test_an_agent_no_live_worker_loads_waits_without_churn_until_one_starts(
     wait_until(lambda: client.get(served).status == "completed", what="a served session")
     assert [s.id for s in client.list_sessions(unserved=True)] == [lonely]
     assert [(a.agent, a.sessions) for a in client.unserved_agents()] == [("lonely", 1)]
+    listed = run_cli(client.settings, "sessions", "list", "--unserved", "--json")
+    assert [row["id"] for row in json.loads(listed.stdout)] == [str(lonely)]
+    gauges = {family.name: family for family in DatabaseCollector(client.db).collect()}
+    assert [
+        (s.labels["agent"], s.value) for s in gauges["resumable_sessions_unserved"].samples
+    ] == [("lonely", 1.0)]
     while time.monotonic() - created < 5:  # two reconcile grace periods and more
         assert _events(client, lonely) == ["session_created"]
         time.sleep(0.1)
