@@ -12,6 +12,7 @@ run go ahead.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -31,6 +32,9 @@ logger = logging.getLogger(__name__)
 # Set in Redis by the reconciler; gone means Redis lost its keys (flushed, or
 # restarted without persistence) and every queue message with them.
 MARKER_KEY = f"{NAMESPACE}:reconciler-marker"
+# How many pending sessions one pass brings back after Redis lost its keys
+# (a normal pass takes `limit`; the grace period spreads the rest).
+RESET_LIMIT = 100_000
 
 
 @dataclass
@@ -53,6 +57,11 @@ def broker_was_reset(broker: dramatiq.Broker) -> bool:
     return bool(broker.client.set(MARKER_KEY, "1", nx=True))
 
 
+def forget_marker(broker: dramatiq.Broker) -> None:
+    if isinstance(broker, RedisBroker):
+        broker.client.delete(MARKER_KEY)
+
+
 def reconcile(
     settings: Settings,
     db: Database,
@@ -70,24 +79,37 @@ def reconcile(
     grace = settings.reconcile_grace_seconds if grace_seconds is None else grace_seconds
     report = ReconcileReport(broker_reset=broker_was_reset(broker))
     if report.broker_reset:
+        # Every message went with the keys: bring back every pending session now.
+        grace, limit = 0, max(limit, RESET_LIMIT)
+    try:
+        with db.connection() as conn:
+            rows = conn.execute(
+                session_queries.RECONCILE, {"grace": grace, "limit": limit}
+            ).fetchall()
+            orphans = conn.execute(step_queries.ORPHANED_SESSIONS).fetchall()
+        for row in rows:
+            session_id = uuid.UUID(str(row["id"]))
+            enqueue_session(broker, settings, session_id)
+            found = report.pending if row["status"] == SessionStatus.PENDING else report.expired
+            found.append(session_id)
+        for row in orphans:
+            session_id = uuid.UUID(str(row["id"]))
+            enqueue_session(broker, settings, session_id)
+            report.orphaned.append(session_id)
+    except BaseException:
+        if report.broker_reset:
+            # Not done: let the next pass see the reset again (the database may be
+            # down), or the pending sessions would wait out the grace period.
+            with contextlib.suppress(Exception):
+                forget_marker(broker)
+        raise
+    if report.broker_reset:
         logger.info(
-            "the broker has no marker (first start, or Redis lost its keys): "
-            "re-enqueueing pending sessions without a grace period",
+            "the broker had lost its keys (or this is its first start): re-enqueued"
+            " %d pending sessions without a grace period",
+            len(report.pending),
             extra={"action": "broker_reset"},
         )
-        grace = 0
-    with db.connection() as conn:
-        rows = conn.execute(session_queries.RECONCILE, {"grace": grace, "limit": limit}).fetchall()
-        orphans = conn.execute(step_queries.ORPHANED_SESSIONS).fetchall()
-    for row in rows:
-        session_id = uuid.UUID(str(row["id"]))
-        enqueue_session(broker, settings, session_id)
-        found = report.pending if row["status"] == SessionStatus.PENDING else report.expired
-        found.append(session_id)
-    for row in orphans:
-        session_id = uuid.UUID(str(row["id"]))
-        enqueue_session(broker, settings, session_id)
-        report.orphaned.append(session_id)
     if report.total:
         logger.info(
             "reconciler re-enqueued %d pending, %d expired-lease and %d dead-worker sessions",

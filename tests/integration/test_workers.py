@@ -11,6 +11,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg_pool
+import pytest
 import redis
 
 from resumable.client import Client
@@ -18,7 +20,7 @@ from resumable.models.database import Database
 from resumable.scheduler.reconcile import MARKER_KEY, reconcile
 from resumable.settings import Settings
 from resumable.webhooks.metrics import DatabaseCollector
-from tests.conftest import ManagedProcess, run_cli, wait_until
+from tests.conftest import ManagedProcess, free_port, run_cli, wait_until
 
 # The documented defaults (conftest shortens them for other tests).
 DEFAULTS = {
@@ -113,6 +115,25 @@ def test_reconcile_waits_out_the_grace_unless_redis_lost_its_keys(
     again = reconcile(fresh, db, client.broker)
     assert not again.broker_reset and again.pending == []  # within the grace period
     redis_client.flushall()
+    after = reconcile(fresh, db, client.broker)
+    assert after.broker_reset and sorted(after.pending) == sorted(ids)
+
+
+def test_a_lost_broker_seen_while_the_database_is_down_is_not_forgotten(
+    client: Client, settings: Settings, db: Database, redis_client: redis.Redis
+) -> None:
+    """The marker says Redis lost its keys; if the pass that noticed cannot reach
+    the database, the next pass must still skip the grace period."""
+    fresh = settings.model_copy(update={"reconcile_grace_seconds": 3600.0})
+    ids = [client.start("unknown-to-all") for _ in range(2)]
+    reconcile(fresh, db, client.broker)  # sets the marker
+    redis_client.flushall()
+    unreachable = Database(f"postgresql://postgres@127.0.0.1:{free_port()}/x", pool_timeout=1)
+    try:
+        with pytest.raises(psycopg_pool.PoolTimeout):
+            reconcile(fresh, unreachable, client.broker)
+    finally:
+        unreachable.close()
     after = reconcile(fresh, db, client.broker)
     assert after.broker_reset and sorted(after.pending) == sorted(ids)
 
