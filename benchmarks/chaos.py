@@ -152,11 +152,15 @@ class Faults:
     flushes: int = 0
     terminations: int = 0
     last_at: float = 0.0
+    on_idle: int = 0  # faults that found every session finished (proved nothing)
     log: list[str] = field(default_factory=list)
 
-    def note(self, started: float, what: str) -> None:
+    def note(self, started: float, what: str, pg_url: str) -> None:
         self.last_at = time.monotonic()
-        self.log.append(f"{self.last_at - started:6.1f} s  {what}")
+        counts = statuses(pg_url)
+        unfinished = sum(counts.values()) - counts["completed"]
+        self.on_idle += unfinished == 0
+        self.log.append(f"{self.last_at - started:6.1f} s  {what} ({unfinished} unfinished)")
 
 
 def statuses(pg_url: str) -> Counter[str]:
@@ -192,28 +196,32 @@ def inject_faults(
         victim = rng.choice(fleet.workers)
         fleet.kill(victim)
         faults.kills += 1
-        faults.note(started, f"SIGKILL worker pid {victim.proc.pid} (kill {faults.kills})")
+        faults.note(
+            started, f"SIGKILL worker pid {victim.proc.pid} (kill {faults.kills})", services.pg_url
+        )
         fleet.add_worker()
         if faults.kills == stop_at:
             paused = rng.choice(fleet.workers)
             paused.proc.send_signal(signal.SIGSTOP)
             faults.stops += 1
-            faults.note(started, f"SIGSTOP worker pid {paused.proc.pid}")
+            faults.note(started, f"SIGSTOP worker pid {paused.proc.pid}", services.pg_url)
             time.sleep(args.lease * 2.5)
             paused.proc.send_signal(signal.SIGCONT)
             faults.note(
-                started, f"SIGCONT worker pid {paused.proc.pid} after {args.lease * 2.5:g} s"
+                started,
+                f"SIGCONT worker pid {paused.proc.pid} after {args.lease * 2.5:g} s",
+                services.pg_url,
             )
         if faults.kills == flush_at:
             client = redis.Redis.from_url(services.redis_url)
             client.flushdb()
             client.close()
             faults.flushes += 1
-            faults.note(started, "Redis FLUSHDB")
+            faults.note(started, "Redis FLUSHDB", services.pg_url)
         if faults.kills == terminate_at:
             n = terminate_connections(services.pg_url)
             faults.terminations += 1
-            faults.note(started, f"terminated {n} PostgreSQL connections")
+            faults.note(started, f"terminated {n} PostgreSQL connections", services.pg_url)
 
 
 @dataclass
@@ -228,6 +236,7 @@ class Outcome:
     gapless: int
     wall: float
     after_last_fault: float
+    faults_on_idle: int
 
 
 def check(services: Services, args: argparse.Namespace) -> tuple[int, int]:
@@ -298,6 +307,7 @@ def run_chaos(args: argparse.Namespace, services: Services, log_dir: Path) -> Ou
         gapless=gapless,
         wall=finished - started,
         after_last_fault=finished - faults.last_at,
+        faults_on_idle=faults.on_idle,
     )
 
 
@@ -373,6 +383,7 @@ def report(outcome: Outcome, recovery: list[float], args: argparse.Namespace) ->
     print(f"  gapless checkpoint seqs     {outcome.gapless} / {outcome.sessions}")
     print(f"  wall time                   {outcome.wall:.1f} s")
     print(f"  last fault -> all done      {outcome.after_last_fault:.1f} s")
+    print(f"  faults on an idle system    {outcome.faults_on_idle} (they test nothing)")
     if recovery:
         print(
             f"  recovery after a kill       p50 {percentile(recovery, 0.5):.1f} s,"
@@ -393,7 +404,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument(
-        "--work-ms", type=float, default=150.0, help="Time a step works after its call."
+        "--work-ms", type=float, default=600.0, help="Time a step works after its call."
     )
     parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--kill-every", type=float, default=1.5)
