@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import redis
+from starlette.applications import Starlette
 
 from resumable.client import Client
 from resumable.dev import processes
@@ -25,6 +26,7 @@ from resumable.models import migrate
 from resumable.models.database import Database
 from resumable.queue.broker import build_broker
 from resumable.settings import Settings
+from resumable.webhooks.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_HOME = Path(os.environ.get("RESUMABLE_TEST_HOME", ROOT / ".resumable" / "test"))
@@ -242,6 +244,16 @@ def start_web(deployment: LocalDeployment) -> Callable[..., Process]:
 @pytest.fixture
 def start_scheduler(deployment: LocalDeployment) -> Callable[..., Process]:
     return deployment.scheduler
+
+
+@pytest.fixture
+def app(settings: Settings, db: Database, client: Client) -> Starlette:
+    """The web app, in-process (drive it with Starlette's TestClient), with the
+    test token and webhook secret, on clean tables."""
+    configured = settings.model_copy(
+        update={"api_tokens": [API_TOKEN], "webhook_secret": WEBHOOK_SECRET}
+    )
+    return create_app(configured, settings.database_url or "", settings.redis_url or "")
 
 
 @pytest.fixture

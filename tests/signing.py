@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +30,23 @@ def signed_headers(
         "webhook-id": msg_id,
         "webhook-timestamp": str(int(when.timestamp())),
         "webhook-signature": Webhook(secret).sign(msg_id, when, body),
+    }
+
+
+def signed_bytes(
+    body: bytes, *, msg_id: str | None = None, secret: str = WEBHOOK_SECRET
+) -> dict[str, str]:
+    """Standard Webhooks headers for any body bytes (non-UTF-8 too), computed
+    here: the library only signs text."""
+    msg_id = msg_id or f"msg_{uuid.uuid4().hex}"
+    timestamp = str(int(time.time()))
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    digest = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    return {
+        "content-type": "application/json",
+        "webhook-id": msg_id,
+        "webhook-timestamp": timestamp,
+        "webhook-signature": f"v1,{base64.b64encode(digest).decode()}",
     }
 
 

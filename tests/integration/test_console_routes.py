@@ -27,23 +27,14 @@ from starlette.testclient import TestClient
 from resumable.client import Client
 from resumable.models.database import Database
 from resumable.settings import Settings
-from resumable.webhooks.app import create_app
 from resumable.webhooks.auth import CONSOLE_PUBLIC_ROUTES
 from resumable.webhooks.console.session_cookie import SESSION_COOKIE, CookieSigner
-from tests.conftest import API_TOKEN, WEBHOOK_SECRET, ManagedProcess, wait_until
+from tests.conftest import API_TOKEN, ManagedProcess, wait_until
 from tests.integration.test_hostile_http import snapshot
 
 AGENTS = "tests.integration.console_agents"
 _PARAM = re.compile(r"{(\w+)(?::\w+)?}")
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
-
-
-@pytest.fixture
-def app(settings: Settings, db: Database, client: Client) -> Starlette:
-    configured = settings.model_copy(
-        update={"api_tokens": [API_TOKEN], "webhook_secret": WEBHOOK_SECRET}
-    )
-    return create_app(configured, settings.database_url or "", settings.redis_url or "")
 
 
 @pytest.fixture

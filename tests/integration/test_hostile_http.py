@@ -5,12 +5,9 @@ a 4xx in the API's error shape, never a 5xx, and the database is unchanged."""
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import re
 import socket
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,44 +23,20 @@ from starlette.testclient import TestClient
 
 from resumable.client import Client
 from resumable.models.database import Database
-from resumable.settings import Settings
 from resumable.webhooks import request_models
-from resumable.webhooks.app import create_app
 from resumable.webhooks.auth import PUBLIC_ROUTES
-from tests.conftest import API_TOKEN, WEBHOOK_SECRET, ManagedProcess, wait_until
+from tests.conftest import API_TOKEN, ManagedProcess, wait_until
 from tests.fake_api import FakeAPI
+from tests.signing import signed_bytes
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
 _PARAM = re.compile(r"{(\w+)(?::\w+)?}")
 
 
 @pytest.fixture
-def app(settings: Settings, db: Database, client: Client) -> Starlette:
-    configured = settings.model_copy(
-        update={"api_tokens": [API_TOKEN], "webhook_secret": WEBHOOK_SECRET}
-    )
-    return create_app(configured, settings.database_url or "", settings.redis_url or "")
-
-
-@pytest.fixture
 def api(app: Starlette) -> Iterator[TestClient]:
     with TestClient(app, raise_server_exceptions=False) as test_client:
         yield test_client
-
-
-def signed_raw(body: bytes, msg_id: str | None = None) -> dict[str, str]:
-    """Standard Webhooks headers for any body bytes, computed here (not with the
-    library, which only signs text)."""
-    msg_id = msg_id or f"msg_{uuid.uuid4().hex}"
-    timestamp = str(int(time.time()))
-    secret = base64.b64decode(WEBHOOK_SECRET.removeprefix("whsec_"))
-    digest = hmac.new(secret, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
-    return {
-        "content-type": "application/json",
-        "webhook-id": msg_id,
-        "webhook-timestamp": timestamp,
-        "webhook-signature": f"v1,{base64.b64encode(digest).decode()}",
-    }
 
 
 def snapshot(db: Database) -> dict[str, str]:
@@ -195,7 +168,7 @@ def test_every_route_refuses_hostile_input_without_a_5xx_or_a_change(
         nonlocal sent
         sent += 1
         if "/v1/callbacks/" in path:
-            headers = {**signed_raw(body), **headers}
+            headers = {**signed_bytes(body), **headers}
         headers = {**AUTH, "content-type": "application/json", **headers}
         return api.request(method, path, content=body, headers=headers)
 
@@ -300,7 +273,9 @@ def test_idempotency_keys_are_bounded_with_a_400(
     assert (signal.status_code, signal.json()["error"]["code"]) == (400, "invalid_idempotency_key")
     body = b'{"approved": true}'
     callback = api.post(
-        f"/v1/callbacks/{world['token']}", content=body, headers=signed_raw(body, "m" * 3_000)
+        f"/v1/callbacks/{world['token']}",
+        content=body,
+        headers=signed_bytes(body, msg_id="m" * 3_000),
     )
     assert (callback.status_code, callback.json()["error"]["code"]) == (
         400,
@@ -318,19 +293,19 @@ def test_callbacks_refuse_an_empty_body_and_a_signed_non_utf8_one_and_stay_open(
 ) -> None:
     before = snapshot(db)
     path = f"/v1/callbacks/{world['token']}"
-    empty = api.post(path, content=b"", headers=signed_raw(b""))
+    empty = api.post(path, content=b"", headers=signed_bytes(b""))
     assert (empty.status_code, empty.json()["error"]["code"]) == (400, "malformed_json")
     latin1 = b'{"name": "Jos\xe9"}'
-    answer = api.post(path, content=latin1, headers=signed_raw(latin1))
+    answer = api.post(path, content=latin1, headers=signed_bytes(latin1))
     assert (answer.status_code, answer.json()["error"]["code"]) == (400, "malformed_json")
     assert "UTF-8" in answer.json()["error"]["message"]
-    forged = {**signed_raw(b"{}"), "webhook-signature": signed_raw(latin1)["webhook-signature"]}
+    forged = {**signed_bytes(b"{}"), "webhook-signature": signed_bytes(latin1)["webhook-signature"]}
     unsigned = api.post(path, content=latin1, headers=forged)
     assert unsigned.status_code == 401
     assert unsigned.headers["www-authenticate"].startswith("Webhook-Signature")
     assert snapshot(db) == before
     body = b'{"approved": true}'
-    assert api.post(path, content=body, headers=signed_raw(body)).status_code == 202
+    assert api.post(path, content=body, headers=signed_bytes(body)).status_code == 202
 
 
 def test_a_delivery_id_reused_for_another_body_is_409(
@@ -338,13 +313,13 @@ def test_a_delivery_id_reused_for_another_body_is_409(
 ) -> None:
     path = f"/v1/callbacks/{world['token']}"
     body = b'{"approved": true}'
-    first = api.post(path, content=body, headers=signed_raw(body, "msg_1"))
+    first = api.post(path, content=body, headers=signed_bytes(body, msg_id="msg_1"))
     assert first.status_code == 202
     respaced = b'{ "approved" : true }'
-    again = api.post(path, content=respaced, headers=signed_raw(respaced, "msg_1"))
+    again = api.post(path, content=respaced, headers=signed_bytes(respaced, msg_id="msg_1"))
     assert (again.status_code, again.json()["status"]) == (200, "duplicate")
     other = b'{"approved": false}'
-    reused = api.post(path, content=other, headers=signed_raw(other, "msg_1"))
+    reused = api.post(path, content=other, headers=signed_bytes(other, msg_id="msg_1"))
     assert (reused.status_code, reused.json()["error"]["code"]) == (409, "idempotency_key_reused")
 
     session_id = client.start("five")

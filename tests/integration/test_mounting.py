@@ -7,11 +7,7 @@ document and its auth work under the prefix."""
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
-import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,23 +23,12 @@ from resumable.settings import Settings
 from resumable.webhooks.app import create_app
 from resumable.webhooks.state import LifespanNotRunError
 from tests.conftest import API_TOKEN, ManagedProcess, wait_until
+from tests.signing import signed_bytes
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
 OLD_SECRET = "whsec_" + base64.b64encode(b"secret-being-rotated-out-0123456").decode()
 NEW_SECRET = "whsec_" + base64.b64encode(b"secret-being-rotated-in-01234567").decode()
 PUBLIC_URL = "http://testserver/resumable"
-
-
-def signed(body: bytes, secret: str) -> dict[str, str]:
-    msg_id, timestamp = f"msg_{uuid.uuid4().hex}", str(int(time.time()))
-    key = base64.b64decode(secret.removeprefix("whsec_"))
-    digest = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
-    return {
-        "content-type": "application/json",
-        "webhook-id": msg_id,
-        "webhook-timestamp": timestamp,
-        "webhook-signature": f"v1,{base64.b64encode(digest).decode()}",
-    }
 
 
 @pytest.fixture
@@ -90,10 +75,12 @@ def test_a_fastapi_app_starts_sessions_and_serves_the_mounted_receiver(
         assert payment_url.startswith(f"{PUBLIC_URL}/v1/callbacks/")
         path = urlsplit(payment_url).path
         body = json.dumps({"paid": True}).encode()
-        forged = http.post(path, content=body, headers=signed(body, "whsec_" + "QUJD" * 8))
+        forged = http.post(
+            path, content=body, headers=signed_bytes(body, secret="whsec_" + "QUJD" * 8)
+        )
         assert (forged.status_code, forged.json()["error"]["code"]) == (401, "invalid_signature")
         # Signed with the secret being rotated out: still accepted.
-        delivered = http.post(path, content=body, headers=signed(body, OLD_SECRET))
+        delivered = http.post(path, content=body, headers=signed_bytes(body, secret=OLD_SECRET))
         assert delivered.status_code == 202, delivered.text
         assert delivered.json()["session_id"] == session_id
 
