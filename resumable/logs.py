@@ -1,45 +1,93 @@
 """Logging in which every line names its session.
 
-The runner sets a context variable while it works on a session; a filter
-copies it onto each record as ``session_id`` so formatters (and JSON log
-shippers) can show it without every call passing it along.
+The runner sets the context of the session it works on (its id, and what it
+knows of agent, step and epoch) in a context variable; a filter copies it onto
+each record, so formatters show it without every call passing it along. Two
+formats: text for a terminal, and one JSON object per line
+(``RESUMABLE_LOG_FORMAT=json``) for log shippers, carrying the context and
+every ``extra=`` field a call adds (``action`` names what happened).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any, Literal
 
-current_session: ContextVar[str] = ContextVar("resumable_session", default="-")
+LogFormat = Literal["text", "json"]
+
+_context: ContextVar[Mapping[str, Any]] = ContextVar(
+    "resumable_log_context", default=MappingProxyType({})
+)
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [session=%(session_id)s] %(message)s"
 
+# Attributes every LogRecord has; anything else on a record came from `extra=`.
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+
 
 class SessionFilter(logging.Filter):
-    """Adds ``record.session_id`` from the current context."""
+    """Adds the current log context to each record (``record.session_id`` and
+    the rest), unless the call passed its own."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        context = _context.get()
+        for key, value in context.items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
         if not hasattr(record, "session_id"):
-            record.session_id = current_session.get()
+            record.session_id = "-"
         return True
 
 
 @contextlib.contextmanager
-def session_context(session_id: object) -> Iterator[None]:
-    token = current_session.set(str(session_id))
+def log_context(**fields: object) -> Iterator[None]:
+    """Name `fields` (session_id, agent, step, epoch ...) on every line logged
+    in this context; nested contexts add to the outer one."""
+    token = _context.set({**_context.get(), **{k: v for k, v in fields.items() if v is not None}})
     try:
         yield
     finally:
-        current_session.reset(token)
+        _context.reset(token)
 
 
-def configure_logging(level: str = "INFO") -> None:
+def session_context(session_id: object) -> contextlib.AbstractContextManager[None]:
+    return log_context(session_id=str(session_id))
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, the session's
+    context and the call's extras; an exception as its formatted text."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_") and value != "-":
+                line[key] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str, ensure_ascii=False)
+
+
+def configure_logging(level: str = "INFO", log_format: LogFormat = "text") -> None:
     """Root handler with the session-aware format (called by the CLI entry points)."""
     handler = logging.StreamHandler()
     handler.addFilter(SessionFilter())
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(LOG_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -50,6 +50,10 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Modules that define agents, imported by workers (comma-separated).",
     )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="`text` for a terminal, `json` for one JSON object per line (log shippers).",
+    )
     queue_name: str = Field(
         default="resumable", min_length=1, description="dramatiq queue for session runs."
     )

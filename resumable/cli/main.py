@@ -25,6 +25,8 @@ def main(ctx: click.Context, log_level: str) -> None:
     """resumable: a suspend-and-resume job queue for long-running AI agents."""
     configure_logging(log_level.upper())
     ctx.obj = load_settings()
+    if ctx.obj.log_format != "text":
+        configure_logging(log_level.upper(), ctx.obj.log_format)
 
 
 for command in (
