@@ -432,6 +432,19 @@ class DeadLetter(Record):
         )
 
 
+class Delivery(Record):
+    """A signal the server has committed (it will be consumed once): what
+    ``Client.signal`` returns, the body HTTP answers a signal with."""
+
+    status: Literal["accepted", "duplicate"] = Field(
+        description="`accepted`: stored now; `duplicate`: the same idempotency key "
+        "and payload came before, nothing new was stored."
+    )
+    message: str
+    session_id: uuid.UUID
+    delivery_id: int | None = Field(description="The stored delivery, when known.")
+
+
 class Page(Record, Generic[Item]):
     """One page of a list, in the list's order."""
 
