@@ -356,6 +356,12 @@ class Client:
         """One session, with its state; SessionNotFoundError if there is none."""
         return Session.from_row(self.session_row(session_id))
 
+    def state(self, session_id: uuid.UUID | str) -> dict[str, Any]:
+        """A session's current state (what its next step gets)."""
+        state = self.get(session_id).state
+        assert state is not None  # a single session is always read with its state
+        return state
+
     def session_row(self, session_id: uuid.UUID | str) -> SessionRow:
         """Internal: the table row itself, lease fields included, for code
         that works on leases (workers' tests, the console's waits). Not part of
