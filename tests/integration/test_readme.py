@@ -91,7 +91,7 @@ def test_the_readme_agent_runs_to_completion(
     assert result is not None and result["receipt"]
 
 
-def _failed_with_a_dead_letter(client: Client, db: Database, error_type: str) -> int:
+def failed_with_a_dead_letter(client: Client, db: Database, error_type: str) -> int:
     """A `support` session that failed for good, with its open dead letter (as
     a worker would leave it; the README's retry block needs one to act on)."""
     session_id = client.start("support", {"amount": 1})
@@ -126,8 +126,8 @@ def test_the_readme_client_blocks_run_as_written(
     assert client.list_sessions(agent="support") == [started]
     assert [e.type for e in client.events(started.session_id)] == events
 
-    transient = _failed_with_a_dead_letter(client, db, "TransientError")
-    permanent = _failed_with_a_dead_letter(client, db, "PermanentError")
+    transient = failed_with_a_dead_letter(client, db, "TransientError")
+    permanent = failed_with_a_dead_letter(client, db, "PermanentError")
     ran = _run(dead_letter_block, settings)
     assert ran.returncode == 0, ran.stderr
     assert "payments API down" in ran.stdout
