@@ -191,6 +191,8 @@ class Client:
         idempotency_key: str | None = None,
         session_id: uuid.UUID | None = None,
     ) -> Started:
+        """As `start`, and whether this call created the session (False: an
+        earlier call with the same idempotency key did)."""
         cursor = None
         if self.registry is not None:
             cursor = self.registry.get(agent).start_step  # raises UnknownAgentError
