@@ -5,9 +5,12 @@ asyncio."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +27,7 @@ from resumable import (
     SessionNotFoundError,
     SessionStateError,
 )
+from resumable.embedded import EmbeddedServices
 from resumable.models.database import Database
 from resumable.settings import Settings
 from tests.conftest import ManagedProcess, wait_until
@@ -58,6 +62,31 @@ def test_clients_built_from_the_environment_or_urls_close_what_they_opened(
         Client(settings, client.db)
     with pytest.raises(TypeError, match="either"):
         Client(settings, client.db, client.broker, database_url=settings.database_url)
+
+
+@pytest.fixture
+def fresh_home() -> Iterator[Path]:
+    """A home no process has used (short, for unix socket paths)."""
+    home = Path(tempfile.mkdtemp(dir="/tmp", prefix="rpc-")) / "home"
+    try:
+        yield home
+    finally:
+        if home.exists():
+            EmbeddedServices(home).stop()
+        shutil.rmtree(home.parent, ignore_errors=True)
+
+
+def test_from_env_without_urls_starts_embedded_servers_and_stops_them(
+    fresh_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("RESUMABLE_HOME", str(fresh_home))
+    with Client.from_env() as embedded:
+        assert EmbeddedServices(fresh_home).running_pids() != []
+        session_id = embedded.start("anything")  # the schema was applied first
+        assert embedded.get(session_id).status == "pending"
+    assert EmbeddedServices(fresh_home).running_pids() == [], "the last user stops them"
 
 
 def test_signals_cancels_and_pages_answer_records(client: Client) -> None:
