@@ -15,7 +15,8 @@ health probes are served by the same process and port as the shop::
 
 Two things make mounting work. Starlette does not run the lifespan of an app
 it mounts, so the shop's own lifespan enters the receiver's with
-``running(receiver)`` (which also hands over the receiver's ``Client``).
+``running(receiver)`` (which also hands over the receiver's ``Client``, which
+the shop wraps in an ``AsyncClient`` so its handlers await it).
 And ``RESUMABLE_PUBLIC_URL`` includes the mount's prefix, since workers
 build callback URLs from it.
 """
@@ -28,9 +29,8 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, Field
-from starlette.concurrency import run_in_threadpool
 
-from resumable import Agent, AgentRegistry, Client, Complete, Settings, StepContext, Wait
+from resumable import Agent, AgentRegistry, AsyncClient, Complete, Settings, StepContext, Wait
 from resumable.settings import load_settings
 from resumable.webhooks.app import create_app, running
 
@@ -70,8 +70,8 @@ def create_shop(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(shop: FastAPI) -> AsyncIterator[None]:
-        async with running(receiver) as resumable:
-            shop.state.client = resumable.client
+        async with running(receiver) as resumable, AsyncClient(resumable.client) as client:
+            shop.state.client = client  # handlers: await client.start(...)
             yield
 
     shop = FastAPI(title="shop", lifespan=lifespan)
@@ -79,12 +79,10 @@ def create_shop(settings: Settings | None = None) -> FastAPI:
 
     @shop.post("/orders", status_code=201)
     async def place_order(order: Order, request: Request) -> OrderPlaced:
-        client: Client = request.app.state.client
+        client: AsyncClient = request.app.state.client
         # The order id as idempotency key: a retried POST starts no second checkout.
-        session_id = await run_in_threadpool(
-            lambda: client.start(
-                "checkout", order.model_dump(), idempotency_key=f"order-{order.order_id}"
-            )
+        session_id = await client.start(
+            "checkout", order.model_dump(), idempotency_key=f"order-{order.order_id}"
         )
         status_url = request.url_for("resumable", path=f"/v1/sessions/{session_id}")
         return OrderPlaced(

@@ -1,19 +1,26 @@
 """resumable: a suspend-and-resume job queue for long-running AI agents."""
 
 from resumable.agent import Agent, AgentRegistry, Complete, Next
+from resumable.async_client import AsyncClient
 from resumable.checkpoints import EventSourced, Incremental, Snapshot
 from resumable.client import Client
 from resumable.context import StepContext
 from resumable.errors import (
     AgentDefinitionError,
+    CheckpointNotFoundError,
     ConfigurationError,
+    DeadLetterNotFoundError,
+    DeadLetterStateError,
     IdempotencyConflictError,
+    InvalidCursorError,
     InvalidStepResultError,
     LeaseLostError,
     NotSerializableError,
     PermanentError,
     ResumableError,
+    SessionExistsError,
     SessionNotFoundError,
+    SessionStateError,
     StepTimeoutError,
     TransientError,
     UnknownAgentError,
@@ -21,6 +28,16 @@ from resumable.errors import (
 )
 from resumable.models.status import SessionStatus
 from resumable.retries import RetryPolicy
+from resumable.schemas import (
+    Checkpoint,
+    CheckpointState,
+    DeadLetter,
+    Delivery,
+    Event,
+    Page,
+    Session,
+    ToolCall,
+)
 from resumable.settings import Settings, load_settings
 from resumable.waits import Callback, Poll, Signal, Timer, Wait, Wake
 
@@ -44,20 +61,36 @@ __all__ = [
     "Wait",
     "Wake",
     # Running them
+    "AsyncClient",
     "Client",
     "SessionStatus",
     "Settings",
     "load_settings",
+    # What the clients return (resumable.schemas, shared with the HTTP API)
+    "Checkpoint",
+    "CheckpointState",
+    "DeadLetter",
+    "Delivery",
+    "Event",
+    "Page",
+    "Session",
+    "ToolCall",
     # Errors
     "AgentDefinitionError",
+    "CheckpointNotFoundError",
     "ConfigurationError",
+    "DeadLetterNotFoundError",
+    "DeadLetterStateError",
     "IdempotencyConflictError",
+    "InvalidCursorError",
     "InvalidStepResultError",
     "LeaseLostError",
     "NotSerializableError",
     "PermanentError",
     "ResumableError",
+    "SessionExistsError",
     "SessionNotFoundError",
+    "SessionStateError",
     "StepTimeoutError",
     "TransientError",
     "UnknownAgentError",

@@ -1,5 +1,14 @@
 """Starting and inspecting sessions from Python.
 
+Every read returns a frozen ``resumable.schemas`` record, the same models the
+HTTP API answers with (``Session``, ``Event``, ``Checkpoint``, ``DeadLetter``,
+``Page``), so Python, HTTP and the CLI's ``--json`` speak one vocabulary and
+no caller sees lease internals. A client built from the environment or from
+URLs (``Client.from_env()``, ``Client(database_url=..., redis_url=...)``)
+owns its connections (and embedded servers) and closes them on ``close()`` or
+when its ``with`` block ends; one built from parts (``Client(settings, db,
+broker)``, as the web process and CLI do) leaves them to their owner.
+
 ``start`` commits the session row before it sends the queue message, so a
 message lost in between (Redis down or flushed) leaves a pending session that
 the reconciler re-enqueues; it never leaves a message without a session.
@@ -8,21 +17,24 @@ the reconciler re-enqueues; it never leaves a message without a session.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import dramatiq
 import psycopg
 import sqlalchemy as sa
 from psycopg.rows import class_row
-from sqlmodel import Session, col, select
+from sqlmodel import Session as DbSession
+from sqlmodel import col, select
 
 from resumable import serialization
 from resumable.agent import AgentRegistry
+from resumable.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.errors import (
     IdempotencyConflictError,
     InvalidCursorError,
@@ -30,14 +42,26 @@ from resumable.errors import (
     SessionNotFoundError,
     SessionStateError,
 )
+from resumable.inbox import Inbox, Verdict
 from resumable.models import agent_queries, session_queries, step_queries
 from resumable.models.agent_queries import UnservedAgent
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.models.step_queries import HungSession
-from resumable.models.tables import AuditEventRow, CheckpointRow, SessionRow, WorkerRow
+from resumable.models.tables import AuditEventRow, SessionRow, WorkerRow
 from resumable.queue.broker import enqueue_session
-from resumable.settings import Settings
+from resumable.schemas import (
+    Checkpoint,
+    CheckpointState,
+    DeadLetter,
+    DeadLetterStatus,
+    Delivery,
+    Event,
+    Page,
+    Session,
+)
+from resumable.settings import Settings, load_settings
+from resumable.time_travel import TimeTravel
 
 logger = logging.getLogger(__name__)
 
@@ -62,20 +86,88 @@ class Started:
 
 
 class Client:
-    """Enqueue and inspect sessions. `registry`, when given, validates agent names
-    before anything is written."""
+    """Start, signal, cancel and read sessions, and handle dead letters.
+
+    Three ways to build one:
+
+    - ``Client.from_env()``: settings from the environment; embedded servers
+      for ``DATABASE_URL`` / ``REDIS_URL`` when they are unset (as the CLI
+      does, with the embedded database's schema brought up to date).
+    - ``Client(database_url=..., redis_url=...)``: those servers (a URL left
+      out falls back to the environment, then to an embedded server).
+    - ``Client(settings, db, broker, registry)``: parts the caller owns (the
+      web process, the CLI, tests).
+
+    The first two own what they opened: use them as a context manager or call
+    ``close()``. `registry`, when given, validates agent names before anything
+    is written."""
 
     def __init__(
         self,
-        settings: Settings,
-        db: Database,
-        broker: dramatiq.Broker,
+        settings: Settings | None = None,
+        db: Database | None = None,
+        broker: dramatiq.Broker | None = None,
         registry: AgentRegistry | None = None,
+        *,
+        database_url: str | None = None,
+        redis_url: str | None = None,
     ) -> None:
-        self.settings = settings
-        self.db = db
-        self.broker = broker
+        self._owned = contextlib.ExitStack()
+        if db is not None and broker is not None:
+            if database_url or redis_url:
+                raise TypeError("pass either db and broker, or database_url and redis_url")
+            self.settings = settings if settings is not None else load_settings()
+            self.db, self.broker = db, broker
+        elif db is not None or broker is not None:
+            raise TypeError("pass db and broker together (or neither, to connect from URLs)")
+        else:
+            self.settings = settings if settings is not None else load_settings()
+            try:
+                self.db, self.broker = self._connect(database_url, redis_url)
+            except BaseException:
+                self._owned.close()
+                raise
         self.registry = registry
+
+    def _connect(
+        self, database_url: str | None, redis_url: str | None
+    ) -> tuple[Database, dramatiq.Broker]:
+        from resumable.embedded import service_urls
+        from resumable.queue.broker import build_broker
+
+        settings = self.settings
+        urls = self._owned.enter_context(
+            service_urls(
+                database_url or settings.database_url,
+                redis_url or settings.redis_url,
+                settings.home_dir,
+            )
+        )
+        if not (database_url or settings.database_url):
+            from resumable.models import migrate
+
+            migrate.upgrade(urls.database_url)  # the embedded database, as the CLI does
+        db = Database(urls.database_url, pool_size=settings.db_pool_size)
+        self._owned.callback(db.close)
+        broker = build_broker(settings, urls.redis_url)
+        self._owned.callback(broker.close)
+        return db, broker
+
+    @classmethod
+    def from_env(cls, registry: AgentRegistry | None = None) -> Client:
+        """A client on the servers the environment names (embedded ones for
+        unset URLs); close it, or use it as a context manager."""
+        return cls(load_settings(), registry=registry)
+
+    def close(self) -> None:
+        """Close what this client opened (nothing, if it was given its parts)."""
+        self._owned.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def start(
         self,
@@ -99,6 +191,8 @@ class Client:
         idempotency_key: str | None = None,
         session_id: uuid.UUID | None = None,
     ) -> Started:
+        """As `start`, and whether this call created the session (False: an
+        earlier call with the same idempotency key did)."""
         cursor = None
         if self.registry is not None:
             cursor = self.registry.get(agent).start_step  # raises UnknownAgentError
@@ -144,9 +238,12 @@ class Client:
             )
         return Started(new_id, created=True)
 
-    def cancel(self, session_id: uuid.UUID | str, *, actor: str, reason: str | None) -> None:
-        """Cancel a session that has not finished. Fences out a running worker
-        (the epoch moves on) and closes its callbacks."""
+    def cancel(
+        self, session_id: uuid.UUID | str, *, actor: str, reason: str | None = None
+    ) -> Session:
+        """Cancel a session that has not finished; the cancelled `Session`.
+        Fences out a running worker (the epoch moves on) and closes its callbacks;
+        SessionStateError if it had already finished."""
         sid = _as_uuid(session_id)
         with self.db.connection() as conn:
             row = conn.execute(
@@ -155,6 +252,37 @@ class Client:
         if row is None:
             status = self.get(sid).status  # raises SessionNotFoundError
             raise SessionStateError(f"session {sid} is already {status}")
+        return self.get(sid)
+
+    def signal(
+        self,
+        session_id: uuid.UUID | str,
+        topic: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        actor: str = "python",
+    ) -> Delivery:
+        """Send a signal (an approval); it is committed now and kept until the
+        session waits for `topic`. The same `idempotency_key` again is a
+        `duplicate`; with another payload it is IdempotencyConflictError.
+        SessionNotFoundError for no such session, SessionStateError once it
+        has finished (as HTTP answers 404 and 409)."""
+        sid = _as_uuid(session_id)
+        inbox = Inbox(self.settings, self.db, self.broker)
+        receipt = inbox.signal(sid, topic, payload, idempotency_key, actor)
+        if receipt.verdict is Verdict.UNKNOWN:
+            raise SessionNotFoundError(f"no session {sid}")
+        if receipt.verdict is Verdict.REUSED:
+            raise IdempotencyConflictError(receipt.message)
+        if receipt.verdict is Verdict.CLOSED:
+            raise SessionStateError(receipt.message)
+        return Delivery(
+            status="accepted" if receipt.verdict is Verdict.ACCEPTED else "duplicate",
+            message=receipt.message,
+            session_id=sid,
+            delivery_id=receipt.delivery_id,
+        )
 
     def page_sessions(
         self,
@@ -165,11 +293,33 @@ class Client:
         cursor: str | None = None,
         hung_after: float | None = None,
         unserved: bool = False,
-    ) -> tuple[list[SessionRow], str | None]:
-        """Newest first, keyset-paginated: the page and the cursor of the next one.
+    ) -> Page[Session]:
+        """Newest first, keyset-paginated, without their state (read one
+        session for it): pass `next_cursor` back as `cursor` for the next page.
         `hung_after` (seconds) keeps only hung sessions: running, with a current
         step past its time limit or running longer than that. `unserved` keeps
         only sessions waiting for a worker that loads their agent (none is alive)."""
+        rows, next_cursor = self._session_rows(
+            status=status,
+            agent=agent,
+            limit=limit,
+            cursor=cursor,
+            hung_after=hung_after,
+            unserved=unserved,
+        )
+        items = [Session.from_row(row, include_state=False) for row in rows]
+        return Page[Session](items=items, next_cursor=next_cursor)
+
+    def _session_rows(
+        self,
+        *,
+        status: str | None,
+        agent: str | None,
+        limit: int,
+        cursor: str | None,
+        hung_after: float | None,
+        unserved: bool,
+    ) -> tuple[list[SessionRow], str | None]:
         query = select(SessionRow).order_by(
             col(SessionRow.created_at).desc(), col(SessionRow.id).desc()
         )
@@ -197,15 +347,28 @@ class Client:
             query = query.where(
                 sa.tuple_(col(SessionRow.created_at), col(SessionRow.id)) < (created_at, last_id)
             )
-        with Session(self.db.engine, expire_on_commit=False) as db:
+        with DbSession(self.db.engine, expire_on_commit=False) as db:
             rows = list(db.exec(query.limit(limit + 1)).all())
         if len(rows) <= limit:
             return rows, None
         last = rows[limit - 1]
         return rows[:limit], encode_cursor(last.created_at, last.id)
 
-    def get(self, session_id: uuid.UUID | str) -> SessionRow:
-        with Session(self.db.engine, expire_on_commit=False) as db:
+    def get(self, session_id: uuid.UUID | str) -> Session:
+        """One session, with its state; SessionNotFoundError if there is none."""
+        return Session.from_row(self.session_row(session_id))
+
+    def state(self, session_id: uuid.UUID | str) -> dict[str, Any]:
+        """A session's current state (what its next step gets)."""
+        state = self.get(session_id).state
+        assert state is not None  # a single session is always read with its state
+        return state
+
+    def session_row(self, session_id: uuid.UUID | str) -> SessionRow:
+        """Internal: the table row itself, lease fields included, for code
+        that works on leases (workers' tests, the console's waits). Not part of
+        the public API: use `get`."""
+        with DbSession(self.db.engine, expire_on_commit=False) as db:
             row = db.get(SessionRow, _as_uuid(session_id))
         if row is None:
             raise SessionNotFoundError(f"no session {session_id}")
@@ -219,12 +382,12 @@ class Client:
         limit: int = 50,
         hung_after: float | None = None,
         unserved: bool = False,
-    ) -> list[SessionRow]:
-        """The newest sessions (the first page of `page_sessions`)."""
-        page, _ = self.page_sessions(
+    ) -> list[Session]:
+        """The newest sessions, without their state: the items of the first
+        `page_sessions` page (use that to read further)."""
+        return self.page_sessions(
             status=status, agent=agent, limit=limit, hung_after=hung_after, unserved=unserved
-        )
-        return page
+        ).items
 
     def unserved_agents(self) -> list[UnservedAgent]:
         """Agents with sessions waiting because no live worker loads them."""
@@ -238,30 +401,132 @@ class Client:
         return hung_sessions(self.db, after_seconds=after_seconds, limit=limit)
 
     def events(
-        self, session_id: uuid.UUID | str, *, after: int = 0, limit: int | None = None
-    ) -> list[AuditEventRow]:
+        self,
+        session_id: uuid.UUID | str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        latest: int | None = None,
+    ) -> list[Event]:
+        """The session's audit log, oldest first, from the event after `after`
+        (an `event_id`), at most `limit` of them; or only its `latest` N
+        events (still oldest first). An unknown session has none."""
         query = (
             select(AuditEventRow)
             .where(AuditEventRow.session_id == _as_uuid(session_id))
             .where(col(AuditEventRow.id) > after)
-            .order_by(col(AuditEventRow.id))
         )
-        if limit is not None:
-            query = query.limit(limit)
-        with Session(self.db.engine, expire_on_commit=False) as db:
-            return list(db.exec(query).all())
+        if latest is not None:
+            query = query.order_by(col(AuditEventRow.id).desc()).limit(latest)
+        else:
+            query = query.order_by(col(AuditEventRow.id))
+            if limit is not None:
+                query = query.limit(limit)
+        with DbSession(self.db.engine, expire_on_commit=False) as db:
+            rows = list(db.exec(query).all())
+        if latest is not None:
+            rows.reverse()
+        return [Event.from_row(row) for row in rows]
 
-    def checkpoints(self, session_id: uuid.UUID | str) -> list[CheckpointRow]:
-        query = (
-            select(CheckpointRow)
-            .where(CheckpointRow.session_id == _as_uuid(session_id))
-            .order_by(col(CheckpointRow.seq))
+    def checkpoints(
+        self, session_id: uuid.UUID | str, *, after: int = 0, limit: int = 100_000
+    ) -> list[Checkpoint]:
+        """The session's history, oldest first, from the checkpoint after `after`
+        (a `seq`); SessionNotFoundError if there is no such session."""
+        sid = _as_uuid(session_id)
+        rows = TimeTravel(self.db, self.registry).checkpoints(sid, after=after, limit=limit)
+        return [Checkpoint.from_row(sid, row) for row in rows]
+
+    def checkpoint_state(self, session_id: uuid.UUID | str, seq: int) -> CheckpointState:
+        """The state as it was right after step `seq` (redacted as the history
+        is). An event-sourced agent's state needs the client's `registry`."""
+        sid = _as_uuid(session_id)
+        past = TimeTravel(self.db, self.registry).state_at(sid, seq)
+        return CheckpointState(
+            session_id=sid, seq=past.seq, step=past.step, next_step=past.next_step, state=past.state
         )
-        with Session(self.db.engine, expire_on_commit=False) as db:
-            return list(db.exec(query).all())
+
+    def fork(
+        self,
+        session_id: uuid.UUID | str,
+        at: int,
+        *,
+        actor: str = "python",
+        state_patch: list[dict[str, Any]] | None = None,
+        new_session_id: uuid.UUID | None = None,
+        allow_compensated: bool = False,
+    ) -> Session:
+        """Start a new session from checkpoint `at` of this one (optionally with
+        an RFC 6902 patch to that state); the fork's `Session`. See README,
+        "Time travel", for `allow_compensated`."""
+        fork_id = TimeTravel(self.db, self.registry).fork(
+            _as_uuid(session_id),
+            at,
+            actor=actor,
+            state_patch=state_patch,
+            new_id=new_session_id,
+            broker=self.broker,
+            settings=self.settings,
+            allow_compensated=allow_compensated,
+        )
+        return self.get(fork_id)
+
+    def dead_letters(
+        self,
+        *,
+        status: DeadLetterStatus | Literal["all"] = "open",
+        agent: str | None = None,
+        error_type: str | None = None,
+        step: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[DeadLetter]:
+        """Dead letters, newest first, without tracebacks (read one for it);
+        pass `next_cursor` back as `cursor` for the next page."""
+        where = DeadLetterFilter(
+            status=None if status == "all" else status,
+            agent=agent,
+            error_type=error_type,
+            step=step,
+        )
+        before = dead_letter_cursor(cursor)
+        rows, next_before = self._dead_letters().find(where, limit=limit, before_id=before)
+        return Page[DeadLetter](
+            items=[DeadLetter.from_row(row, include_traceback=False) for row in rows],
+            next_cursor=None if next_before is None else str(next_before),
+        )
+
+    def dead_letter(self, dead_letter_id: int) -> DeadLetter:
+        """One dead letter, with its traceback; DeadLetterNotFoundError if none."""
+        return DeadLetter.from_row(self._dead_letters().get(dead_letter_id))
+
+    def retry_dead_letter(
+        self,
+        dead_letter_id: int,
+        *,
+        actor: str = "python",
+        reason: str | None = None,
+        state_patch: list[dict[str, Any]] | None = None,
+    ) -> DeadLetter:
+        """Resume its session from the latest checkpoint, attempts reset (and
+        the state patched first, if given); the dead letter, now `retried`."""
+        self._dead_letters().retry(
+            dead_letter_id, actor=actor, reason=reason, state_patch=state_patch
+        )
+        return self.dead_letter(dead_letter_id)
+
+    def discard_dead_letter(
+        self, dead_letter_id: int, *, reason: str, actor: str = "python"
+    ) -> DeadLetter:
+        """Close it without retrying; the dead letter, now `discarded`."""
+        self._dead_letters().discard(dead_letter_id, actor=actor, reason=reason)
+        return self.dead_letter(dead_letter_id)
+
+    def _dead_letters(self) -> DeadLetters:
+        return DeadLetters(self.settings, self.db, self.broker)
 
     def count_by_status(self) -> dict[str, int]:
-        with Session(self.db.engine) as db:
+        with DbSession(self.db.engine) as db:
             rows = db.exec(
                 select(SessionRow.status, sa.func.count()).group_by(SessionRow.status)
             ).all()
@@ -310,6 +575,15 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         return datetime.fromisoformat(created_at), uuid.UUID(session_id)
     except (ValueError, TypeError) as exc:
         raise InvalidCursorError(f"invalid cursor {cursor[:40]!r}") from exc
+
+
+def dead_letter_cursor(cursor: str | None) -> int | None:
+    """A dead-letter page's cursor (the number the next page starts below)."""
+    if not cursor:
+        return None
+    if not cursor.isdigit() or not 0 < int(cursor) < 2**63:
+        raise InvalidCursorError(f"invalid cursor {cursor[:40]!r}")
+    return int(cursor)
 
 
 def _as_uuid(value: uuid.UUID | str) -> uuid.UUID:

@@ -16,6 +16,10 @@ The names, once for every surface (HTTP bodies, Python models, CLI JSON):
 - A list is a ``Page``: ``items`` and ``next_cursor``, the opaque value to send
   back as ``cursor`` for the next page (``null`` on the last one).
 
+Who uses them: the HTTP routes answer them; ``Client`` and ``AsyncClient``
+return them; the CLI's ``--json`` (``sessions list/show/events/history``,
+``dlq list/show``) prints them. README's "One vocabulary" points here.
+
 No model carries lease internals (epochs, owners, expiry): those are the
 workers' business. Each record has a ``from_row`` constructor, so code that
 reads the tables builds exactly what the API returns.
@@ -430,6 +434,19 @@ class DeadLetter(Record):
             resolved_by=row.resolved_by,
             resolution=row.resolution,
         )
+
+
+class Delivery(Record):
+    """A signal the server has committed (it will be consumed once): what
+    ``Client.signal`` returns, the body HTTP answers a signal with."""
+
+    status: Literal["accepted", "duplicate"] = Field(
+        description="`accepted`: stored now; `duplicate`: the same idempotency key "
+        "and payload came before, nothing new was stored."
+    )
+    message: str
+    session_id: uuid.UUID
+    delivery_id: int | None = Field(description="The stored delivery, when known.")
 
 
 class Page(Record, Generic[Item]):

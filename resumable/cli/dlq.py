@@ -18,6 +18,7 @@ from resumable.cli.ids import resolve_dead_letter
 from resumable.cli.json_args import parse_patch, parse_text
 from resumable.cli.sessions import actor
 from resumable.cli.support import ErrorGroup, connected, console
+from resumable.client import dead_letter_cursor
 from resumable.dead_letters import (
     COMPENSATIONS,
     MAX_RATE,
@@ -27,7 +28,12 @@ from resumable.dead_letters import (
     DrainReport,
 )
 from resumable.errors import ResumableError
+from resumable.schemas import DeadLetter, Page
 from resumable.settings import Settings
+from resumable.webhooks.response_models import DeadLetterDetail
+
+# How many of the session's latest events `dlq show` prints, as the API does.
+RECENT_EVENTS = 20
 
 
 def _filters(
@@ -86,8 +92,16 @@ def dlq() -> None:
     show_default=True,
 )
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
-@click.option("--before", "before_id", type=int, default=None, help="Page: ids below this.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--cursor",
+    "--before",
+    "cursor",
+    default=None,
+    help="Page: the next_cursor of the previous page (dead letters numbered below it).",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="A page of dead letters, as GET /v1/dead-letters."
+)
 @click.pass_obj
 def dlq_list(
     settings: Settings,
@@ -99,7 +113,7 @@ def dlq_list(
     compensation: str | None,
     status: str,
     limit: int,
-    before_id: int | None,
+    cursor: str | None,
     as_json: bool,
 ) -> None:
     """List dead letters, newest first."""
@@ -108,45 +122,46 @@ def dlq_list(
     )
     with connected(settings) as c:
         rows, next_before = DeadLetters(settings, c.db, c.client.broker).find(
-            where, limit=limit, before_id=before_id
+            where, limit=limit, before_id=dead_letter_cursor(cursor)
         )
+    page = Page[DeadLetter](
+        items=[DeadLetter.from_row(r, include_traceback=False) for r in rows],
+        next_cursor=None if next_before is None else str(next_before),
+    )
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "dead_letters": [
-                        r.model_dump(mode="json", exclude={"traceback"}) for r in rows
-                    ],
-                    "next_before": next_before,
-                }
-            )
-        )
+        click.echo(page.model_dump_json())
         return
     table = Table(
-        "id", "session", "failed at", "agent", "step", "error", "attempts", "saga", "status"
-    )
-    for r in rows:
+        "dead_letter_id", "session", "failed at", "agent", "step", "error", "attempts", "saga",
+        "status",
+    )  # fmt: skip
+    for r in page.items:
         table.add_row(
-            str(r.id), str(r.session_id)[:8], r.failed_at.strftime("%Y-%m-%d %H:%M:%S"),
+            str(r.dead_letter_id), str(r.session_id)[:8], r.failed_at.strftime("%Y-%m-%d %H:%M:%S"),
             r.agent, r.step or "",
             f"{r.error_type}: {r.error_message[:60]}", str(r.attempts), r.compensation,
             r.status,
         )  # fmt: skip
     console.print(table)
-    if next_before:
-        console.print(f"more: --before {next_before}")
+    if page.next_cursor:
+        console.print(f"more: --cursor {page.next_cursor}", highlight=False)
 
 
 @dlq.command("show")
 @click.argument("dead_letter_id")
 @click.pass_obj
 def dlq_show(settings: Settings, dead_letter_id: str) -> None:
-    """One dead letter: error, traceback, last state, last events (JSON).
-    DEAD_LETTER_ID is its number, or its session's id or a unique prefix."""
+    """One dead letter with its traceback, its session (with the last state)
+    and the session's last events, as JSON, as GET /v1/dead-letters/{id}
+    answers. DEAD_LETTER_ID is its number, or its session's id or a unique prefix."""
     with connected(settings) as c:
-        number = resolve_dead_letter(c.db, dead_letter_id)
-        shown = DeadLetters(settings, c.db, c.client.broker).show(number)
-    click.echo(json.dumps(shown, indent=2))
+        letter = c.client.dead_letter(resolve_dead_letter(c.db, dead_letter_id))
+        shown = DeadLetterDetail(
+            dead_letter=letter,
+            session=c.client.get(letter.session_id),
+            events=c.client.events(letter.session_id, latest=RECENT_EVENTS),
+        )
+    click.echo(shown.model_dump_json(indent=2))
 
 
 @dlq.command("retry")

@@ -29,6 +29,7 @@ from resumable.errors import (
 from resumable.models import agent_queries
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
+from resumable.schemas import Checkpoint, Event, Page
 from resumable.settings import Settings
 
 # The same names the HTTP API accepts.
@@ -111,7 +112,10 @@ def sessions() -> None:
 @click.option(
     "--unserved", is_flag=True, help="Only sessions waiting for a worker that loads their agent."
 )
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--cursor", default=None, help="Page: the next_cursor of the previous page.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="A page of sessions, as GET /v1/sessions answers."
+)
 @click.pass_obj
 def sessions_list(
     settings: Settings,
@@ -121,56 +125,66 @@ def sessions_list(
     hung: bool,
     hung_after: float,
     unserved: bool,
+    cursor: str | None,
     as_json: bool,
 ) -> None:
     """List sessions, newest first."""
     with connected(settings) as c:
-        rows = c.client.list_sessions(
+        page = c.client.page_sessions(
             status=status,
             agent=agent,
             limit=limit,
+            cursor=cursor,
             hung_after=hung_after if hung else None,
             unserved=unserved,
         )
     if as_json:
-        click.echo(json.dumps([r.model_dump(mode="json", exclude={"state"}) for r in rows]))
+        click.echo(page.model_dump_json())
         return
-    table = Table("id", "agent", "status", "step", "seq", "updated")
-    for r in rows:
+    table = Table("session_id", "agent", "status", "step", "seq", "updated_at")
+    for r in page.items:
         table.add_row(
-            str(r.id), r.agent, r.status, r.cursor or "", str(r.step_seq), str(r.updated_at)
+            str(r.session_id), r.agent, r.status, r.step or "", str(r.seq), str(r.updated_at)
         )
     console.print(table)
+    if page.next_cursor:
+        console.print(f"more: --cursor {page.next_cursor}", highlight=False)
 
 
 @sessions.command("show")
 @click.argument("session_id")
 @click.pass_obj
 def sessions_show(settings: Settings, session_id: str) -> None:
-    """Show one session as JSON (SESSION_ID may be a unique prefix)."""
+    """Show one session as JSON, as GET /v1/sessions/{session_id} answers
+    (SESSION_ID may be a unique prefix)."""
     with connected(settings) as c:
-        row = c.client.get(resolve_session(c.db, session_id))
-    click.echo(json.dumps(row.model_dump(mode="json"), indent=2))
+        session = c.client.get(resolve_session(c.db, session_id))
+    click.echo(session.model_dump_json(indent=2))
 
 
 @sessions.command("events")
 @click.argument("session_id")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="The whole log as one page of events, as GET /v1/sessions/{session_id}/events answers.",
+)
 @click.pass_obj
 def sessions_events(settings: Settings, session_id: str, as_json: bool) -> None:
     """Show a session's audit log in order."""
     with connected(settings) as c:
         events = c.client.events(resolve_session(c.db, session_id))
     if as_json:
-        click.echo(json.dumps([e.model_dump(mode="json") for e in events]))
+        click.echo(Page[Event](items=events, next_cursor=None).model_dump_json())
         return
-    table = Table("time", "seq", "step", "event", "payload")
+    table = Table("at", "seq", "step", "type", "payload")
     for e in events:
         table.add_row(
-            str(e.created_at),
+            str(e.at),
             "" if e.seq is None else str(e.seq),
             e.step or "",
-            e.event_type,
+            e.type,
             json.dumps(e.payload)[:120],
         )
     console.print(table)
@@ -181,19 +195,17 @@ def sessions_events(settings: Settings, session_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def sessions_history(settings: Settings, session_id: str, as_json: bool) -> None:
-    """List a session's checkpoints."""
-    from resumable.time_travel import TimeTravel
-
+    """List a session's checkpoints (--json: one page of them, as
+    GET /v1/sessions/{session_id}/checkpoints answers)."""
     with connected(settings) as c:
-        rows = TimeTravel(c.db).checkpoints(resolve_session(c.db, session_id), limit=100_000)
+        rows = c.client.checkpoints(resolve_session(c.db, session_id))
     if as_json:
-        click.echo(json.dumps(rows, default=str))
+        click.echo(Page[Checkpoint](items=rows, next_cursor=None).model_dump_json())
         return
-    table = Table("seq", "step", "next", "kind", "bytes", "at")
+    table = Table("seq", "step", "next_step", "kind", "bytes", "at")
     for r in rows:
         table.add_row(
-            str(r["seq"]), str(r["step"]), str(r["next_step"] or ""), str(r["kind"]),
-            str(r["bytes"]), str(r["created_at"]),
+            str(r.seq), r.step, r.next_step or "", r.kind, str(r.bytes), str(r.at),
         )  # fmt: skip
     console.print(table)
 

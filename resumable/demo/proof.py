@@ -18,7 +18,7 @@ from resumable.client import Client
 from resumable.demo.shop import SETTLES_ON_CHECK, ShopLedger
 from resumable.demo.story import Observations
 from resumable.models.database import Database
-from resumable.models.tables import AuditEventRow
+from resumable.schemas import Event
 
 TIME_LIMIT_SECONDS = 60.0
 STEPS = ["look_up_order", "ask_approval", "issue_refund", "finish"]
@@ -51,16 +51,16 @@ def check(
     client: Client,
     db: Database,
     ledger: ShopLedger,
-    events: list[AuditEventRow],
+    events: list[Event],
     elapsed: float,
 ) -> list[Claim]:
     """Every claim the demo makes, with whether it holds."""
     assert seen.session_id is not None
     session = client.get(seen.session_id)
-    kinds = Counter(e.event_type for e in events)
-    resumed_by = Counter(str(e.payload.get("by")) for e in events if e.event_type == "resumed")
-    commits = [e for e in events if e.event_type == "step_completed"]
-    recovered = [e for e in events if e.event_type == "lease_recovered"]
+    kinds = Counter(e.type for e in events)
+    resumed_by = Counter(str(e.payload.get("by")) for e in events if e.type == "resumed")
+    commits = [e for e in events if e.type == "step_completed"]
+    recovered = [e for e in events if e.type == "lease_recovered"]
     refund_commit = next((e for e in commits if e.step == "issue_refund"), None)
     finish_commit = next((e for e in commits if e.step == "finish"), None)
     stored = int(_count(db, _DELIVERIES, seen.session_id)[0]["n"])  # type: ignore[call-overload]

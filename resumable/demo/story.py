@@ -120,9 +120,10 @@ class Story:
         self.clock.wait_for(
             "the session to ask for approval", lambda: self._status() == "suspended"
         )
-        row = self.client.get(session_id)
-        self.seen.approval_url = str(row.state["approval_url"])
-        self.seen.lease_owner_while_waiting = row.lease_owner
+        session = self.client.get(session_id)
+        assert session.state is not None
+        self.seen.approval_url = str(session.state["approval_url"])
+        self.seen.lease_owner_while_waiting = self.client.session_row(session_id).lease_owner
         self._say(f"it looked up the order and asks for approval at {self.seen.approval_url}")
 
     def show_that_waiting_holds_no_worker(self) -> None:
@@ -175,7 +176,7 @@ class Story:
         with self.db.connection() as conn:
             row = conn.execute(_REFUND_RECORDED, {"id": self.seen.session_id}).fetchone()
         self.seen.refund_recorded_at_kill = int(row["n"]) if row else 0  # type: ignore[call-overload]
-        self.seen.checkpoint_at_kill = self.client.get(self.seen.session_id).step_seq
+        self.seen.checkpoint_at_kill = self.client.get(self.seen.session_id).seq
         victim = self._worker(1)
         self.deployment.kill(victim)
         gate.hold(self.gate_dir).unlink()

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from resumable.demo.shop import ShopEvent
-from resumable.models.tables import AuditEventRow
+from resumable.schemas import Event
 
 
 @dataclass(frozen=True)
@@ -54,10 +54,10 @@ def _waiting_for(wait: Mapping[str, Any]) -> str:
     return ", ".join(parts) or "a deadline"
 
 
-def describe(event: AuditEventRow, workers: Mapping[int, str]) -> Row:
+def describe(event: Event, workers: Mapping[int, str]) -> Row:
     """The audit event as a timeline row."""
     p: dict[str, Any] = event.payload or {}
-    kind, step, seq = event.event_type, event.step or "", event.seq
+    kind, step, seq = event.type, event.step or "", event.seq
     what, detail, style = kind.replace("_", " "), "", ""
     if kind == "session_created":
         detail = f"agent {p.get('agent')}"
@@ -86,7 +86,7 @@ def describe(event: AuditEventRow, workers: Mapping[int, str]) -> Row:
         style = "cyan"
     elif kind == "session_completed":
         what, style = "session completed", "bold green"
-    return Row(event.created_at, "session", what, detail, style)
+    return Row(event.at, "session", what, detail, style)
 
 
 def from_shop(event: ShopEvent) -> Row:
@@ -94,19 +94,19 @@ def from_shop(event: ShopEvent) -> Row:
     return Row(event.at, event.source, event.what, event.detail, "dim")
 
 
-def describe_all(events: Iterable[AuditEventRow], workers: Mapping[int, str]) -> list[Row]:
+def describe_all(events: Iterable[Event], workers: Mapping[int, str]) -> list[Row]:
     """Every event as a row; a claim made only to run a poll check says so
     (a check that finds nothing re-suspends without an event of its own)."""
     rows: list[Row] = []
     polling: str | None = None
     for event in events:
         row = describe(event, workers)
-        if event.event_type == "suspended":
+        if event.type == "suspended":
             polling = (event.payload.get("poll") or {}).get("check")
-        elif event.event_type == "run_started" and polling:
+        elif event.type == "run_started" and polling:
             worker = _worker(event.payload.get("worker"), workers)
             row = Row(row.at, row.source, f"{worker} runs check {polling}", "", "dim")
-        elif event.event_type in ("resumed", "step_completed"):
+        elif event.type in ("resumed", "step_completed"):
             polling = None
         rows.append(row)
     return rows

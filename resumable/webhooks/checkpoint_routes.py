@@ -148,7 +148,7 @@ async def fork_session(request: Request) -> Response:
         )
         return state.client.get(fork_id)
 
-    return json_answer(Session.from_row(await run_in_threadpool(fork)), 201)
+    return json_answer(await run_in_threadpool(fork), 201)
 
 
 routes = [

@@ -14,7 +14,7 @@ from starlette.responses import Response
 from resumable.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.models.database import Database
 from resumable.models.tables import AuditEventRow
-from resumable.schemas import DeadLetter, Event, Page, Session
+from resumable.schemas import DeadLetter, Event, Page
 from resumable.webhooks import response_models
 from resumable.webhooks.auth import request_actor
 from resumable.webhooks.bodies import json_body
@@ -111,7 +111,7 @@ async def show_dead_letter(request: Request) -> Response:
         letter = _letters(state).get(dead_letter_id)
         return response_models.DeadLetterDetail(
             dead_letter=DeadLetter.from_row(letter),
-            session=Session.from_row(state.client.get(letter.session_id)),
+            session=state.client.get(letter.session_id),
             events=_recent_events(state.db, letter.session_id),
         )
 

@@ -119,9 +119,9 @@ async def create_session(request: Request) -> Response:
         )
         return started, state.client.get(started.session_id)
 
-    started, row = await run_in_threadpool(start)
+    started, session = await run_in_threadpool(start)
     headers = {} if started.created else {"Idempotent-Replayed": "true"}
-    return json_answer(Session.from_row(row), 201, headers)
+    return json_answer(session, 201, headers)
 
 
 GET = Operation(
@@ -138,8 +138,7 @@ GET = Operation(
 
 async def get_session(request: Request) -> Response:
     state = web_state(request)
-    row = await run_in_threadpool(state.client.get, SESSION_ID(request))
-    return json_answer(Session.from_row(row))
+    return json_answer(await run_in_threadpool(state.client.get, SESSION_ID(request)))
 
 
 LIST = Operation(
@@ -160,13 +159,12 @@ LIST = Operation(
 async def list_sessions(request: Request) -> Response:
     state = web_state(request)
     query = parse_query(ListSessions, request.query_params)
-    rows, next_cursor = await run_in_threadpool(
+    page = await run_in_threadpool(
         lambda: state.client.page_sessions(
             status=query.status, agent=query.agent, limit=query.limit, cursor=query.cursor
         )
     )
-    items = [Session.from_row(row, include_state=False) for row in rows]
-    return json_answer(Page[Session](items=items, next_cursor=next_cursor))
+    return json_answer(page)
 
 
 EVENTS = Operation(
@@ -196,7 +194,7 @@ async def session_events(request: Request) -> Response:
         return state.client.events(session_id, after=after, limit=query.limit + 1)
 
     rows = await run_in_threadpool(read)
-    items = [Event.from_row(row) for row in rows[: query.limit]]
+    items = rows[: query.limit]
     next_cursor = str(items[-1].event_id) if len(rows) > query.limit else None
     return json_answer(Page[Event](items=items, next_cursor=next_cursor))
 
@@ -227,10 +225,9 @@ async def cancel_session(request: Request) -> Response:
     body = parse_body(CancelSession, await json_body(request, empty={}))
 
     def cancel() -> Any:
-        state.client.cancel(session_id, actor=actor, reason=body.reason)
-        return state.client.get(session_id)
+        return state.client.cancel(session_id, actor=actor, reason=body.reason)
 
-    return json_answer(Session.from_row(await run_in_threadpool(cancel)))
+    return json_answer(await run_in_threadpool(cancel))
 
 
 SIGNAL = Operation(

@@ -43,16 +43,18 @@ def test_a_bad_step_fails_its_session_and_the_worker_goes_on(
 
     session = client.get(session_id)
     assert session.error is not None
-    assert session.error["code"] == code
-    assert session.error["type"] == error_type
-    assert message in session.error["message"]
-    assert session.error["step"] == go
-    assert "Traceback" in session.error["traceback"]
+    assert session.error.code == code
+    assert session.error.type == error_type
+    assert session.error.message is not None and message in session.error.message
+    assert session.error.step == go
+    # The traceback stays with the row (and the dead letter), not the public record.
+    row_error = client.session_row(session_id).error
+    assert row_error is not None and "Traceback" in row_error["traceback"]
     # Only the first step ("dispatch") committed; the failing one wrote nothing.
-    assert session.step_seq == 1
+    assert session.seq == 1
     assert session.state == {"touched": True}
     assert [c.seq for c in client.checkpoints(session_id)] == [1]
-    failed = [e for e in client.events(session_id) if e.event_type == "session_failed"]
+    failed = [e for e in client.events(session_id) if e.type == "session_failed"]
     assert len(failed) == 1 and failed[0].payload["code"] == code
 
     # The worker survived and runs the next session.
@@ -69,8 +71,8 @@ def test_unknown_agent_is_recorded_by_the_worker(
     assert wait_until(lambda: _finished(client, session_id)) == "failed"
     session = client.get(session_id)
     assert session.error is not None
-    assert session.error["code"] == "unknown_agent"
-    assert "unknown agent 'no-such-agent'" in session.error["message"]
+    assert session.error.code == "unknown_agent"
+    assert "unknown agent 'no-such-agent'" in (session.error.message or "")
     assert client.checkpoints(session_id) == []
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import redis
 
 from resumable.client import Client
+from resumable.schemas import Checkpoint, Event, Page, Session
 from tests.conftest import ManagedProcess, run_cli, wait_until
 
 
@@ -28,12 +29,22 @@ def test_enqueue_then_inspect_a_session(
     assert uuid.UUID(again.stdout.strip()) == session_id
     wait_until(lambda: client.get(session_id).status == "completed", what="completion")
 
+    # The same records, named the same way, as the HTTP API and the Python client.
     listed = json.loads(_cli(client, "sessions", "list", "--json").stdout)
-    assert [(s["id"], s["status"]) for s in listed] == [(str(session_id), "completed")]
+    assert Page[Session].model_validate(listed).items == client.list_sessions()
+    assert [(s["session_id"], s["status"]) for s in listed["items"]] == [
+        (str(session_id), "completed")
+    ]
+    assert listed["next_cursor"] is None and listed["items"][0]["state"] is None
     shown = json.loads(_cli(client, "sessions", "show", str(session_id)).stdout)
+    assert Session.model_validate(shown) == client.get(session_id)
     assert shown["result"] == {"progress": ["one", "two", "three", "four", "five"]}
+    assert "id" not in shown and "cursor" not in shown and "lease_owner" not in shown
     events = json.loads(_cli(client, "sessions", "events", str(session_id), "--json").stdout)
-    assert [e["event_type"] for e in events][-1] == "session_completed"
+    assert Page[Event].model_validate(events).items == client.events(session_id)
+    assert [e["type"] for e in events["items"]][-1] == "session_completed"
+    history = json.loads(_cli(client, "sessions", "history", str(session_id), "--json").stdout)
+    assert Page[Checkpoint].model_validate(history).items == client.checkpoints(session_id)
 
 
 def test_reconcile_command_re_enqueues_lost_sessions(

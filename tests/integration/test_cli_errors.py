@@ -5,6 +5,7 @@ without --input, a worker started next to its module)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -151,7 +152,7 @@ def fresh_home() -> Iterator[Path]:
 def test_a_fresh_embedded_home_is_migrated_on_first_use(fresh_home: Path) -> None:
     result = _run("sessions", "list", "--json", env={"RESUMABLE_HOME": str(fresh_home)})
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert json.loads(result.stdout) == {"items": [], "next_cursor": None}
     assert EmbeddedServices(fresh_home).running_pids() == [], "the last user stops the servers"
 
 

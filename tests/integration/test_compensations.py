@@ -27,7 +27,7 @@ def _dead_letter(db: Database, session_id: uuid.UUID) -> dict[str, Any]:
 
 
 def _count(client: Client, session_id: uuid.UUID, kind: str) -> int:
-    return sum(e.event_type == kind for e in client.events(session_id))
+    return sum(e.type == kind for e in client.events(session_id))
 
 
 def test_a_permanent_error_with_a_saga_counts_its_attempt(

@@ -279,7 +279,7 @@ def test_an_action_without_the_csrf_token_is_refused_and_changes_nothing(
     tab.page.goto(attacker)
     tab.page.wait_for_url("**/ui/login?**")
     assert client.get(session).status == "suspended"
-    types = [e.event_type for e in client.events(session)]
+    types = [e.type for e in client.events(session)]
     assert "session_cancelled" not in types
 
     # With the token, the same form does cancel (so the refusals were the token's).

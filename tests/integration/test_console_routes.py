@@ -415,7 +415,7 @@ def test_actions_are_audited_with_the_operators_name(
         data={"csrf": csrf, "patch": '[{"op": "add", "path": "/fixed", "value": true}]'},
     )
     assert retry.status_code == 303, _alert(retry)
-    assert client.get(world["fixable"]).state["fixed"] is True
+    assert client.state(world["fixable"])["fixed"] is True
     cancel = browser.post(f"/ui/sessions/{session}/cancel", data={"csrf": csrf, "reason": "r"})
     assert cancel.status_code == 303
     assert client.get(session).status == "cancelled"

@@ -25,10 +25,10 @@ def _completed(client: Client, session_id: uuid.UUID) -> bool:
 def _assert_each_step_once(client: Client, session_id: uuid.UUID, steps: int) -> None:
     checkpoints = client.checkpoints(session_id)
     assert [c.seq for c in checkpoints] == list(range(1, steps + 1))
-    assert [(c.state or {}).get("n") for c in checkpoints] == list(range(1, steps + 1))
-    committed = Counter(
-        e.seq for e in client.events(session_id) if e.event_type == "step_completed"
+    assert [client.checkpoint_state(session_id, c.seq).state.get("n") for c in checkpoints] == list(
+        range(1, steps + 1)
     )
+    committed = Counter(e.seq for e in client.events(session_id) if e.type == "step_completed")
     assert committed == Counter(range(1, steps + 1))
 
 
@@ -47,7 +47,7 @@ def test_sigkill_mid_step_after_tool_call_recovers_without_repeating_it(
         assert api.total_calls() == 3
         victim.kill()
         (tmp_path / "hold").unlink()
-        assert client.get(session_id).step_seq == 2
+        assert client.get(session_id).seq == 2
 
         deployment.worker()
         wait_until(lambda: _completed(client, session_id), timeout=30, what="recovery")
@@ -57,7 +57,7 @@ def test_sigkill_mid_step_after_tool_call_recovers_without_repeating_it(
     # Five charges, each made exactly once: step 3's was replayed from the cache.
     assert api.effect_count() == 5
     assert api.total_calls() == 5
-    events = [e.event_type for e in client.events(session_id)]
+    events = [e.type for e in client.events(session_id)]
     assert "lease_recovered" in events
 
 
@@ -74,11 +74,11 @@ def test_paused_worker_is_fenced_out_after_its_lease_expires(
         wait_until((tmp_path / "entered-count-2").exists, what="step 2 to start")
         paused.signal(signal.SIGSTOP)
         (tmp_path / "hold").unlink()
-        first_epoch = client.get(session_id).lease_epoch
+        first_epoch = client.session_row(session_id).lease_epoch
 
         deployment.worker()
         wait_until(lambda: _completed(client, session_id), timeout=30, what="takeover")
-        assert client.get(session_id).lease_epoch > first_epoch
+        assert client.session_row(session_id).lease_epoch > first_epoch
 
         # Wake the stale worker: it finishes its step and tries to commit it.
         paused.signal(signal.SIGCONT)
@@ -173,7 +173,7 @@ def test_long_step_keeps_its_lease(
     deployment.worker()
     session_id = client.start("counter", {"steps": 1, "sleep": 6})
     wait_until(lambda: _completed(client, session_id), timeout=40, what="completion")
-    events = [e.event_type for e in client.events(session_id)]
+    events = [e.type for e in client.events(session_id)]
     assert "lease_recovered" not in events
     assert events.count("run_started") == 1
     _assert_each_step_once(client, session_id, 1)
@@ -183,7 +183,7 @@ def test_long_session_yields_to_others(client: Client, deployment: LocalDeployme
     deployment.worker(RESUMABLE_MAX_STEPS_PER_RUN="4")
     session_id = client.start("counter", {"steps": 10})
     wait_until(lambda: _completed(client, session_id), what="completion")
-    events = [e.event_type for e in client.events(session_id)]
+    events = [e.type for e in client.events(session_id)]
     assert events.count("run_yielded") == 2
     assert events.count("run_started") == 3
     _assert_each_step_once(client, session_id, 10)

@@ -62,18 +62,21 @@ def test_demo_refunds_exactly_once_across_a_sigkill(
     [session] = client.list_sessions(agent="demo-refund")
     assert session.status == "completed"
     assert session.result == {"refunded": True, "refund_id": "re_0001", "settled": True}
-    events = [e.event_type for e in client.events(session.id)]
+    events = [e.type for e in client.events(session.session_id)]
     assert events.count("lease_recovered") == 1
     assert events.count("step_completed") == 4
     assert events.count("callback_received") == 1
-    assert [c.seq for c in client.checkpoints(session.id)] == [1, 2, 3, 4]
+    assert [c.seq for c in client.checkpoints(session.session_id)] == [1, 2, 3, 4]
     refunds = _scalar(
         db,
         "SELECT count(*) FROM tool_execution_cache WHERE session_id = %s AND tool = 'refund'",
-        session.id,
+        session.session_id,
     )
     assert refunds == 1
-    assert _scalar(db, "SELECT count(*) FROM deliveries WHERE session_id = %s", session.id) == 1
+    assert (
+        _scalar(db, "SELECT count(*) FROM deliveries WHERE session_id = %s", session.session_id)
+        == 1
+    )
     [ping] = client.list_sessions(agent="demo-ping")
     assert ping.status == "completed"
 
@@ -93,6 +96,6 @@ def test_demo_refuses_a_database_where_other_sessions_are_unfinished(
     assert done.returncode == 1, out
     assert "1 unfinished sessions of other agents (five)" in out
     assert "DEMO FAILED" in out
-    after = client.get(other)
+    after = client.session_row(other)
     assert (after.status, after.step_seq, after.lease_epoch) == ("pending", 0, 0)
     assert client.list_sessions(agent="demo-refund") == []

@@ -70,7 +70,7 @@ def test_show_retry_with_a_state_patch_and_refuse_a_second_retry(
     assert answer.status_code == 200
     wait_until(lambda: client.get(session_id).status == "completed", what="the retried session")
     assert client.get(session_id).result == {"fixed": True, "patched": "by ops"}
-    [retried] = [e for e in client.events(session_id) if e.event_type == "dead_letter_retried"]
+    [retried] = [e for e in client.events(session_id) if e.type == "dead_letter_retried"]
     assert retried.payload["by"].startswith("ops@example.com")
     assert retried.payload["state_patch"] == patch
 

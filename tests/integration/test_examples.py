@@ -57,7 +57,7 @@ def _signal(web_port: int, session_id: uuid.UUID, payload: dict[str, Any]) -> in
 def _waiting_after(client: Client, session_id: uuid.UUID, seq: int) -> bool:
     """Suspended for approval at a later step than `seq`."""
     row = client.get(session_id)
-    return row.status == "suspended" and row.step_seq > seq
+    return row.status == "suspended" and row.seq > seq
 
 
 def _recorded_llm_calls(db: Database, session_id: uuid.UUID) -> int:
@@ -90,19 +90,19 @@ def test_research_agent_loops_with_a_tool_and_a_human_until_approved(
     # Turn 1 asked for fetch_url, the tool ran, turn 2 wrote the report.
     assert llm.chat_calls == 2
     assert llm.page_fetches == 1
-    assert first.state["draft"].startswith("Report: A suspend-and-resume job queue")
+    assert client.state(session_id)["draft"].startswith("Report: A suspend-and-resume job queue")
 
     assert _signal(web_port, session_id, {"approved": False, "feedback": "cite it"}) == 202
-    wait_until(lambda: _waiting_after(client, session_id, first.step_seq), what="a revision")
-    revised = client.get(session_id)
+    wait_until(lambda: _waiting_after(client, session_id, first.seq), what="a revision")
+    revised = client.state(session_id)
     assert llm.chat_calls == 3
-    assert revised.state["draft"] == "Revised report, after 'Reviewer: cite it'."
+    assert revised["draft"] == "Revised report, after 'Reviewer: cite it'."
 
     assert _signal(web_port, session_id, {"approved": True, "by": "alice"}) == 202
     wait_until(lambda: client.get(session_id).status == "completed", what="completion")
     assert client.get(session_id).result == {
         "status": "approved",
-        "report": revised.state["draft"],
+        "report": revised["draft"],
         "approved_by": "alice",
         "llm_calls": 3,
     }
@@ -145,7 +145,7 @@ def test_sigkill_in_the_middle_of_a_step_does_not_repeat_the_llm_call(
     wait_until(llm.page_requested.is_set, what="the tool call")
     assert llm.chat_calls == 1
     assert _recorded_llm_calls(db, session_id) == 1
-    assert client.get(session_id).step_seq == 1  # only `start` committed
+    assert client.get(session_id).seq == 1  # only `start` committed
     victim.kill()
     llm.page_gate.set()
 
@@ -161,8 +161,8 @@ def test_sigkill_in_the_middle_of_a_step_does_not_repeat_the_llm_call(
     requests = [json.dumps(r, sort_keys=True) for r in llm.chat_requests]
     assert len(set(requests)) == len(requests)
     events = client.events(session_id)
-    assert [e.event_type for e in events].count("lease_recovered") == 1
-    think = next(e for e in events if e.event_type == "step_completed" and e.step == "think")
+    assert [e.type for e in events].count("lease_recovered") == 1
+    think = next(e for e in events if e.type == "step_completed" and e.step == "think")
     assert think.payload["tool_calls_replayed"] == 1  # the LLM call
     assert think.payload["tool_calls"] == 1  # the fetch, made again
 

@@ -28,7 +28,7 @@ def _finished(client: Client, session_id: uuid.UUID) -> str:
 
 
 def _events(client: Client, session_id: uuid.UUID, kind: str) -> list[Any]:
-    return [e for e in client.events(session_id) if e.event_type == kind]
+    return [e for e in client.events(session_id) if e.type == kind]
 
 
 def _dead_letters(db: Database, session_id: uuid.UUID) -> list[dict[str, Any]]:
@@ -53,14 +53,14 @@ def test_transient_failures_are_retried_with_backoff_then_succeed(
         assert wait_until(lambda: _finished(client, session_id)) == "completed"
     assert client.get(session_id).result["tries"] == 3
     events = client.events(session_id)
-    retries = [e for e in events if e.event_type == "retry_scheduled"]
+    retries = [e for e in events if e.type == "retry_scheduled"]
     # Each retry starts with a fresh claim (by its delayed message or the scheduler).
-    starts = [e for e in events if e.event_type in {"retry_started", "run_started"}][1:]
+    starts = [e for e in events if e.type in {"retry_started", "run_started"}][1:]
     assert [r.payload["attempt"] for r in retries] == [1, 2]
     for scheduled, started in zip(retries, starts, strict=True):
         delay = scheduled.payload["delay"]
         assert 0.3 <= delay <= 0.6
-        waited = (started.created_at - scheduled.created_at).total_seconds()
+        waited = (started.at - scheduled.at).total_seconds()
         assert delay - 0.05 <= waited <= delay + 1.5, (delay, waited)
         assert "Traceback" in scheduled.payload["traceback"]
     # The charge was made on the first attempt and replayed from the cache after.
@@ -98,7 +98,7 @@ def test_exhausted_attempts_are_dead_lettered_with_the_last_error(
     assert letter["error_message"] == "upstream down"
     assert "raise TransientError" in letter["traceback"]
     error = client.get(session_id).error
-    assert error is not None and error["type"] == "TransientError"
+    assert error is not None and error.type == "TransientError"
 
 
 def test_retry_after_from_a_rate_limited_api_is_honoured(
@@ -239,9 +239,9 @@ def test_drain_retries_fifty_fixed_sessions_and_discard_records_the_reason(
     ids = [client.start("fragile", {"flag": str(flag)}) for _ in range(52)]
     wait_until(lambda: client.count_by_status() == {"failed": 52}, timeout=60, what="52 failed")
 
-    listed = json.loads(_dlq(client, "list", "--json", "--limit", "100").stdout)["dead_letters"]
+    listed = json.loads(_dlq(client, "list", "--json", "--limit", "100").stdout)["items"]
     assert len(listed) == 52
-    to_discard = [d["id"] for d in listed[:2]]
+    to_discard = [d["dead_letter_id"] for d in listed[:2]]
     for dead_letter_id in to_discard:
         out = _dlq(client, "discard", str(dead_letter_id), "--reason", "duplicate order")
         assert out.returncode == 0, out.stdout + out.stderr

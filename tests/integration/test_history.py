@@ -94,9 +94,9 @@ def test_fork_from_step_ten_reuses_earlier_tool_results_and_leaves_the_original(
 
     assert fork.result == before.result == {"n": 20}
     assert fork.state == before.state
-    assert (fork.forked_from, fork.forked_at_seq) == (original, 10)
+    assert (fork.forked_from, fork.forked_at) == (original, 10)
     after = client.get(original)
-    assert (after.state, after.step_seq, after.status) == (before.state, 20, "completed")
+    assert (after.state, after.seq, after.status) == (before.state, 20, "completed")
     assert [(c.seq, c.kind) for c in client.checkpoints(original)] == before_checkpoints
     with db.connection() as conn:
         copied = conn.execute(
@@ -105,7 +105,7 @@ def test_fork_from_step_ten_reuses_earlier_tool_results_and_leaves_the_original(
         ).fetchall()
     assert [r["step_seq"] for r in copied] == list(range(1, 21))
     assert history.state_at(fork_id, 5).state == recording(5)[-1]
-    assert [e.event_type for e in client.events(original)][-1] == "forked"
+    assert [e.type for e in client.events(original)][-1] == "forked"
 
 
 def test_fork_validation(
@@ -126,7 +126,7 @@ def test_fork_validation(
     patched = history.fork(
         session_id, 1, actor="t", state_patch=[{"op": "add", "path": "/note", "value": "x"}]
     )
-    assert client.get(patched).state["note"] == "x"
+    assert client.state(patched)["note"] == "x"
     assert client.count_by_status() == {"completed": 1, "pending": 1}
 
 
@@ -146,7 +146,7 @@ def test_compaction_keeps_every_remaining_checkpoint_loadable(
         assert rows[0]["kind"] == "snapshot"
         for seq in range(38, 51):
             assert history.state_at(session_id, seq).state == expected[seq - 1], (agent, seq)
-        assert client.get(session_id).compacted_to == 37
+        assert client.session_row(session_id).compacted_to == 37
 
 
 def test_retention_deletes_only_old_finished_sessions(
@@ -169,7 +169,7 @@ def test_retention_deletes_only_old_finished_sessions(
     settings = client.settings.model_copy(update={"retention_days": 7, "retention_mode": "archive"})
     assert retire_old_sessions(settings, db) == 1
     assert retire_old_sessions(settings, db) == 0
-    remaining = {s.id for s in client.list_sessions(limit=10)}
+    remaining = {s.session_id for s in client.list_sessions(limit=10)}
     assert remaining == {recent_done, old_dead, old_pending}
     with db.connection() as conn:
         archived = conn.execute("SELECT session_id, document FROM archived_sessions").fetchall()
@@ -193,7 +193,7 @@ def test_secrets_never_reach_the_history(
         incremental = client.start("hist_incremental", {"steps": 6, "secret": secret})
         wait_until(lambda: _done(client, incremental), what="the incremental session")
     # The live state keeps what the agent needs.
-    assert client.get(session_id).state["auth"]["api_key"] == secret
+    assert client.state(session_id)["auth"]["api_key"] == secret
     with db.connection() as conn:
         for table in ("checkpoints", "audit_events", "tool_execution_cache", "dead_letters"):
             row = conn.execute(

@@ -147,7 +147,7 @@ def world(
     )
     worker.stop()
     [letter] = api.get("/v1/dead-letters", headers=AUTH).json()["items"]
-    token = urlsplit(client.get(waiting).state["callback_url"]).path.rsplit("/", 1)[1]
+    token = urlsplit(client.state(waiting)["callback_url"]).path.rsplit("/", 1)[1]
     return {
         "session_id": str(waiting),
         "token": token,
@@ -444,7 +444,7 @@ def test_fork_of_a_compensated_saga_is_refused_unless_allowed(
         )
         assert allowed.status_code == 201
     fork_id = uuid.UUID(allowed.json()["session_id"])
-    [created] = [e for e in client.events(fork_id) if e.event_type == "session_created"]
+    [created] = [e for e in client.events(fork_id) if e.type == "session_created"]
     assert created.payload["compensated_calls_reused"] == 2
     assert json.loads(json.dumps(created.payload))["forked_from"] == str(session_id)
 

@@ -46,7 +46,7 @@ def _suspended_callback(client: Client, deployment: LocalDeployment) -> tuple[uu
     deployment.worker()
     session_id = client.start("approval", {})
     wait_until(lambda: client.get(session_id).status == "suspended", what="suspension")
-    return session_id, urlsplit(client.get(session_id).state["callback_url"]).path
+    return session_id, urlsplit(client.state(session_id)["callback_url"]).path
 
 
 def _nothing_stored(db: Database, client: Client, session_id: uuid.UUID) -> None:
@@ -209,8 +209,8 @@ def test_cancel_fences_a_running_worker_and_closes_callbacks(
     wait_until(lambda: "not committed" in worker.output(), what="the fenced commit")
 
     session = client.get(session_id)
-    assert session.status == "cancelled" and session.step_seq == 0
-    cancelled = [e for e in client.events(session_id) if e.event_type == "session_cancelled"]
+    assert session.status == "cancelled" and session.seq == 0
+    cancelled = [e for e in client.events(session_id) if e.type == "session_cancelled"]
     assert cancelled[0].payload["reason"] == "customer withdrew"
     assert cancelled[0].payload["by"].startswith("ops@example.com")
     again = api.post(f"/v1/sessions/{session_id}/cancel", headers=AUTH)
@@ -236,7 +236,7 @@ def test_signals_validate_topic_session_and_state(api: TestClient, client: Clien
     client.cancel(session_id, actor="test", reason=None)
     refused = api.post(f"/v1/sessions/{session_id}/signals/go", json={"x": 1}, headers=AUTH)
     assert (refused.status_code, refused.json()["error"]["code"]) == (409, "wait_closed")
-    assert [e.event_type for e in client.events(session_id)][-1] == "signal_rejected"
+    assert [e.type for e in client.events(session_id)][-1] == "signal_rejected"
 
 
 def test_openapi_describes_every_route(api: TestClient) -> None:

@@ -69,7 +69,7 @@ def test_a_compensation_longer_than_the_lease_keeps_it_and_runs_once(
 
     # Each compensation ran exactly once: no second worker repeated one.
     assert sorted(undo_calls.values()) == [1, 1, 1]
-    events = [e.event_type for e in client.events(session_id)]
+    events = [e.type for e in client.events(session_id)]
     assert "compensation_resumed" not in events
     assert "lease_recovered" not in events
     assert events.count("compensation_completed") == 3

@@ -16,6 +16,7 @@ from resumable.client import Client
 from resumable.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.errors import InvalidDrainError
 from resumable.models.database import Database
+from resumable.webhooks.response_models import DeadLetterDetail
 from tests.conftest import ManagedProcess, run_cli, wait_until
 from tests.fake_api import FakeAPI
 
@@ -81,7 +82,7 @@ def test_dry_run_refuses_what_the_real_run_refuses_and_compensation_filters(
     assert as_json["done"] == [] and client.count_by_status() == {"failed": 5}
 
     listed = json.loads(_cli(client, "dlq", "list", "--compensation", "completed", "--json").stdout)
-    assert sorted(d["id"] for d in listed["dead_letters"]) == compensated
+    assert sorted(d["dead_letter_id"] for d in listed["items"]) == compensated
     bogus = _cli(client, "dlq", "list", "--compensation", "partly")
     assert "'partly' is not one of 'none', 'completed', 'failed'" in _error_line(bogus)
 
@@ -119,9 +120,9 @@ def test_show_takes_a_unique_id_prefix_and_lists_candidates_otherwise(
     for session_id in twins:
         client.start("five", session_id=session_id)
     shown = _cli(client, "sessions", "show", "abcdef01-0000-4000-8000-000000000002")
-    assert json.loads(shown.stdout)["id"] == str(twins[1])
+    assert json.loads(shown.stdout)["session_id"] == str(twins[1])
     unique = _cli(client, "sessions", "show", "ABCDEF01000040008000000000000001")
-    assert json.loads(unique.stdout)["id"] == str(twins[0])
+    assert json.loads(unique.stdout)["session_id"] == str(twins[0])
     ambiguous = _error_line(_cli(client, "sessions", "show", "abcdef01"))
     assert "'abcdef01' matches several sessions" in ambiguous
     assert all(str(t) in ambiguous for t in twins) and "[ambiguous_id]" in ambiguous
@@ -135,7 +136,12 @@ def test_show_takes_a_unique_id_prefix_and_lists_candidates_otherwise(
     by_session = json.loads(_cli(client, "dlq", "show", str(failed)[:8]).stdout)
     by_number = json.loads(_cli(client, "dlq", "show", str(dead_letter_id)).stdout)
     assert by_session == by_number
-    assert by_session["dead_letter"]["id"] == dead_letter_id
+    assert by_session["dead_letter"]["dead_letter_id"] == dead_letter_id
+    # The same record as GET /v1/dead-letters/{dead_letter_id} and the Python client.
+    detail = DeadLetterDetail.model_validate(by_session)
+    assert detail.dead_letter == client.dead_letter(dead_letter_id)
+    assert detail.session == client.get(failed)
+    assert detail.events == client.events(failed, latest=20)
     assert "no dead letter '99999999'" in _error_line(_cli(client, "dlq", "show", "99999999"))
 
 
@@ -174,7 +180,7 @@ def test_cancel_and_signal_from_the_command_line_are_audited(
         "topic": "approve",
         "payload": {"ok": True},
     }
-    [received] = [e for e in client.events(waiting) if e.event_type == "signal_received"]
+    [received] = [e for e in client.events(waiting) if e.type == "signal_received"]
     assert received.payload["by"] == "ops@example.com"
 
     no_reason = _cli(client, "sessions", "cancel", str(doomed))
@@ -184,7 +190,7 @@ def test_cancel_and_signal_from_the_command_line_are_audited(
     )
     assert cancelled.returncode == 0, cancelled.stderr
     assert client.get(doomed).status == "cancelled"
-    [event] = [e for e in client.events(doomed) if e.event_type == "session_cancelled"]
+    [event] = [e for e in client.events(doomed) if e.type == "session_cancelled"]
     assert (event.payload["by"], event.payload["reason"]) == ("me", "customer left")
     twice = _cli(client, "sessions", "cancel", str(doomed), "--reason", "again")
     assert "is already cancelled" in _error_line(twice)
@@ -206,5 +212,5 @@ def test_fork_of_a_compensated_saga_needs_allow_compensated(
     allowed = _cli(client, "sessions", "fork", str(session_id), "--at", "2", "--allow-compensated")
     assert allowed.returncode == 0, allowed.stderr
     fork_id = uuid.UUID(allowed.stdout.strip())
-    [created] = [e for e in client.events(fork_id) if e.event_type == "session_created"]
+    [created] = [e for e in client.events(fork_id) if e.type == "session_created"]
     assert created.payload["compensated_calls_reused"] == 2

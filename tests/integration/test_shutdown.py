@@ -18,7 +18,7 @@ from tests.fake_api import FakeAPI
 
 
 def _owner_pid(client: Client, session_id: uuid.UUID) -> int | None:
-    owner = client.get(session_id).lease_owner
+    owner = client.session_row(session_id).lease_owner
     return int(owner.split(":")[1]) if owner else None
 
 
@@ -29,7 +29,7 @@ def test_sigterm_mid_run_hands_the_session_to_another_worker_at_once(
     with FakeAPI() as api:
         stopping = start_worker()
         session_id = client.start("counter", {"api": api.url, "steps": steps, "sleep": 0.1})
-        wait_until(lambda: client.get(session_id).step_seq >= 3, what="the run to be under way")
+        wait_until(lambda: client.get(session_id).seq >= 3, what="the run to be under way")
         other = start_worker()
         assert _owner_pid(client, session_id) == stopping.pid
 
@@ -51,11 +51,9 @@ def test_sigterm_mid_run_hands_the_session_to_another_worker_at_once(
         assert api.effect_count() == steps
     checkpoints = client.checkpoints(session_id)
     assert [c.seq for c in checkpoints] == list(range(1, steps + 1))
-    committed = Counter(
-        e.seq for e in client.events(session_id) if e.event_type == "step_completed"
-    )
+    committed = Counter(e.seq for e in client.events(session_id) if e.type == "step_completed")
     assert committed == Counter(range(1, steps + 1))
-    released = [e for e in client.events(session_id) if e.event_type == "lease_released"]
+    released = [e for e in client.events(session_id) if e.type == "lease_released"]
     assert [e.payload["reason"] for e in released] == ["worker stopping"]
     assert "1 session(s) handed back mid-run" in stopping.output()
 
@@ -82,10 +80,11 @@ def test_hung_steps_are_listed_and_stopping_names_the_threads_it_leaves(
     wait_until(lambda: slow in hung_ids(1), timeout=10, what="the slow step to pass 1 s")
     [row] = [h for h in client.hung_sessions() if h.session_id == held]
     assert row.step == "block" and row.step_deadline is not None and row.running_seconds >= 1
-    listed = {s.id for s in client.list_sessions(hung_after=600)}
+    listed = {s.session_id for s in client.list_sessions(hung_after=600)}
     assert {cancelled, held} <= listed and slow not in listed
     hung_cli = run_cli(client.settings, "sessions", "list", "--hung", "--json")
-    assert {cancelled, held} <= {uuid.UUID(row["id"]) for row in json.loads(hung_cli.stdout)}
+    hung_rows = json.loads(hung_cli.stdout)["items"]
+    assert {cancelled, held} <= {uuid.UUID(row["session_id"]) for row in hung_rows}
     gauges = {family.name: family for family in DatabaseCollector(client.db).collect()}
     assert gauges["resumable_sessions_hung"].samples[0].value >= 2
     wait_until(lambda: client.get(slow).status == "completed", what="the slow session")
@@ -104,5 +103,5 @@ def test_hung_steps_are_listed_and_stopping_names_the_threads_it_leaves(
     assert "its lease is released and the session re-enqueued" in out
     assert client.get(cancelled).status == "cancelled"
     # Released for any other worker, without waiting for the lease to expire.
-    after = client.get(held)
+    after = client.session_row(held)
     assert (after.status, after.lease_owner) == ("pending", None)

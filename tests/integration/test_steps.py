@@ -22,8 +22,8 @@ def test_five_step_agent_runs_in_order(
 
     session = client.get(session_id)
     assert session.result == {"progress": ["one", "two", "three", "four", "five"]}
-    assert session.cursor is None
-    assert session.step_seq == 5
+    assert session.step is None
+    assert session.seq == 5
     checkpoints = client.checkpoints(session_id)
     assert [(c.seq, c.step, c.next_step) for c in checkpoints] == [
         (1, "one", "two"),
@@ -32,8 +32,8 @@ def test_five_step_agent_runs_in_order(
         (4, "four", "five"),
         (5, "five", None),
     ]
-    assert checkpoints[2].state == {"progress": ["one", "two", "three"]}
-    events = [(e.event_type, e.step, e.seq) for e in client.events(session_id)]
+    assert client.checkpoint_state(session_id, 3).state == {"progress": ["one", "two", "three"]}
+    events = [(e.type, e.step, e.seq) for e in client.events(session_id)]
     assert events == [
         ("session_created", None, None),
         ("run_started", None, 0),

@@ -35,7 +35,7 @@ def test_a_time_out_is_not_swallowed_and_is_handled_in_the_sessions_context(
     # Both attempts ran past the 1 s limit; the step's `except Exception:` never ran.
     assert not swallowed.exists()
     events = client.events(session_id)
-    [retry] = [e for e in events if e.event_type == "retry_scheduled"]
+    [retry] = [e for e in events if e.type == "retry_scheduled"]
     assert retry.payload["type"] == "StepTimeoutError"
     assert retry.payload["code"] == "step_timeout"
     assert "1 s time limit" in retry.payload["message"]

@@ -24,7 +24,7 @@ def _status(client: Client, session_id: uuid.UUID) -> str:
 
 
 def _callback_url(client: Client, session_id: uuid.UUID) -> str:
-    url: str = client.get(session_id).state["callback_url"]
+    url: str = client.state(session_id)["callback_url"]
     return url
 
 
@@ -84,7 +84,7 @@ def test_ten_identical_concurrent_deliveries_resume_once(
         codes = Counter(pool.map(deliver, range(10)))
     assert codes == {202: 1, 200: 9}
     wait_until(lambda: _status(client, session_id) == "completed", what="completion")
-    events = [e.event_type for e in client.events(session_id)]
+    events = [e.type for e in client.events(session_id)]
     assert events.count("resumed") == 1
     assert events.count("callback_received") == 1
     assert _count(db, "SELECT count(*) FROM deliveries") == 1
@@ -108,7 +108,7 @@ def test_callback_posted_while_its_step_is_still_running_is_consumed_once(
     (tmp_path / "hold").unlink()
     wait_until(lambda: _status(client, session_id) == "completed", what="completion")
     assert client.get(session_id).result == {"kind": "callback", "payload": {"early": True}}
-    events = [e.event_type for e in client.events(session_id)]
+    events = [e.type for e in client.events(session_id)]
     assert events.count("resumed") == 1
     assert events.count("step_completed") == 2
     assert _count(db, "SELECT count(*) FROM deliveries WHERE status = 'consumed'") == 1
@@ -126,16 +126,16 @@ def test_late_callback_after_timeout_is_refused_and_audited(
     assert finished.result == {"kind": "timeout", "payload": None}
 
     body, headers = signed({"approved": "too late"})
-    answer = httpx.post(finished.state["callback_url"], content=body, headers=headers)
+    answer = httpx.post(client.state(session_id)["callback_url"], content=body, headers=headers)
     assert answer.status_code == 409
     assert answer.json()["error"]["code"] == "wait_closed"
     after = client.get(session_id)
-    assert (after.state, after.status, after.step_seq) == (
+    assert (after.state, after.status, after.seq) == (
         finished.state,
         "completed",
-        finished.step_seq,
+        finished.seq,
     )
-    rejected = [e for e in client.events(session_id) if e.event_type == "callback_rejected"]
+    rejected = [e for e in client.events(session_id) if e.type == "callback_rejected"]
     assert len(rejected) == 1
     assert "completed" in rejected[0].payload["reason"]
 
@@ -232,7 +232,7 @@ def test_redis_flushed_while_sessions_wait_and_others_are_pending(
     assert all(
         client.get(s).result == {"kind": "callback", "payload": {"ok": True}} for s in waiting
     )
-    assert all(client.get(s).step_seq == 5 for s in pending)
+    assert all(client.get(s).seq == 5 for s in pending)
 
 
 def test_a_callback_or_a_timer_whichever_comes_first(

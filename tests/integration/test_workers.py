@@ -33,7 +33,7 @@ DEFAULTS = {
 
 
 def _events(client: Client, session_id: uuid.UUID) -> list[str]:
-    return [e.event_type for e in client.events(session_id)]
+    return [e.type for e in client.events(session_id)]
 
 
 def test_a_killed_workers_session_runs_again_within_five_seconds_by_default(
@@ -53,7 +53,7 @@ def test_a_killed_workers_session_runs_again_within_five_seconds_by_default(
     victim.kill()
     killed = time.monotonic()
     wait_until(
-        lambda: client.get(session_id).step_seq >= 2,
+        lambda: client.get(session_id).seq >= 2,
         timeout=60,
         interval=0.05,
         what="step 2 to run again on the survivor",
@@ -63,19 +63,13 @@ def test_a_killed_workers_session_runs_again_within_five_seconds_by_default(
     wait_until(lambda: client.get(session_id).status == "completed", what="completion")
 
     assert recovered_after < 5.0, recovered_after  # the lease alone would take 30 s
-    owner = client.get(session_id).lease_owner
+    owner = client.session_row(session_id).lease_owner
     assert owner is None  # released at completion
     assert "lease_recovered" in _events(client, session_id)
-    committed = Counter(
-        e.seq for e in client.events(session_id) if e.event_type == "step_completed"
-    )
+    committed = Counter(e.seq for e in client.events(session_id) if e.type == "step_completed")
     assert committed == Counter([1, 2, 3])
     assert f":{survivor.pid}:" in str(
-        next(
-            e.payload["worker"]
-            for e in client.events(session_id)
-            if e.event_type == "lease_recovered"
-        )
+        next(e.payload["worker"] for e in client.events(session_id) if e.type == "lease_recovered")
     )
 
 
@@ -100,7 +94,7 @@ def test_pending_sessions_move_within_seconds_after_redis_loses_its_keys(
     elapsed = time.monotonic() - flushed
     print(f"40 sessions completed {elapsed:.2f} s after FLUSHALL")
     assert elapsed < 10.0, elapsed  # the 30 s grace would have held the lost ones back
-    assert all(client.get(s).step_seq == 2 for s in ids[:5])
+    assert all(client.get(s).seq == 2 for s in ids[:5])
 
 
 def test_reconcile_waits_out_the_grace_unless_redis_lost_its_keys(
@@ -163,10 +157,10 @@ def test_an_agent_no_live_worker_loads_waits_without_churn_until_one_starts(
     # reconciler runs every 0.25 s and another session runs beside it.
     served = client.start("five")
     wait_until(lambda: client.get(served).status == "completed", what="a served session")
-    assert [s.id for s in client.list_sessions(unserved=True)] == [lonely]
+    assert [s.session_id for s in client.list_sessions(unserved=True)] == [lonely]
     assert [(a.agent, a.sessions) for a in client.unserved_agents()] == [("lonely", 1)]
     listed = run_cli(client.settings, "sessions", "list", "--unserved", "--json")
-    assert [row["id"] for row in json.loads(listed.stdout)] == [str(lonely)]
+    assert [row["session_id"] for row in json.loads(listed.stdout)["items"]] == [str(lonely)]
     gauges = {family.name: family for family in DatabaseCollector(client.db).collect()}
     assert [
         (s.labels["agent"], s.value) for s in gauges["resumable_sessions_unserved"].samples

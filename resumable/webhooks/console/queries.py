@@ -16,6 +16,7 @@ from resumable.client import decode_cursor, encode_cursor
 from resumable.models.database import Database
 from resumable.models.tables import (
     AgentInfoRow,
+    AuditEventRow,
     CallbackRow,
     DeadLetterRow,
     SessionRow,
@@ -24,6 +25,21 @@ from resumable.models.tables import (
 
 # The most rows a session page lists of each kind (the API pages through the rest).
 MAX_TOOL_CALLS = 200
+
+
+def session_events(
+    db: Database, session_id: uuid.UUID, *, after: int, limit: int
+) -> list[AuditEventRow]:
+    """A page of the audit log as rows (the templates read the table's names)."""
+    query = (
+        select(AuditEventRow)
+        .where(AuditEventRow.session_id == session_id)
+        .where(col(AuditEventRow.id) > after)
+        .order_by(col(AuditEventRow.id))
+        .limit(limit)
+    )
+    with Session(db.engine, expire_on_commit=False) as session:
+        return list(session.exec(query).all())
 
 
 @dataclass(frozen=True)

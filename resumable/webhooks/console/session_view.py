@@ -168,8 +168,8 @@ def _checkpoints(
 def session_view(
     state: WebState, session_id: uuid.UUID, *, at: int | None, events_after: int
 ) -> SessionView:
-    row = state.client.get(session_id)  # SessionNotFoundError for an unknown id
-    events = state.client.events(session_id, after=events_after, limit=EVENT_PAGE)
+    row = state.client.session_row(session_id)  # SessionNotFoundError for an unknown id
+    events = queries.session_events(state.db, session_id, after=events_after, limit=EVENT_PAGE)
     history = TimeTravel(state.db, state.client.registry)
     checkpoints, selected, selected_state, selected_note, earlier = _checkpoints(history, row, at)
     view = SessionView(

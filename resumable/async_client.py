@@ -1,0 +1,309 @@
+"""The client for asyncio applications (FastAPI, Starlette): the same methods
+as `Client`, awaited, so a handler can start a session, send a signal or read
+one without blocking its event loop and without wrapping calls itself.
+
+Why a thread-offloading wrapper and not psycopg's ``AsyncConnectionPool``:
+
+- Starting a session ends with a dramatiq enqueue, and dramatiq's Redis
+  broker is synchronous: an async client would run that part in a thread
+  anyway, between two awaits, for every start, fork and retry.
+- Every operation is a short statement or two on the pool; the time is spent
+  waiting on PostgreSQL, which a thread does without holding the GIL, so a
+  small pool of threads costs little next to the round trips themselves.
+- One implementation: each method calls the `Client` method of the same
+  name, so the rules it enforces (commit before enqueue, idempotency keys,
+  errors, the returned models) cannot drift between the two clients.
+
+The threads are the client's own, as many as the database pool has
+connections (``RESUMABLE_DB_POOL_SIZE``): a burst of requests queues for a
+thread instead of filling the event loop's default executor or waiting on
+the pool while holding a thread. Context variables are carried into the
+thread, as ``asyncio.to_thread`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal, ParamSpec, TypeVar
+
+from resumable.agent import AgentRegistry
+from resumable.client import HUNG_AFTER_SECONDS, Client, Started
+from resumable.models.agent_queries import UnservedAgent
+from resumable.models.step_queries import HungSession
+from resumable.schemas import (
+    Checkpoint,
+    CheckpointState,
+    DeadLetter,
+    DeadLetterStatus,
+    Delivery,
+    Event,
+    Page,
+    Session,
+)
+from resumable.settings import Settings, load_settings
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """`Client`'s methods, awaitable. Build it like a `Client`:
+
+    - ``AsyncClient.from_env()`` or ``AsyncClient(database_url=...,
+      redis_url=...)``: it connects (and starts embedded servers for unset
+      URLs) when built, once, at startup, and closes them on ``aclose()`` or
+      at the end of ``async with``;
+    - ``AsyncClient(client)``: around a `Client` someone else owns (say, the
+      one ``resumable.webhooks.app.running`` hands you); closing the
+      `AsyncClient` then stops only its threads.
+    """
+
+    def __init__(
+        self,
+        client: Client | None = None,
+        *,
+        settings: Settings | None = None,
+        database_url: str | None = None,
+        redis_url: str | None = None,
+        registry: AgentRegistry | None = None,
+    ) -> None:
+        if client is not None and (settings or database_url or redis_url or registry):
+            raise TypeError("pass either a Client or what to build one from, not both")
+        self._owns_client = client is None
+        self.client = client or Client(
+            settings, registry=registry, database_url=database_url, redis_url=redis_url
+        )
+        self._threads = ThreadPoolExecutor(
+            max_workers=self.client.settings.db_pool_size, thread_name_prefix="resumable-async"
+        )
+
+    @classmethod
+    def from_env(cls, registry: AgentRegistry | None = None) -> AsyncClient:
+        """On the servers the environment names (embedded ones for unset URLs)."""
+        return cls(settings=load_settings(), registry=registry)
+
+    @property
+    def settings(self) -> Settings:
+        return self.client.settings
+
+    async def _run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
+
+    def _shut(self) -> None:
+        self._threads.shutdown(wait=True)
+        if self._owns_client:
+            self.client.close()
+
+    async def aclose(self) -> None:
+        """Wait for calls in flight, then close what this client opened."""
+        await asyncio.get_running_loop().run_in_executor(None, self._shut)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # Sessions
+
+    async def start(
+        self,
+        agent: str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        session_id: uuid.UUID | None = None,
+    ) -> uuid.UUID:
+        """See `Client.start`."""
+        return await self._run(
+            self.client.start, agent, input, idempotency_key=idempotency_key, session_id=session_id
+        )
+
+    async def start_session(
+        self,
+        agent: str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        session_id: uuid.UUID | None = None,
+    ) -> Started:
+        """See `Client.start_session`."""
+        return await self._run(
+            self.client.start_session,
+            agent,
+            input,
+            idempotency_key=idempotency_key,
+            session_id=session_id,
+        )
+
+    async def get(self, session_id: uuid.UUID | str) -> Session:
+        return await self._run(self.client.get, session_id)
+
+    async def state(self, session_id: uuid.UUID | str) -> dict[str, Any]:
+        return await self._run(self.client.state, session_id)
+
+    async def list_sessions(
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        limit: int = 50,
+        hung_after: float | None = None,
+        unserved: bool = False,
+    ) -> list[Session]:
+        return await self._run(
+            self.client.list_sessions,
+            status=status,
+            agent=agent,
+            limit=limit,
+            hung_after=hung_after,
+            unserved=unserved,
+        )
+
+    async def page_sessions(
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        hung_after: float | None = None,
+        unserved: bool = False,
+    ) -> Page[Session]:
+        return await self._run(
+            self.client.page_sessions,
+            status=status,
+            agent=agent,
+            limit=limit,
+            cursor=cursor,
+            hung_after=hung_after,
+            unserved=unserved,
+        )
+
+    async def cancel(
+        self, session_id: uuid.UUID | str, *, actor: str, reason: str | None = None
+    ) -> Session:
+        return await self._run(self.client.cancel, session_id, actor=actor, reason=reason)
+
+    async def signal(
+        self,
+        session_id: uuid.UUID | str,
+        topic: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        actor: str = "python",
+    ) -> Delivery:
+        return await self._run(
+            self.client.signal,
+            session_id,
+            topic,
+            payload,
+            idempotency_key=idempotency_key,
+            actor=actor,
+        )
+
+    async def events(
+        self,
+        session_id: uuid.UUID | str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        latest: int | None = None,
+    ) -> list[Event]:
+        return await self._run(
+            self.client.events, session_id, after=after, limit=limit, latest=latest
+        )
+
+    async def checkpoints(
+        self, session_id: uuid.UUID | str, *, after: int = 0, limit: int = 100_000
+    ) -> list[Checkpoint]:
+        return await self._run(self.client.checkpoints, session_id, after=after, limit=limit)
+
+    async def checkpoint_state(self, session_id: uuid.UUID | str, seq: int) -> CheckpointState:
+        return await self._run(self.client.checkpoint_state, session_id, seq)
+
+    async def fork(
+        self,
+        session_id: uuid.UUID | str,
+        at: int,
+        *,
+        actor: str = "python",
+        state_patch: list[dict[str, Any]] | None = None,
+        new_session_id: uuid.UUID | None = None,
+        allow_compensated: bool = False,
+    ) -> Session:
+        return await self._run(
+            self.client.fork,
+            session_id,
+            at,
+            actor=actor,
+            state_patch=state_patch,
+            new_session_id=new_session_id,
+            allow_compensated=allow_compensated,
+        )
+
+    async def count_by_status(self) -> dict[str, int]:
+        return await self._run(self.client.count_by_status)
+
+    async def hung_sessions(
+        self, *, after_seconds: float = HUNG_AFTER_SECONDS, limit: int = 100
+    ) -> list[HungSession]:
+        return await self._run(self.client.hung_sessions, after_seconds=after_seconds, limit=limit)
+
+    async def unserved_agents(self) -> list[UnservedAgent]:
+        return await self._run(self.client.unserved_agents)
+
+    # Dead letters
+
+    async def dead_letters(
+        self,
+        *,
+        status: DeadLetterStatus | Literal["all"] = "open",
+        agent: str | None = None,
+        error_type: str | None = None,
+        step: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[DeadLetter]:
+        return await self._run(
+            self.client.dead_letters,
+            status=status,
+            agent=agent,
+            error_type=error_type,
+            step=step,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    async def dead_letter(self, dead_letter_id: int) -> DeadLetter:
+        return await self._run(self.client.dead_letter, dead_letter_id)
+
+    async def retry_dead_letter(
+        self,
+        dead_letter_id: int,
+        *,
+        actor: str = "python",
+        reason: str | None = None,
+        state_patch: list[dict[str, Any]] | None = None,
+    ) -> DeadLetter:
+        return await self._run(
+            self.client.retry_dead_letter,
+            dead_letter_id,
+            actor=actor,
+            reason=reason,
+            state_patch=state_patch,
+        )
+
+    async def discard_dead_letter(
+        self, dead_letter_id: int, *, reason: str, actor: str = "python"
+    ) -> DeadLetter:
+        return await self._run(
+            self.client.discard_dead_letter, dead_letter_id, reason=reason, actor=actor
+        )

@@ -1,0 +1,47 @@
+"""What the README imports from ``resumable`` is there, in a fresh interpreter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import resumable
+from resumable import schemas
+
+
+def test_the_issue_import_line_works_in_a_fresh_interpreter() -> None:
+    line = (
+        "from resumable import RetryPolicy, TransientError, PermanentError, Snapshot, "
+        "Incremental, EventSourced, Client, AsyncClient"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", line], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert ran.returncode == 0, ran.stderr
+
+
+def test_everything_in_all_is_importable_and_the_records_are_the_schemas_ones() -> None:
+    missing = [name for name in resumable.__all__ if not hasattr(resumable, name)]
+    assert missing == []
+    for name in ("Session", "Event", "Checkpoint", "DeadLetter", "Delivery", "Page"):
+        assert name in resumable.__all__
+        assert getattr(resumable, name) is getattr(schemas, name)
+
+
+def test_records_are_frozen_and_carry_no_lease_internals() -> None:
+    fields = set(schemas.Session.model_fields)
+    assert {"session_id", "step", "seq"} <= fields
+    assert not {"id", "cursor", "step_seq", "lease_owner", "lease_epoch"} & fields
+    event = schemas.Event(
+        event_id=1,
+        session_id="3f1c9b7e-8d2a-4c51-9a0e-6b7f2d9c1e45",
+        seq=None,
+        step=None,
+        type="session_created",
+        payload={},
+        at="2026-11-01T09:00:00Z",
+    )
+    with pytest.raises(ValueError, match="frozen"):
+        event.type = "changed"  # type: ignore[misc]
