@@ -1,0 +1,42 @@
+"""The `trip` agent as first deployed: book a hotel for two nights, wait for a
+`go` signal, then pay. Loaded by the workers of tests/integration/test_safe_deploys.py
+(its v2 is tests/deploy_agents_v2.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from resumable import Agent, Complete, StepContext
+from resumable.errors import TransientError
+from resumable.retries import RetryPolicy
+from resumable.waits import Signal, Wait
+from tests.agents import post_json
+
+trip = Agent(
+    "trip",
+    retry=RetryPolicy(max_attempts=1000, min_delay=0.2, max_delay=0.3, compensation_attempts=3),
+)
+
+
+@trip.compensation
+def undo(request: dict[str, Any], response: dict[str, Any], idempotency_key: str) -> None:
+    url, body = request["args"]
+    post_json(url.rsplit("/", 1)[0] + "/undo", {"what": body["what"]}, idempotency_key)
+
+
+def book_hotel(ctx: StepContext, nights: int) -> None:
+    body = {"what": "hotel", "nights": nights}
+    ctx.tool("hotel", post_json, f"{ctx.input['api']}/book", body, compensate="undo")
+
+
+@trip.step
+def book(ctx: StepContext) -> Wait:
+    book_hotel(ctx, nights=2)
+    if ctx.input.get("payments_down"):
+        raise TransientError("the payment service is down", retry_after=0.2)
+    return ctx.wait(Signal("go"), then="pay")
+
+
+@trip.step
+def pay(ctx: StepContext) -> Complete:
+    return Complete({"paid": True})
