@@ -10,7 +10,7 @@ from resumable import Agent, Complete, StepContext
 from resumable.errors import TransientError
 from resumable.retries import RetryPolicy
 from resumable.waits import Signal, Wait
-from tests.agents import post_json
+from tests.agents import hold_while_flagged, post_json
 
 trip = Agent(
     "trip",
@@ -32,6 +32,8 @@ def book_hotel(ctx: StepContext, nights: int) -> None:
 @trip.step
 def book(ctx: StepContext) -> Wait:
     book_hotel(ctx, nights=2)
+    if ctx.input.get("gate_dir"):
+        hold_while_flagged(ctx, "book")  # the test kills the worker here
     if ctx.input.get("payments_down"):
         raise TransientError("the payment service is down", retry_after=0.2)
     return ctx.wait(Signal("go"), then="pay")
