@@ -96,7 +96,9 @@ FAIL_BLOCKED = """
 WITH s AS (
     UPDATE sessions SET
         status = 'compensating',
-        error = %(error)s::jsonb,
+        -- Parked mid-saga: the saga's own cause stays the error.
+        error = CASE WHEN blocked_reason->>'from' = 'compensating' AND error IS NOT NULL
+                     THEN error ELSE %(error)s::jsonb END,
         blocked_reason = NULL,
         lease_owner = NULL,
         lease_expires_at = NULL,

@@ -25,7 +25,7 @@ from resumable.webhooks.app import create_app
 from tests.conftest import API_TOKEN, LocalDeployment, ManagedProcess, run_cli, wait_until
 from tests.fake_api import FakeAPI
 
-V1, V2 = "tests.deploy_agents_v1", "tests.deploy_agents_v2"
+V1, V2, V3 = "tests.deploy_agents_v1", "tests.deploy_agents_v2", "tests.deploy_agents_v3"
 AUTH = {"authorization": f"Bearer {API_TOKEN}", "x-resumable-actor": "ops:cy"}
 # Alerts stay in the outbox (no scheduler runs here), where the test reads them.
 ALERTS = {"RESUMABLE_ALERT_WEBHOOK_URL": "http://127.0.0.1:9/alerts"}
@@ -211,6 +211,37 @@ def test_changed_arguments_after_a_crash_mid_step_block_without_a_second_call(
         assert api.total_calls() == 1
         assert _session(db, sid)["blocked_reason"]["kind"] == "tool_call_diverged"
         assert _count(db, "SELECT count(*) FROM dead_letters") == 0
+
+
+def test_a_saga_needing_a_removed_compensation_is_parked_until_it_is_back(
+    client: Client, db: Database, deployment: LocalDeployment
+) -> None:
+    v1 = deployment.worker(V1)
+    with FakeAPI() as api:
+        sid = client.start("trip", {"api": api.url})
+        _wait_status(db, sid, "suspended")
+        v1.stop()
+        v3 = deployment.worker(V3)  # neither `pay` nor `undo`
+        _signal(client, db, sid)
+        _wait_status(db, sid, "blocked")
+        _cli(client, "fail", str(sid), "--reason", "customer gave up", "--by", "ops:dee")
+        wait_until(lambda: len(_events(db, sid, "session_blocked")) == 2, what="blocked mid-saga")
+        _wait_status(db, sid, "blocked")
+        reason = _session(db, sid)["blocked_reason"]
+        assert (reason["kind"], reason["from"]) == ("missing_compensation", "compensating")
+        assert [path for path, _ in api.order] == ["/book"]  # nothing undone, nothing given up
+        assert _count(db, "SELECT count(*) FROM dead_letters") == 0
+
+        v3.stop()
+        deployment.worker(V1)  # `undo` is back
+        _cli(client, "resume", str(sid), "--reason", "undo is back", "--by", "ops:dee")
+        _wait_status(db, sid, "failed")
+        assert [path for path, _ in api.order] == ["/book", "/undo"]
+        with db.connection() as conn:
+            letter = conn.execute(
+                "SELECT error_code, compensation FROM dead_letters WHERE session_id = %s", (sid,)
+            ).fetchone()
+        assert letter == {"error_code": "replay_diverged", "compensation": "completed"}
 
 
 def test_operator_actions_refuse_a_session_that_is_not_blocked(
