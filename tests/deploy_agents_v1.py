@@ -9,7 +9,7 @@ from typing import Any
 from resumable import Agent, Complete, StepContext
 from resumable.errors import TransientError
 from resumable.retries import RetryPolicy
-from resumable.waits import Signal, Wait
+from resumable.waits import Poll, Signal, Wait
 from tests.agents import hold_while_flagged, post_json
 
 trip = Agent(
@@ -29,9 +29,16 @@ def book_hotel(ctx: StepContext, nights: int) -> None:
     ctx.tool("hotel", post_json, f"{ctx.input['api']}/book", body, compensate="undo")
 
 
+@trip.check
+def hotel_confirmed(args: dict[str, Any]) -> dict[str, Any] | None:
+    return None  # the hotel never confirms: the session keeps polling
+
+
 @trip.step
 def book(ctx: StepContext) -> Wait:
     book_hotel(ctx, nights=2)
+    if ctx.input.get("watch"):
+        return ctx.wait(Poll("hotel_confirmed", {}, every=0.3), then="confirmed")
     if ctx.input.get("gate_dir"):
         hold_while_flagged(ctx, "book")  # the test kills the worker here
     if ctx.input.get("payments_down"):
@@ -42,3 +49,8 @@ def book(ctx: StepContext) -> Wait:
 @trip.step
 def pay(ctx: StepContext) -> Complete:
     return Complete({"paid": True})
+
+
+@trip.step
+def confirmed(ctx: StepContext) -> Complete:
+    return Complete({"confirmed": True})

@@ -1,5 +1,6 @@
-"""The `trip` agent after a deploy that lost both the `pay` step and the
-`undo` compensation: a saga that needs `undo` is parked, not given up."""
+"""The `trip` agent after a deploy that lost the `pay` step, the `undo`
+compensation and the `hotel_confirmed` poll check: sessions that need them
+are parked, not given up."""
 
 from __future__ import annotations
 
@@ -17,3 +18,8 @@ trip = Agent(
 def book(ctx: StepContext) -> Complete:
     book_hotel(ctx, nights=2)
     return Complete({"nights": 2})
+
+
+@trip.step
+def confirmed(ctx: StepContext) -> Complete:
+    return Complete({"confirmed": True})

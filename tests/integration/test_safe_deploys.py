@@ -244,6 +244,33 @@ def test_a_saga_needing_a_removed_compensation_is_parked_until_it_is_back(
         assert letter == {"error_code": "replay_diverged", "compensation": "completed"}
 
 
+def test_a_removed_poll_check_is_named_at_start_and_blocks_when_due(
+    client: Client, db: Database, deployment: LocalDeployment
+) -> None:
+    v1 = deployment.worker(V1)
+    deployment.scheduler()
+    with FakeAPI() as api:
+        sid = client.start("trip", {"api": api.url, "watch": True})
+        wait_until(lambda: (_session(db, sid)["wait"] or {}).get("polls"), what="a poll check ran")
+        v1.stop()
+        v3 = deployment.worker(V3)
+        wait_until(
+            lambda: (
+                "1 session of trip waits at check 'hotel_confirmed', which this worker "
+                "does not have" in v3.output()
+            ),
+            what="the start-up warning",
+        )
+        _wait_status(db, sid, "blocked")
+        reason = _session(db, sid)["blocked_reason"]
+        assert (reason["kind"], reason["recorded"]) == (
+            "missing_check",
+            {"check": "hotel_confirmed"},
+        )
+        assert api.total_calls() == 1
+        assert _count(db, "SELECT count(*) FROM dead_letters") == 0
+
+
 def test_operator_actions_refuse_a_session_that_is_not_blocked(
     client: Client, db: Database, start_worker: Callable[..., ManagedProcess], http: TestClient
 ) -> None:
