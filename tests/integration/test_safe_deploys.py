@@ -20,6 +20,7 @@ from starlette.testclient import TestClient
 from resumable.client import Client
 from resumable.inbox import Inbox
 from resumable.models.database import Database
+from resumable.scheduler.reconcile import reconcile
 from resumable.settings import Settings
 from resumable.webhooks.app import create_app
 from tests.conftest import API_TOKEN, LocalDeployment, ManagedProcess, run_cli, wait_until
@@ -172,6 +173,8 @@ def test_changed_arguments_mid_retry_block_and_accept_makes_one_new_call(
         assert _count(db, "SELECT count(*) FROM checkpoints WHERE session_id = %s", sid) == 0
 
         assert http.get(f"/v1/sessions/{sid}", headers=AUTH).json()["status"] == "blocked"
+        metrics = http.get("/metrics", headers=AUTH).text
+        assert 'resumable_sessions{agent="trip",status="blocked"} 1.0' in metrics
         answer = http.post(
             f"/v1/sessions/{sid}/accept", json={"reason": "3 nights is right"}, headers=AUTH
         )
@@ -269,6 +272,10 @@ def test_a_removed_poll_check_is_named_at_start_and_blocks_when_due(
         )
         assert api.total_calls() == 1
         assert _count(db, "SELECT count(*) FROM dead_letters") == 0
+        # The reconciler leaves it alone, however long it sits.
+        report = reconcile(client.settings, db, client.broker, grace_seconds=0)
+        assert sid not in report.pending + report.expired + report.orphaned
+        assert _status(db, sid) == "blocked"
 
 
 def test_operator_actions_refuse_a_session_that_is_not_blocked(
