@@ -36,7 +36,8 @@ def hotel_confirmed(args: dict[str, Any]) -> dict[str, Any] | None:
 
 @trip.step
 def book(ctx: StepContext) -> Wait:
-    book_hotel(ctx, nights=2)
+    if not ctx.input.get("no_hotel"):
+        book_hotel(ctx, nights=2)
     if ctx.input.get("watch"):
         return ctx.wait(Poll("hotel_confirmed", {}, every=0.3), then="confirmed")
     if ctx.input.get("gate_dir"):

@@ -210,7 +210,14 @@ class FailureHandler:
             if not self._fenced(failure_queries.COMPENSATION_DONE, call, held):
                 return RunOutcome.LEASE_LOST
             logger.info("compensated %s with %s", call.tool, name, extra={"action": "compensated"})
+        if not pending and not self._compensations_ran(held):
+            return self.fail(held, error, held.attempts, compensation=SagaOutcome.NONE)
         return self.fail(held, error, held.attempts, compensation=SagaOutcome.COMPLETED)
+
+    def _compensations_ran(self, held: HeldLease) -> bool:
+        with self.db.connection() as conn:
+            row = conn.execute(failure_queries.COMPENSATIONS_RAN, {"id": held.session_id})
+            return row.fetchone() is not None
 
     def _fenced(self, statement: str, call: PendingCompensation, held: HeldLease) -> bool:
         with self.db.connection() as conn:

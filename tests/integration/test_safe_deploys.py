@@ -278,6 +278,26 @@ def test_a_removed_poll_check_is_named_at_start_and_blocks_when_due(
         assert _status(db, sid) == "blocked"
 
 
+def test_failing_a_blocked_session_with_nothing_to_undo_leaves_it_retryable(
+    client: Client, db: Database, deployment: LocalDeployment
+) -> None:
+    v1 = deployment.worker(V1)
+    with FakeAPI() as api:
+        sid = client.start("trip", {"api": api.url, "no_hotel": True})
+        _wait_status(db, sid, "suspended")
+        v1.stop()
+        deployment.worker(V2)
+        _signal(client, db, sid)
+        _wait_status(db, sid, "blocked")
+        _cli(client, "fail", str(sid), "--reason", "not worth it", "--by", "ops:eve")
+        _wait_status(db, sid, "failed")
+    with db.connection() as conn:
+        letter = conn.execute(
+            "SELECT compensation FROM dead_letters WHERE session_id = %s", (sid,)
+        ).fetchone()
+    assert letter == {"compensation": "none"}  # so `dlq retry` may take it back
+
+
 def test_operator_actions_refuse_a_session_that_is_not_blocked(
     client: Client, db: Database, start_worker: Callable[..., ManagedProcess], http: TestClient
 ) -> None:
