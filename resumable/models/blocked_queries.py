@@ -44,8 +44,8 @@ WITH s AS (
 ), a AS (
     INSERT INTO alerts (kind, session_id, payload, status)
     SELECT 'session_blocked', s.id,
-           jsonb_build_object('kind', 'session_blocked', 'session_id', s.id, 'agent', s.agent)
-           || s.blocked_reason,
+           jsonb_build_object('kind', 'session_blocked', 'session_id', s.id, 'agent', s.agent,
+                              'reason', s.blocked_reason),
            'pending'
     FROM s WHERE %(alerts_enabled)s
 ), e AS (

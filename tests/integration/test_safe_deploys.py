@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from starlette.testclient import TestClient
@@ -117,8 +117,13 @@ def test_a_removed_step_blocks_sessions_without_their_saga_until_redeployed(
         [blocked] = _events(db, ids[0], "session_blocked")
         assert blocked["payload"]["from"] == "running"
         assert _count(db, "SELECT count(*) FROM dead_letters") == 0
-        alerts = _count(db, "SELECT count(*) FROM alerts WHERE kind = 'session_blocked'")
-        assert alerts == 3
+        with db.connection() as conn:
+            alerts = conn.execute(
+                "SELECT session_id, payload FROM alerts WHERE kind = 'session_blocked'"
+            ).fetchall()
+        assert sorted(str(a["session_id"]) for a in alerts) == sorted(map(str, ids))
+        reasons = [cast(dict[str, Any], a["payload"])["reason"] for a in alerts]
+        assert {reason["kind"] for reason in reasons} == {"missing_step"}
         listed = _cli(client, "list", "--status", "blocked")
         assert all(str(sid)[:8] in listed for sid in ids)
 
