@@ -177,3 +177,22 @@ class CheckpointNotFoundError(ResumableError):
     """The session has no such checkpoint, or it cannot be rebuilt here."""
 
     code = "checkpoint_not_found"
+
+
+class ReplayDivergedError(BaseException):
+    """The code asked for something other than what the session recorded.
+
+    Raised when a replayed tool call names another tool or other arguments at
+    a recorded position, or when a session needs a step, poll check or
+    compensation the deployed code does not have. Like ``StepTimeoutError`` it
+    derives from ``BaseException`` so a step's ``except Exception:`` cannot
+    swallow it: the worker parks the session as ``blocked`` for an operator
+    (no outcome committed, no compensation, nothing called).
+    """
+
+    code = "replay_diverged"
+
+    def __init__(self, reason: dict[str, object]) -> None:
+        self.reason = reason
+        self.message = str(reason.get("message") or "replay diverged from the record")
+        super().__init__(self.message)

@@ -193,6 +193,11 @@ class Session(Record):
     result: JsonValue = Field(description="What the agent completed with; null until then.")
     error: SessionError | None
     waiting_for: WaitingFor | None = Field(description="Set while the session is suspended.")
+    blocked_reason: JsonObject | None = Field(
+        default=None,
+        description="Set while the session is blocked: why its replay diverged from the"
+        " record (kind, step, what was recorded, what the code asked for).",
+    )
     forked_from: uuid.UUID | None = Field(
         default=None, description="The session this one was forked from."
     )
@@ -226,6 +231,7 @@ class Session(Record):
                 poll=(wait.get("poll") or {}).get("check"),
                 deadline=wait.get("deadline"),
             ),
+            blocked_reason=row.blocked_reason if row.status == SessionStatus.BLOCKED else None,
             forked_from=row.forked_from,
             forked_at=row.forked_at_seq,
             created_at=row.created_at,

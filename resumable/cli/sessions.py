@@ -338,3 +338,59 @@ def reconcile(settings: Settings, grace: float | None) -> None:
     with connected(settings, broker=True) as c:
         report = run_reconcile(settings, c.db, c.client.broker, grace_seconds=grace)
     console.print(f"re-enqueued {len(report.pending)} pending, {len(report.expired)} expired")
+
+
+# -- blocked sessions (replay diverged; see resumable/blocked.py) ----------------------
+
+
+def _blocked_action(
+    settings: Settings, action: str, session_id: str, reason: str, by: str | None
+) -> None:
+    from resumable.blocked import BlockedSessions
+
+    parse_text(reason, "--reason")
+    if not reason.strip():
+        raise click.UsageError("--reason must not be empty")
+    with connected(settings, broker=True) as c:
+        sid = resolve_session(c.db, session_id)
+        blocked = BlockedSessions(settings, c.db, c.client.broker)
+        act = {"resume": blocked.resume, "accept": blocked.accept, "fail": blocked.fail}[action]
+        outcome = act(sid, actor=actor(by), reason=reason)
+    superseded = (
+        f", {len(outcome.superseded)} recorded call(s) superseded" if outcome.superseded else ""
+    )
+    console.print(f"{action}: session {sid} is {outcome.status}{superseded}", highlight=False)
+
+
+_REASON = click.option("--reason", required=True, help="Why (kept in the audit log).")
+_BY = click.option("--by", default=None, help="Who (default: cli:<user>).")
+
+
+@sessions.command("resume")
+@click.argument("session_id")
+@_REASON
+@_BY
+@click.pass_obj
+def sessions_resume(settings: Settings, session_id: str, reason: str, by: str | None) -> None:
+    """Run a blocked session again (after deploying code that matches its record)."""
+    _blocked_action(settings, "resume", session_id, reason, by)
+
+
+@sessions.command("accept")
+@click.argument("session_id")
+@_REASON
+@_BY
+@click.pass_obj
+def sessions_accept(settings: Settings, session_id: str, reason: str, by: str | None) -> None:
+    """Accept a blocked session's new tool calls: the recorded ones are superseded."""
+    _blocked_action(settings, "accept", session_id, reason, by)
+
+
+@sessions.command("fail")
+@click.argument("session_id")
+@_REASON
+@_BY
+@click.pass_obj
+def sessions_fail(settings: Settings, session_id: str, reason: str, by: str | None) -> None:
+    """Fail a blocked session: only now does its saga run; then it is dead-lettered."""
+    _blocked_action(settings, "fail", session_id, reason, by)

@@ -226,3 +226,12 @@ UPDATE sessions SET wake_at = NULL, updated_at = now()
 FROM due WHERE sessions.id = due.id
 RETURNING sessions.id
 """
+
+# Whether any compensation of the session ran: a saga with nothing left to do
+# ends `completed` if it undid something, `none` if there was nothing to undo
+# (an operator failed a blocked session that had made no compensable call).
+COMPENSATIONS_RAN = """
+SELECT 1 FROM tool_execution_cache
+WHERE session_id = %(id)s AND compensation_status = 'completed'
+LIMIT 1
+"""

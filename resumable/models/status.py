@@ -17,6 +17,7 @@ class SessionStatus(StrEnum):
     COMPLETED = "completed"  # finished with a result
     FAILED = "failed"  # finished with an error (and a dead-letter entry)
     CANCELLED = "cancelled"  # stopped by an operator
+    BLOCKED = "blocked"  # replay diverged from the record: parked until an operator acts
 
     @property
     def is_terminal(self) -> bool:

@@ -114,6 +114,9 @@ class SessionRow(SQLModel, table=True):
     # when its time limit passes (NULL: no limit), to find hung steps.
     step_started_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
     step_deadline: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    # Added in migration 0007: why the session is `blocked` (what was recorded,
+    # what the code asked for, the status to go back to); NULL otherwise.
+    blocked_reason: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
 
 
 class CheckpointRow(SQLModel, table=True):
@@ -215,6 +218,12 @@ class ToolCallRow(SQLModel, table=True):
     )
     compensation_error: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
     compensated_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    # Added in migration 0007: a hash of the call's (unredacted) arguments, so
+    # a replay that asks for other arguments at this position is detected; and
+    # when an operator accepted new behaviour, which made this record obsolete.
+    args_hash: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    superseded_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    superseded_by: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
 
 
 class CallbackRow(SQLModel, table=True):

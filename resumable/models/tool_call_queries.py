@@ -19,6 +19,13 @@ class ToolCallClaim:
     response: Any
     recorded_status: ToolCallStatus | None
     recorded_response: Any
+    # Set when another call is recorded at this position (another tool or
+    # other arguments): a divergence, and nothing was claimed.
+    other_key: str | None = None
+    other_tool: str | None = None
+    other_args_hash: str | None = None
+    other_request: Any = None
+    other_status: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("status", "recorded_status"):
@@ -28,32 +35,52 @@ class ToolCallClaim:
 
 
 # Claim a tool call for this epoch, unless another attempt already recorded it.
-# Claim: a worker that lost its lease cannot start a new side effect.
+# Claim: a worker that lost its lease cannot start a new side effect. A call
+# recorded at the same position (session, step seq, call index) under another
+# key (another tool, other arguments) is a divergence: nothing is claimed and
+# the recorded call comes back as `other_*`. Superseded records (an operator
+# accepted new behaviour) are neither compared nor replayed.
 CLAIM_TOOL_CALL = """
 WITH owner AS (
     SELECT id FROM sessions WHERE id = %(session_id)s AND lease_epoch = %(epoch)s
                               AND status = 'running'
+), other AS (
+    SELECT idempotency_key, tool, args_hash, request, status FROM tool_execution_cache
+    WHERE session_id = %(session_id)s AND step_seq = %(step_seq)s
+      AND call_index = %(call_index)s AND idempotency_key <> %(key)s
+      AND superseded_at IS NULL
+    LIMIT 1
 ), ins AS (
     INSERT INTO tool_execution_cache
         (idempotency_key, session_id, step_seq, step, call_index, tool, request, status,
-         lease_epoch, compensation)
+         lease_epoch, compensation, args_hash)
     SELECT %(key)s, id, %(step_seq)s, %(step)s, %(call_index)s, %(tool)s, %(request)s::jsonb,
-           'started', %(epoch)s, %(compensation)s
-    FROM owner
+           'started', %(epoch)s, %(compensation)s, %(args_hash)s
+    FROM owner WHERE NOT EXISTS (SELECT 1 FROM other)
     ON CONFLICT (idempotency_key) DO UPDATE SET
         attempts = tool_execution_cache.attempts + 1,
         lease_epoch = EXCLUDED.lease_epoch,
         status = 'started',
+        superseded_at = NULL,
+        superseded_by = NULL,
         updated_at = now()
+    -- A superseded record asked for again is live again (its key goes to the
+    -- tool, so an external API still dedupes it).
     WHERE tool_execution_cache.status <> 'completed'
+       OR tool_execution_cache.superseded_at IS NOT NULL
     RETURNING status, response
 )
 SELECT EXISTS (SELECT 1 FROM owner) AS owned,
        ins.status, ins.response,
-       t.status AS recorded_status, t.response AS recorded_response
+       t.status AS recorded_status, t.response AS recorded_response,
+       other.idempotency_key AS other_key, other.tool AS other_tool,
+       other.args_hash AS other_args_hash, other.request AS other_request,
+       other.status AS other_status
 FROM (SELECT 1) AS one
 LEFT JOIN ins ON true
+LEFT JOIN other ON true
 LEFT JOIN tool_execution_cache AS t ON t.idempotency_key = %(key)s
+                                   AND t.superseded_at IS NULL
 """
 
 

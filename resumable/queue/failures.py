@@ -39,6 +39,7 @@ from resumable.models.status import SagaOutcome
 from resumable.queue.broker import session_message
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.outcomes import RunOutcome
+from resumable.queue.parking import missing, park
 from resumable.queue.tool_calls import accepts_idempotency_key
 from resumable.redaction import Redactor
 from resumable.retries import DEFAULT_POLICY, RetryPolicy
@@ -192,6 +193,12 @@ class FailureHandler:
                 return self.hand_back(held, "worker stopping")
             key = f"{call.idempotency_key}:compensate"
             name = call.compensation
+            if not agent.has_compensation(name):
+                # The deployed code lost it: parked for an operator, not given up.
+                divergence = missing("compensation", agent.name, name, call.step)
+                return park(
+                    self.settings, self.db, self.keeper, held.session_id, held.epoch, divergence
+                )
             if not self._fenced(failure_queries.CLAIM_COMPENSATION, call, held):
                 return RunOutcome.LEASE_LOST
             try:
@@ -203,7 +210,14 @@ class FailureHandler:
             if not self._fenced(failure_queries.COMPENSATION_DONE, call, held):
                 return RunOutcome.LEASE_LOST
             logger.info("compensated %s with %s", call.tool, name, extra={"action": "compensated"})
+        if not pending and not self._compensations_ran(held):
+            return self.fail(held, error, held.attempts, compensation=SagaOutcome.NONE)
         return self.fail(held, error, held.attempts, compensation=SagaOutcome.COMPLETED)
+
+    def _compensations_ran(self, held: HeldLease) -> bool:
+        with self.db.connection() as conn:
+            row = conn.execute(failure_queries.COMPENSATIONS_RAN, {"id": held.session_id})
+            return row.fetchone() is not None
 
     def _fenced(self, statement: str, call: PendingCompensation, held: HeldLease) -> bool:
         with self.db.connection() as conn:

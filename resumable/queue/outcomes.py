@@ -25,3 +25,4 @@ class RunOutcome(StrEnum):
     COMPENSATING = SessionStatus.COMPENSATING.value  # a compensation will be tried again
     COMPLETED = SessionStatus.COMPLETED.value  # finished with a result
     FAILED = SessionStatus.FAILED.value  # dead-lettered
+    BLOCKED = SessionStatus.BLOCKED.value  # replay diverged: parked for an operator

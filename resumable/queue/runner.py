@@ -33,6 +33,7 @@ from resumable.errors import (
     InvalidStepResultError,
     LeaseLostError,
     NotSerializableError,
+    ReplayDivergedError,
     ResumableError,
     StepTimeoutError,
 )
@@ -46,6 +47,7 @@ from resumable.queue.checkpoint_writer import CheckpointWriter
 from resumable.queue.failures import FailureHandler, HeldLease
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.outcomes import RunOutcome
+from resumable.queue.parking import missing, park
 from resumable.queue.shutdown import ActiveRun, Shutdown
 from resumable.queue.time_limits import TimeLimit
 from resumable.queue.tool_calls import ToolCalls
@@ -191,9 +193,12 @@ class SessionRunner:
             return self.failures.compensate(_held(claim), agent, error, policy)
         try:
             cursor = claim.cursor or agent.start_step
+            self._check_code_has(claim, agent, cursor)
             wake = self.wakes.resolve(claim, agent)
         except LeaseLostError:
             return RunOutcome.LEASE_LOST
+        except ReplayDivergedError as divergence:
+            return self._park(claim, divergence)
         except Exception as exc:
             return self.failures.step_failed(_held(claim), agent, exc, claim.cursor)
         if wake is not None and wake.kind == "poll_check":
@@ -235,6 +240,9 @@ class SessionRunner:
                     extra={"action": "lease_lost"},
                 )
                 return RunOutcome.LEASE_LOST
+            except ReplayDivergedError as divergence:
+                # The step's outcome is not committed; nothing more is called.
+                return self._park(claim, divergence)
             except StepTimeoutError as exc:
                 # Raised into this thread by the time limit: handled here, where
                 # the step ran and its session's log context is set.
@@ -285,6 +293,21 @@ class SessionRunner:
             assert decision.next_step is not None
             cursor, state, seq, wake = decision.next_step, step.ctx.state, committed, None
             attempts = 0
+
+    @staticmethod
+    def _check_code_has(claim: ClaimedSession, agent: Agent, cursor: str) -> None:
+        """Raise a divergence if the session waits at a step, or on a poll
+        check, that the deployed code no longer has (never fail it for that)."""
+        if cursor not in agent.step_names:
+            raise missing("step", agent.name, cursor, cursor)
+        wake = claim.wake or {}
+        poll = (claim.wait or {}).get("poll") or {}
+        check = poll.get("check")
+        if wake.get("kind") == "poll_check" and check and check not in agent.check_names:
+            raise missing("check", agent.name, str(check), cursor)
+
+    def _park(self, claim: ClaimedSession, divergence: ReplayDivergedError) -> RunOutcome:
+        return park(self.settings, self.db, self.keeper, claim.session_id, claim.epoch, divergence)
 
     def _start_step(self, claim: ClaimedSession, cursor: str, time_limit: float | None) -> None:
         """Record the run's first step and its deadline, for `hung_sessions`."""

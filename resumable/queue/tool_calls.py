@@ -25,7 +25,7 @@ from typing import Any
 from psycopg.rows import class_row
 
 from resumable import serialization
-from resumable.errors import LeaseLostError
+from resumable.errors import LeaseLostError, ReplayDivergedError
 from resumable.models import tool_call_queries
 from resumable.models.database import Database
 from resumable.models.status import ToolCallStatus
@@ -38,6 +38,11 @@ def idempotency_key(
     """The key of one logical call: same inputs, same key, on every replay."""
     material = "\x1f".join([str(session_id), str(step_seq), step, str(call_index), tool, request])
     return "rsm_" + hashlib.sha256(material.encode()).hexdigest()
+
+
+def args_hash(request: str) -> str:
+    """A hash of a call's canonical (unredacted) arguments, compared on replay."""
+    return hashlib.sha256(request.encode()).hexdigest()
 
 
 def accepts_idempotency_key(fn: Callable[..., Any]) -> bool:
@@ -105,6 +110,7 @@ class ToolCalls:
                             self._redact({"args": list(args), "kwargs": kwargs})
                         ),
                         "compensation": compensate,
+                        "args_hash": args_hash(request),
                     },
                 )
                 .fetchone()
@@ -112,6 +118,8 @@ class ToolCalls:
         assert row is not None
         if not row.owned:
             raise LeaseLostError(f"lease lost before tool call {tool!r}")
+        if row.other_key is not None:
+            raise ReplayDivergedError(self._divergence(row, index, tool, request, args, kwargs))
         if row.status is None and row.recorded_status is ToolCallStatus.COMPLETED:
             self.replayed += 1
             return row.recorded_response
@@ -139,6 +147,41 @@ class ToolCalls:
             )
         self.executed += 1
         return result
+
+    def _divergence(
+        self,
+        row: ToolCallClaim,
+        index: int,
+        tool: str,
+        request: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The reason a session is blocked: what was recorded at this position,
+        and what the code asks for now (arguments redacted, as recorded)."""
+        what = "another tool" if row.other_tool != tool else "other arguments"
+        return {
+            "kind": "tool_call_diverged",
+            "step": self._step,
+            "step_seq": self._step_seq,
+            "call_index": index,
+            "message": (
+                f"step {self._step!r} call #{index} asks for {what} than recorded: "
+                f"recorded {row.other_tool!r}, now {tool!r}"
+            ),
+            "recorded": {
+                "tool": row.other_tool,
+                "args_hash": row.other_args_hash,
+                "request": row.other_request,
+                "status": row.other_status,
+                "idempotency_key": row.other_key,
+            },
+            "requested": {
+                "tool": tool,
+                "args_hash": args_hash(request),
+                "request": self._redact({"args": list(args), "kwargs": kwargs}),
+            },
+        }
 
     def _record(self, statement: str, key: str, **outcome: Any) -> bool:
         """Record a call's outcome under this epoch; False if the epoch moved on."""

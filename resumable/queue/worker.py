@@ -34,6 +34,7 @@ from resumable.queue.heartbeat import MAX_TTL_SECONDS, WorkerHeartbeat
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.runner import SessionRunner
 from resumable.queue.shutdown import ActiveRun
+from resumable.queue.startup_check import warn_unserved_positions
 from resumable.queue.wakeup import WakingRedisBroker
 from resumable.settings import Settings
 
@@ -162,6 +163,7 @@ def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None
     if settings.worker_prefetch:
         worker.queue_prefetch = settings.worker_prefetch
     unserved = announce_agents(runtime)
+    warn_unserved_positions(runtime.db, runtime.runner.registry)
     runtime.heartbeat.start()
     runtime.keeper.start()
     worker.start()

@@ -186,6 +186,16 @@ class CancelSession(_Body):
     reason: Reason | None = None
 
 
+class BlockedSessionAction(_Body):
+    """Why an operator resumes, accepts or fails a blocked session (audited)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"reason": "deployed the fix for the renamed step"}]}
+    )
+
+    reason: Reason = Field(description="Why (kept in the audit log with the actor).")
+
+
 class ForkSession(_Body):
     model_config = ConfigDict(json_schema_extra={"examples": [{"at": 1}]})
 

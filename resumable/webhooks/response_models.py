@@ -8,7 +8,8 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from resumable.schemas import DeadLetter, Event, Record, Session
+from resumable.models.status import SessionStatus
+from resumable.schemas import DeadLetter, Event, JsonObject, Record, Session
 
 
 class ErrorDetail(Record):
@@ -84,4 +85,54 @@ class Readiness(Record):
     status: Literal["ready", "unavailable"]
     checks: dict[Literal["database", "broker"], str] = Field(
         description='"ok", or "error: <exception type>".'
+    )
+
+
+class SupersededCall(Record):
+    """A recorded tool call an operator's acceptance made obsolete (kept, audited)."""
+
+    idempotency_key: str
+    call_index: int = Field(ge=0)
+    tool: str
+    status: str
+    args_hash: str | None
+
+
+class BlockedSessionOutcome(Record):
+    """What an operator's action on a blocked session did."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "session_id": "3f1c9b7e-8d2a-4c51-9a0e-6b7f2d9c1e45",
+                    "action": "resume",
+                    "status": "pending",
+                    "blocked": {
+                        "kind": "missing_step",
+                        "step": "pay",
+                        "message": "the session needs step 'pay', which agent 'trip' no "
+                        "longer has in the deployed code",
+                        "recorded": {"step": "pay"},
+                        "requested": None,
+                        "from": "running",
+                    },
+                    "superseded": [],
+                }
+            ]
+        }
+    )
+
+    session_id: uuid.UUID
+    action: Literal["resume", "accept", "fail"]
+    status: SessionStatus = Field(
+        description="Where the session went: `pending` (it runs again), `compensating` "
+        "(its saga runs, then it is dead-lettered)."
+    )
+    blocked: JsonObject = Field(
+        description="Why it was blocked: `kind`, `step`, `message`, what was `recorded`, "
+        "what the code `requested`, the status it was parked `from`."
+    )
+    superseded: list[SupersededCall] = Field(
+        description="The recorded calls an `accept` superseded (empty otherwise)."
     )

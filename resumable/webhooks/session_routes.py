@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from resumable.blocked import BlockedSessions
 from resumable.errors import SessionNotFoundError, UnknownAgentError
 from resumable.models import agent_queries
+from resumable.models.status import SessionStatus
 from resumable.schemas import Event, Page, Session
 from resumable.webhooks.auth import request_actor
 from resumable.webhooks.bodies import json_body
@@ -31,6 +34,7 @@ from resumable.webhooks.operations import (
 from resumable.webhooks.params import SESSION_ID, TOPIC, number_cursor
 from resumable.webhooks.request_models import (
     MAX_ID,
+    BlockedSessionAction,
     CancelSession,
     CreateSession,
     ListEvents,
@@ -38,6 +42,7 @@ from resumable.webhooks.request_models import (
     parse_body,
     parse_query,
 )
+from resumable.webhooks.response_models import BlockedSessionOutcome, SupersededCall
 from resumable.webhooks.state import WebState, web_state
 
 TAG = "sessions"
@@ -230,6 +235,77 @@ async def cancel_session(request: Request) -> Response:
     return json_answer(await run_in_threadpool(cancel))
 
 
+_BLOCKED_ACTIONS = {
+    "resume": (
+        "resumeSession",
+        "Run a blocked session again",
+        "After deploying code that matches its record: it runs its step again (and is "
+        "blocked again if it still diverges).",
+    ),
+    "accept": (
+        "acceptSession",
+        "Accept a blocked session's new tool calls",
+        "The recorded calls of the diverged step from the divergence point on are "
+        "superseded (kept and audited, no longer replayed); the step runs with the calls "
+        "it now makes. Only for a `tool_call_diverged` block.",
+    ),
+    "fail": (
+        "failSession",
+        "Fail a blocked session",
+        "Only now does its saga run; then it is dead-lettered as after a permanent error.",
+    ),
+}
+
+
+def _blocked_operation(action: str) -> Operation:
+    operation_id, summary, description = _BLOCKED_ACTIONS[action]
+    return Operation(
+        "POST",
+        f"/v1/sessions/{{session_id}}/{action}",
+        operation_id,
+        summary,
+        TAG,
+        description=description + " The reason and the actor go to the audit log.",
+        path_params=(SESSION_ID,),
+        headers=(ACTOR,),
+        body=BlockedSessionAction,
+        body_required=True,
+        answers=(
+            Answer(200, "Done.", BlockedSessionOutcome),
+            _NOT_FOUND,
+            Answer(
+                409,
+                "The session is not blocked"
+                + (", or its block is not a tool-call divergence." if action == "accept" else "."),
+                codes=("invalid_session_state",),
+            ),
+        ),
+    )
+
+
+def _blocked_endpoint(action: str) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        state = web_state(request)
+        actor = request_actor(request)
+        session_id = SESSION_ID(request)
+        body = parse_body(BlockedSessionAction, await json_body(request))
+        blocked = BlockedSessions(state.settings, state.db, state.broker)
+        act = {"resume": blocked.resume, "accept": blocked.accept, "fail": blocked.fail}[action]
+        outcome = await run_in_threadpool(act, session_id, actor=actor, reason=body.reason)
+        return json_answer(
+            BlockedSessionOutcome(
+                session_id=outcome.session_id,
+                action=outcome.action,
+                status=SessionStatus(outcome.status),
+                blocked=outcome.blocked,
+                superseded=[SupersededCall(**call) for call in outcome.superseded],
+            )
+        )
+
+    endpoint.__name__ = f"{action}_session"
+    return endpoint
+
+
 SIGNAL = Operation(
     "POST",
     "/v1/sessions/{session_id}/signals/{topic}",
@@ -281,5 +357,6 @@ routes = [
     ApiRoute(GET, get_session),
     ApiRoute(EVENTS, session_events),
     ApiRoute(CANCEL, cancel_session),
+    *(ApiRoute(_blocked_operation(a), _blocked_endpoint(a)) for a in _BLOCKED_ACTIONS),
     ApiRoute(SIGNAL, post_signal),
 ]

@@ -1,0 +1,159 @@
+"""The operator's way out of a ``blocked`` session: resume, accept, fail.
+
+A session is blocked when replay diverged from its record (see
+``resumable/queue/parking.py``). Shared by the command line and the HTTP API;
+each action is an audit event on the session with who and why, and an action
+on a session that is not blocked is refused and changes nothing.
+
+- **resume**: after deploying code that matches the record again; the session
+  runs its step again (and is blocked again if it still diverges).
+- **accept**: the new behaviour is right; the recorded calls of the diverged
+  step from the divergence point on are superseded (kept and audited, no longer
+  replayed), and the step runs with the calls it now makes.
+- **fail**: the session fails as after a permanent error: its saga runs (only
+  now), then it is dead-lettered.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+import dramatiq
+
+from resumable import serialization
+from resumable.errors import SessionNotFoundError, SessionStateError
+from resumable.models import blocked_queries
+from resumable.models.database import Database
+from resumable.queue.broker import enqueue_session
+from resumable.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+Action = Literal["resume", "accept", "fail"]
+
+
+@dataclass(frozen=True)
+class BlockedOutcome:
+    """What an operator's action did."""
+
+    session_id: uuid.UUID
+    action: Action
+    status: str
+    blocked: dict[str, Any]
+    superseded: list[dict[str, Any]]
+
+
+class BlockedSessions:
+    def __init__(self, settings: Settings, db: Database, broker: dramatiq.Broker) -> None:
+        self.settings = settings
+        self.db = db
+        self.broker = broker
+
+    def reason(self, session_id: uuid.UUID) -> dict[str, Any]:
+        """Why the session is blocked; refused when it is not."""
+        with self.db.connection() as conn:
+            row = conn.execute(blocked_queries.BLOCKED_REASON, {"id": session_id}).fetchone()
+        if row is None:
+            raise SessionNotFoundError(f"no session {session_id}")
+        if row["status"] != "blocked":
+            raise SessionStateError(f"session {session_id} is {row['status']}, not blocked")
+        reason = cast(dict[str, Any], row["blocked_reason"] or {})
+        return reason
+
+    def resume(self, session_id: uuid.UUID, *, actor: str, reason: str | None) -> BlockedOutcome:
+        blocked = self.reason(session_id)
+        return self._reopen(session_id, "resume", "blocked_resumed", blocked, [], actor, reason)
+
+    def accept(self, session_id: uuid.UUID, *, actor: str, reason: str | None) -> BlockedOutcome:
+        blocked = self.reason(session_id)
+        if blocked.get("kind") != "tool_call_diverged":
+            raise SessionStateError(
+                f"session {session_id} is blocked by a {blocked.get('kind', 'divergence')}: "
+                "there is no new behaviour to accept; deploy the code it needs and resume "
+                "it, or fail it"
+            )
+        with self.db.connection() as conn, conn.transaction():
+            superseded = [
+                dict(row)
+                for row in conn.execute(
+                    blocked_queries.SUPERSEDE_CALLS,
+                    {
+                        "id": session_id,
+                        "actor": actor,
+                        "step_seq": blocked["step_seq"],
+                        "call_index": blocked["call_index"],
+                    },
+                ).fetchall()
+            ]
+            outcome = self._reopen(
+                session_id, "accept", "divergence_accepted", blocked, superseded, actor, reason,
+                conn=conn,
+            )  # fmt: skip
+        self._enqueue(session_id)
+        return outcome
+
+    def fail(self, session_id: uuid.UUID, *, actor: str, reason: str | None) -> BlockedOutcome:
+        blocked = self.reason(session_id)
+        error = {
+            "code": "replay_diverged",
+            "type": "ReplayDivergedError",
+            "message": f"failed by {actor} while blocked: {blocked.get('message', '')}"
+            + (f" ({reason})" if reason else ""),
+            "step": blocked.get("step"),
+            "blocked": blocked,
+        }
+        with self.db.connection() as conn:
+            row = conn.execute(
+                blocked_queries.FAIL_BLOCKED,
+                {
+                    "id": session_id,
+                    "actor": actor,
+                    "reason": reason,
+                    "blocked": serialization.dumps(blocked),
+                    "error": serialization.dumps(error),
+                },
+            ).fetchone()
+        if row is None:
+            raise SessionStateError(f"session {session_id} is no longer blocked")
+        self._enqueue(session_id)
+        return BlockedOutcome(session_id, "fail", str(row["status"]), blocked, [])
+
+    def _reopen(
+        self,
+        session_id: uuid.UUID,
+        action: Action,
+        event: str,
+        blocked: dict[str, Any],
+        superseded: list[dict[str, Any]],
+        actor: str,
+        reason: str | None,
+        conn: Any = None,
+    ) -> BlockedOutcome:
+        params = {
+            "id": session_id,
+            "event": event,
+            "actor": actor,
+            "reason": reason,
+            "blocked": serialization.dumps(blocked),
+            "superseded": serialization.dumps(superseded),
+        }
+        if conn is None:
+            with self.db.connection() as own:
+                row = own.execute(blocked_queries.RESUME_BLOCKED, params).fetchone()
+        else:
+            row = conn.execute(blocked_queries.RESUME_BLOCKED, params).fetchone()
+        if row is None:
+            raise SessionStateError(f"session {session_id} is no longer blocked")
+        if conn is None:
+            self._enqueue(session_id)
+        return BlockedOutcome(session_id, action, str(row["status"]), blocked, superseded)
+
+    def _enqueue(self, session_id: uuid.UUID) -> None:
+        """After the commit; a lost message is left to the reconciler."""
+        try:
+            enqueue_session(self.broker, self.settings, session_id)
+        except Exception:
+            logger.warning("could not enqueue session %s; the scheduler will", session_id)

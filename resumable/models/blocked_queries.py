@@ -1,0 +1,127 @@
+"""Blocked sessions: parking a session whose replay diverged, and the
+operator's way out (resume, accept the new behaviour, fail).
+
+A blocked session is in no claimable or reconcilable status, so no worker
+runs it and no compensation starts until an operator acts. Its reason (a
+JSON object: ``kind``, ``step``, ``message``, what was recorded, what the
+code asked for, the status to go back to as ``from``) is kept on the session
+and in the ``session_blocked`` audit event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WaitingPosition:
+    """A row of WAITING_POSITIONS."""
+
+    agent: str
+    step: str | None
+    poll_check: str | None
+    n: int
+
+
+# Park a held session (running or compensating) as blocked, releasing its
+# lease, with its audit event and, when an operator webhook is configured, an
+# alert in the outbox: one transaction. The wake and wait stay, so a resumed
+# session replays the same step with the same wake.
+BLOCK_SESSION = """
+WITH s AS (
+    UPDATE sessions SET
+        status = 'blocked',
+        blocked_reason = %(reason)s::jsonb || jsonb_build_object('from', sessions.status),
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        wake_at = NULL,
+        step_started_at = NULL,
+        step_deadline = NULL,
+        updated_at = now()
+    WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status IN ('running', 'compensating')
+      AND lease_owner IS NOT NULL
+    RETURNING id, agent, step_seq, blocked_reason
+), a AS (
+    INSERT INTO alerts (kind, session_id, payload, status)
+    SELECT 'session_blocked', s.id,
+           jsonb_build_object('kind', 'session_blocked', 'session_id', s.id, 'agent', s.agent,
+                              'reason', s.blocked_reason),
+           'pending'
+    FROM s WHERE %(alerts_enabled)s
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT s.id, s.step_seq, %(step)s, 'session_blocked', s.blocked_reason FROM s
+)
+SELECT id FROM s
+"""
+
+# The reason a session is blocked (no row: no such session).
+BLOCKED_REASON = "SELECT status, blocked_reason FROM sessions WHERE id = %(id)s"
+
+# Resume a blocked session: back to where it was parked from (a compensating
+# session continues its saga, any other runs its step again).
+RESUME_BLOCKED = """
+WITH s AS (
+    UPDATE sessions SET
+        status = CASE WHEN blocked_reason->>'from' = 'compensating'
+                      THEN 'compensating' ELSE 'pending' END,
+        blocked_reason = NULL,
+        updated_at = now()
+    WHERE id = %(id)s AND status = 'blocked'
+    RETURNING id, step_seq, cursor, status
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT id, step_seq, cursor, %(event)s,
+           jsonb_build_object('by', %(actor)s::text, 'reason', %(reason)s::text,
+                              'blocked', %(blocked)s::jsonb,
+                              'superseded', %(superseded)s::jsonb)
+    FROM s
+)
+SELECT id, status FROM s
+"""
+
+# Accepting new behaviour: the recorded calls of the diverged step from the
+# divergence point on are superseded (kept, for the audit trail, but no longer
+# replayed or compared), so the step runs again with the calls it now makes.
+SUPERSEDE_CALLS = """
+UPDATE tool_execution_cache SET superseded_at = now(), superseded_by = %(actor)s
+WHERE session_id = %(id)s AND step_seq = %(step_seq)s AND call_index >= %(call_index)s
+  AND superseded_at IS NULL
+RETURNING idempotency_key, call_index, tool, status, args_hash
+"""
+
+# Fail a blocked session: it becomes compensating with the error, so a worker
+# runs its saga (if any) and dead-letters it, as after any permanent failure.
+FAIL_BLOCKED = """
+WITH s AS (
+    UPDATE sessions SET
+        status = 'compensating',
+        -- Parked mid-saga: the saga's own cause stays the error.
+        error = CASE WHEN blocked_reason->>'from' = 'compensating' AND error IS NOT NULL
+                     THEN error ELSE %(error)s::jsonb END,
+        blocked_reason = NULL,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        wake_at = NULL,
+        updated_at = now()
+    WHERE id = %(id)s AND status = 'blocked'
+    RETURNING id, step_seq, cursor, status
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT id, step_seq, cursor, 'blocked_failed',
+           jsonb_build_object('by', %(actor)s::text, 'reason', %(reason)s::text,
+                              'blocked', %(blocked)s::jsonb)
+    FROM s
+)
+SELECT id, status FROM s
+"""
+
+# Waiting sessions of these agents, counted by the step they wait at and the
+# poll check they wait on: a starting worker compares them with its code.
+WAITING_POSITIONS = """
+SELECT agent, cursor AS step, wait->'poll'->>'check' AS poll_check, count(*) AS n
+FROM sessions
+WHERE agent = ANY(%(agents)s) AND status IN ('pending', 'suspended', 'retrying')
+GROUP BY agent, cursor, wait->'poll'->>'check'
+ORDER BY agent, cursor
+"""

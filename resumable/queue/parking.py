@@ -1,0 +1,74 @@
+"""Parking a session whose replay diverged from its record (invariant 8).
+
+When the deployed code asks for something other than what a session
+recorded (another tool or other arguments at a recorded call position, or a
+step, poll check or compensation it no longer has), failing the session
+would run its saga and undo effects the customer wanted; running it would
+repeat an effect. So the worker does neither: it commits nothing of the
+step, releases the lease and parks the session as ``blocked`` with the
+reason, an audit event and an alert, in one transaction. An operator then
+resumes it (after deploying a fix), accepts the new behaviour, or fails it
+(see ``resumable/blocked.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from resumable import serialization
+from resumable.errors import ReplayDivergedError
+from resumable.models import blocked_queries
+from resumable.models.database import Database
+from resumable.queue.lease import LeaseKeeper
+from resumable.queue.outcomes import RunOutcome
+from resumable.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def missing(kind: str, agent: str, name: str, step: str | None) -> ReplayDivergedError:
+    """The divergence of a session that needs a step, check or compensation
+    (`kind`) the deployed code of `agent` does not have."""
+    return ReplayDivergedError(
+        {
+            "kind": f"missing_{kind}",
+            "step": step,
+            "message": f"the session needs {kind} {name!r}, which agent {agent!r} "
+            "no longer has in the deployed code",
+            "recorded": {kind: name},
+            "requested": None,
+        }
+    )
+
+
+def park(
+    settings: Settings,
+    db: Database,
+    keeper: LeaseKeeper,
+    session_id: Any,
+    epoch: int,
+    divergence: ReplayDivergedError,
+) -> RunOutcome:
+    """Block the held session with the divergence's reason; nothing else runs."""
+    reason = divergence.reason
+    keeper.drop(session_id, epoch)  # this write gives the lease up
+    with db.connection() as conn:
+        row = conn.execute(
+            blocked_queries.BLOCK_SESSION,
+            {
+                "id": session_id,
+                "epoch": epoch,
+                "reason": serialization.dumps(reason, "blocked reason"),
+                "step": reason.get("step"),
+                "alerts_enabled": bool(settings.alert_webhook_url),
+            },
+        ).fetchone()
+    if row is None:
+        return RunOutcome.LEASE_LOST
+    logger.warning(
+        "session blocked for an operator: %s",
+        divergence.message,
+        extra={"action": "session_blocked", "error_code": divergence.code},
+    )
+    return RunOutcome.BLOCKED
