@@ -13,9 +13,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import psycopg
 import pytest
 import redis
+from psycopg import sql
+from sqlalchemy.engine import make_url
 from starlette.applications import Starlette
 
 from resumable.client import Client
@@ -23,7 +27,7 @@ from resumable.dev import processes
 from resumable.dev.processes import Deployment, Process
 from resumable.embedded import ServiceURLs, service_urls
 from resumable.models import migrate
-from resumable.models.database import Database
+from resumable.models.database import Database, libpq_url, sqlalchemy_url
 from resumable.queue.broker import build_broker
 from resumable.settings import Settings
 from resumable.webhooks.app import create_app
@@ -57,8 +61,38 @@ def wait_until(
 @pytest.fixture(scope="session")
 def urls() -> Iterator[ServiceURLs]:
     with service_urls(os.environ.get("DATABASE_URL"), os.environ.get("REDIS_URL"), TEST_HOME) as u:
-        migrate.upgrade(u.database_url)
-        yield u
+        mine = for_this_worker(u)
+        migrate.upgrade(mine.database_url)
+        yield mine
+
+
+def for_this_worker(urls: ServiceURLs) -> ServiceURLs:
+    """Under pytest-xdist, a database and a Redis database of this worker's own
+    on the same servers (tests truncate tables and flush Redis freely), so the
+    workers never see each other's sessions or messages."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return urls
+    index = int(worker.removeprefix("gw"))
+    url = make_url(sqlalchemy_url(urls.database_url))
+    name = f"{url.database}_{worker}"
+    with psycopg.connect(libpq_url(urls.database_url), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if exists is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    database_url = url.set(database=name).render_as_string(hide_password=False)
+    return ServiceURLs(database_url, _redis_db(urls.redis_url, index))
+
+
+def _redis_db(redis_url: str, index: int) -> str:
+    """`redis_url` with the database number moved past the base one by 1 + `index`."""
+    parts = urlsplit(redis_url)
+    query = dict(parse_qsl(parts.query))
+    if parts.scheme == "unix":  # unix:///path/to.sock?db=N (urlunsplit would drop the //)
+        query["db"] = str(int(query.get("db", "0")) + 1 + index)
+        return f"{redis_url.partition('?')[0]}?{urlencode(query)}"
+    base = int(parts.path.strip("/") or 0)
+    return urlunsplit(parts._replace(path=f"/{base + 1 + index}"))
 
 
 @pytest.fixture

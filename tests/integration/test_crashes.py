@@ -153,7 +153,7 @@ def test_redis_flushed_with_pending_sessions_reconcile_brings_all_back(
     deployment: LocalDeployment,
 ) -> None:
     ids = [client.start("counter", {"steps": 3}) for _ in range(50)]
-    redis_client.flushall()
+    redis_client.flushdb()
     deployment.worker()
     assert client.count_by_status() == {"pending": 50}
 

@@ -215,7 +215,7 @@ def test_redis_flushed_while_sessions_wait_and_others_are_pending(
     wait_until(lambda: client.count_by_status() == {"suspended": 10}, what="suspension")
     worker.stop()
     pending = [client.start("five") for _ in range(10)]
-    redis_client.flushall()
+    redis_client.flushdb()
 
     deployment.worker()
     deployment.scheduler()

@@ -83,7 +83,7 @@ def test_pending_sessions_move_within_seconds_after_redis_loses_its_keys(
     start_scheduler(**DEFAULTS)
     wait_until(lambda: redis_client.exists(MARKER_KEY), what="the reconciler's marker")
     ids = [client.start("counter", {"steps": 2, "sleep": 0.05}) for _ in range(40)]
-    redis_client.flushall()  # the queued messages go, and the marker with them
+    redis_client.flushdb()  # the queued messages go, and the marker with them
     flushed = time.monotonic()
     wait_until(
         lambda: client.count_by_status() == {"completed": 40},
@@ -108,7 +108,7 @@ def test_reconcile_waits_out_the_grace_unless_redis_lost_its_keys(
     assert first.broker_reset and sorted(first.pending) == sorted(ids)
     again = reconcile(fresh, db, client.broker)
     assert not again.broker_reset and again.pending == []  # within the grace period
-    redis_client.flushall()
+    redis_client.flushdb()
     after = reconcile(fresh, db, client.broker)
     assert after.broker_reset and sorted(after.pending) == sorted(ids)
 
@@ -121,7 +121,7 @@ def test_a_lost_broker_seen_while_the_database_is_down_is_not_forgotten(
     fresh = settings.model_copy(update={"reconcile_grace_seconds": 3600.0})
     ids = [client.start("unknown-to-all") for _ in range(2)]
     reconcile(fresh, db, client.broker)  # sets the marker
-    redis_client.flushall()
+    redis_client.flushdb()
     unreachable = Database(f"postgresql://postgres@127.0.0.1:{free_port()}/x", pool_timeout=1)
     try:
         with pytest.raises(psycopg_pool.PoolTimeout):
