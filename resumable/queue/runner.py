@@ -37,7 +37,7 @@ from resumable.errors import (
     ResumableError,
     StepTimeoutError,
 )
-from resumable.logs import session_context
+from resumable.logs import log_context, session_context
 from resumable.models import step_queries
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
@@ -141,7 +141,10 @@ class SessionRunner:
                 return self._not_claimed(session_id)
             self.keeper.hold(session_id, claim.epoch)
             try:
-                with self.shutdown.tracking(session_id, claim.epoch) as active:
+                with (
+                    log_context(agent=claim.agent, epoch=claim.epoch),
+                    self.shutdown.tracking(session_id, claim.epoch) as active,
+                ):
                     outcome = self._loop(claim, active)
                 if outcome is RunOutcome.HANDED_BACK and self.shutdown.stopping.is_set():
                     self.shutdown.handed_back()

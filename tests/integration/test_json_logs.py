@@ -21,4 +21,5 @@ def test_a_worker_logs_one_json_object_per_line_naming_the_session(
     assert {"time", "level", "logger", "message"} <= set(lines[0])
     [completed] = [line for line in lines if "session completed" in str(line["message"])]
     assert completed["session_id"] == str(session_id)
+    assert completed["agent"] == "five" and isinstance(completed["epoch"], int)
     assert completed["action"] == "completed"
