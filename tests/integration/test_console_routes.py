@@ -10,6 +10,7 @@ compared, so only a request could change it.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -491,3 +492,37 @@ def test_the_session_page_shows_history_tool_calls_wait_and_traceback(
     for _ in range(5):
         browser.get(f"/ui/sessions/{world['fixable']}")
     assert time.monotonic() - started < 5
+
+
+def test_a_blocked_session_is_resumed_or_failed_from_its_page(
+    browser: TestClient, client: Client, db: Database
+) -> None:
+    """The page shows why the session is blocked and offers the operator's
+    three actions; each goes through the same rules as the CLI and the API."""
+    csrf = log_in(browser, "Ada")
+    reason = {"kind": "missing_step", "step": "one", "message": "no step 'one' <here>"}
+    first, second = client.start("five"), client.start("five")
+    with db.connection() as conn:
+        conn.execute(
+            "UPDATE sessions SET status = 'blocked', blocked_reason = %s::jsonb WHERE id = ANY(%s)",
+            (json.dumps(reason), [first, second]),
+        )
+    page = browser.get(f"/ui/sessions/{first}")
+    assert "Blocked: its replay diverged" in page.text and "&lt;here&gt;" in page.text
+    for action in ("resume", "accept", "fail"):
+        assert f'action="/ui/sessions/{first}/{action}"' in page.text
+    no_reason = browser.post(f"/ui/sessions/{first}/resume", data={"csrf": csrf})
+    assert no_reason.status_code == 422 and client.get(first).status == "blocked"
+    resumed = browser.post(
+        f"/ui/sessions/{first}/resume", data={"csrf": csrf, "reason": "step is back"}
+    )
+    assert resumed.status_code == 303 and resumed.headers["location"].endswith(
+        "done=blocked_resumed"
+    )
+    assert client.get(first).status == "pending"
+    again = browser.post(f"/ui/sessions/{first}/resume", data={"csrf": csrf, "reason": "r"})
+    assert again.status_code == 409 and "not blocked" in _alert(again)
+    failed = browser.post(f"/ui/sessions/{second}/fail", data={"csrf": csrf, "reason": "give up"})
+    assert failed.status_code == 303 and client.get(second).status != "blocked"
+    by = {(e.type, e.payload.get("by")) for e in client.events(first)}
+    assert ("blocked_resumed", "console:Ada") in by

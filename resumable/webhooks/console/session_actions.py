@@ -1,7 +1,8 @@
-"""The session page's actions: cancel, signal, fork, and retry or discard its
-dead letter. Each is a POST with the session's CSRF token, audited as
-``console:<name>`` by the same Python calls the API and the CLI make, and
-answered with a redirect (303) to the page that shows the result. A refused
+"""The session page's actions: cancel, signal, fork, resume, accept or fail a
+blocked session, and retry or discard its dead letter. Each is a POST with the
+session's CSRF token, audited as ``console:<name>`` by the same Python calls
+the API and the CLI make, and answered with a redirect (303) to the page that
+shows the result. A refused
 action renders the session page again with the error beside its form, and
 what was typed; nothing was written.
 """
@@ -10,13 +11,15 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Literal
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from resumable.blocked import BlockedSessions
 from resumable.dead_letters import DeadLetters
 from resumable.errors import DeadLetterNotFoundError, ResumableError, SessionNotFoundError
 from resumable.inbox import Verdict
@@ -138,6 +141,31 @@ async def retry_dead_letter(request: Request) -> Response:
     return await _act(request, "retry", session_of, act)
 
 
+def _blocked(action: BlockedAction) -> Callable[[Request], Awaitable[Response]]:
+    """Resume, accept or fail a blocked session (the CLI's and the API's rules)."""
+
+    async def endpoint(request: Request) -> Response:
+        state = web_state(request)
+
+        def act(form: Form, actor: str, session_id: uuid.UUID) -> str:
+            reason = form.text("reason", "The reason", required=True)
+            sessions = BlockedSessions(state.settings, state.db, state.broker)
+            getattr(sessions, action)(session_id, actor=actor, reason=reason)
+            return _page(session_id, BLOCKED_NOTICES[action])
+
+        return await _act(request, action, lambda: path_session_id(request), act)
+
+    return endpoint
+
+
+BlockedAction = Literal["resume", "accept", "fail"]
+BLOCKED_NOTICES: dict[BlockedAction, str] = {
+    "resume": "blocked_resumed",
+    "accept": "blocked_accepted",
+    "fail": "blocked_failed",
+}
+
+
 async def discard_dead_letter(request: Request) -> Response:
     letters, session_of, number = _dead_letters(request)
 
@@ -154,6 +182,10 @@ routes = [
     Route("/ui/sessions/{session_id}/cancel", cancel, methods=["POST"]),
     Route("/ui/sessions/{session_id}/signal", signal, methods=["POST"]),
     Route("/ui/sessions/{session_id}/fork", fork, methods=["POST"]),
+    *(
+        Route(f"/ui/sessions/{{session_id}}/{action}", _blocked(action), methods=["POST"])
+        for action in BLOCKED_NOTICES
+    ),
     Route("/ui/dead-letters/{dead_letter_id}/retry", retry_dead_letter, methods=["POST"]),
     Route("/ui/dead-letters/{dead_letter_id}/discard", discard_dead_letter, methods=["POST"]),
 ]

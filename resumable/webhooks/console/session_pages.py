@@ -40,6 +40,10 @@ NOTICES = {
     "retried": "The dead letter was retried: the session resumes from its latest checkpoint.",
     "discarded": "The dead letter was discarded.",
     "forked": "This session was forked from a checkpoint of another one and is queued.",
+    "blocked_resumed": "The blocked session was queued to run again on the code deployed now.",
+    "blocked_accepted": "The new behaviour was accepted: the recorded calls from the divergence"
+    " on are superseded and the session is queued.",
+    "blocked_failed": "The blocked session was failed: its saga compensates what it did.",
 }
 
 
