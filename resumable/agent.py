@@ -9,8 +9,10 @@ needs later in local variables or globals.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
-from collections.abc import Callable, Iterable, Iterator
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
@@ -51,6 +53,10 @@ CompensationFunction: TypeAlias = Callable[..., Any]
 S = TypeVar("S", bound=StepFunction)
 K = TypeVar("K", bound=CompensationFunction)
 C = TypeVar("C", bound=CheckFunction)
+# A state migration: the state a session of an older version recorded -> the
+# state this version's steps expect.
+MigrationFunction: TypeAlias = Callable[[dict[str, Any]], dict[str, Any]]
+M = TypeVar("M", bound=MigrationFunction)
 
 
 class Agent:
@@ -65,9 +71,17 @@ class Agent:
         description: str = "",
         retry: RetryPolicy = DEFAULT_POLICY,
         checkpoints: CheckpointStrategy | None = None,
+        version: int | None = None,
+        patches: Mapping[str, int] | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
             raise AgentDefinitionError("an agent needs a non-empty string name")
+        #: The code version (0: unversioned). See ``resumable/versions.py``.
+        self.version = _checked_version(name, version)
+        #: Patch name -> the version that introduced it (``ctx.patched``).
+        self.patches = _checked_patches(name, self.version, patches or {})
+        self._aliases: dict[str, str] = {}
+        self._migrations: dict[int, MigrationFunction] = {}
         self.name = name
         self.description = description
         self._start = start
@@ -81,12 +95,24 @@ class Agent:
 
     @overload
     def step(
-        self, func: S, /, *, name: str | None = None, retry: RetryPolicy | None = None
+        self,
+        func: S,
+        /,
+        *,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+        aliases: Iterable[str] = (),
     ) -> S: ...
 
     @overload
     def step(
-        self, func: None = None, /, *, name: str | None = None, retry: RetryPolicy | None = None
+        self,
+        func: None = None,
+        /,
+        *,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+        aliases: Iterable[str] = (),
     ) -> Callable[[S], S]: ...
 
     def step(
@@ -96,19 +122,29 @@ class Agent:
         *,
         name: str | None = None,
         retry: RetryPolicy | None = None,
+        aliases: Iterable[str] = (),
     ) -> S | Callable[[S], S]:
         """Register a step, as ``@agent.step`` or ``@agent.step(name="...")``.
 
+        ``aliases`` are the names the step had before a rename: a session
+        waiting at an old name runs this step (see ``resolve_step``).
         Returns the function itself (or a decorator that does), so steps stay
         plain functions that tests can call directly.
         """
 
         def register(fn: S) -> S:
             step_name = name or fn.__name__
-            if step_name in self._steps:
+            if step_name in self._steps or step_name in self._aliases:
                 raise AgentDefinitionError(
                     f"agent {self.name!r} already has a step named {step_name!r}"
                 )
+            for alias in aliases:
+                if alias in self._steps or alias in self._aliases or alias == step_name:
+                    raise AgentDefinitionError(
+                        f"agent {self.name!r}: alias {alias!r} of step {step_name!r} is "
+                        "already a step or another step's alias"
+                    )
+                self._aliases[alias] = step_name
             self._steps[step_name] = fn
             if retry is not None:
                 self._step_policies[step_name] = retry
@@ -159,6 +195,80 @@ class Agent:
 
         return register(func) if func is not None else register
 
+    def migrate(self, *, from_version: int) -> Callable[[M], M]:
+        """Declare that this version takes over sessions of ``from_version``,
+        as ``@agent.migrate(from_version=1)`` on ``fn(state) -> state``.
+
+        When a worker of this version claims a waiting session of
+        ``from_version`` (only when no live worker serves ``from_version``
+        itself), ``fn`` turns its state into this version's, in the same
+        transaction as the claim; the session then belongs to this version.
+        ``fn`` must be pure (it may run again if the claim rolls back). An
+        identity function declares old sessions compatible as they are.
+        """
+        if (
+            isinstance(from_version, bool)
+            or not isinstance(from_version, int)
+            or not 0 <= from_version < self.version
+        ):
+            raise AgentDefinitionError(
+                f"agent {self.name!r} (version {self.version}) can only migrate from an "
+                f"older version (0 for unversioned sessions), not {from_version!r}"
+            )
+
+        def register(fn: M) -> M:
+            if from_version in self._migrations:
+                raise AgentDefinitionError(
+                    f"agent {self.name!r} already migrates from version {from_version}"
+                )
+            self._migrations[from_version] = fn
+            return fn
+
+        return register
+
+    @property
+    def takes_over(self) -> list[int]:
+        """The older versions whose sessions this version migrates."""
+        return sorted(self._migrations)
+
+    def migration(self, from_version: int) -> MigrationFunction:
+        try:
+            return self._migrations[from_version]
+        except KeyError:
+            raise AgentDefinitionError(
+                f"agent {self.name!r} has no migration from version {from_version}"
+            ) from None
+
+    @property
+    def label(self) -> str:
+        """``name@version``, or just the name when unversioned."""
+        return version_label(self.name, self.version)
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the names sessions record (steps and their aliases,
+        checks, compensations): two builds of one version that differ here
+        are different code under one version number."""
+        names = {
+            "steps": sorted(self._steps),
+            "aliases": sorted(self._aliases.items()),
+            "checks": sorted(self._checks),
+            "compensations": sorted(self._compensations),
+        }
+        return hashlib.sha256(json.dumps(names, sort_keys=True).encode()).hexdigest()[:16]
+
+    def resolve_step(self, name: str) -> str:
+        """The step a recorded name means now: itself, or the step that has
+        it as an alias. Unknown names come back unchanged."""
+        return name if name in self._steps else self._aliases.get(name, name)
+
+    def has_step(self, name: str) -> bool:
+        return self.resolve_step(name) in self._steps
+
+    @property
+    def compensation_names(self) -> list[str]:
+        return list(self._compensations)
+
     def get_compensation(self, name: str) -> CompensationFunction:
         try:
             return self._compensations[name]
@@ -172,7 +282,7 @@ class Agent:
 
     def policy(self, step: str | None) -> RetryPolicy:
         """The retry policy of `step` (the agent's unless the step has its own)."""
-        return self._step_policies.get(step or "", self.retry)
+        return self._step_policies.get(self.resolve_step(step or ""), self.retry)
 
     def get_check(self, name: str) -> CheckFunction:
         try:
@@ -201,14 +311,45 @@ class Agent:
 
     def get_step(self, name: str) -> StepFunction:
         try:
-            return self._steps[name]
+            return self._steps[self.resolve_step(name)]
         except KeyError:
             raise UnknownStepError(
                 f"agent {self.name!r} has no step {name!r} (steps: {', '.join(self._steps)})"
             ) from None
 
     def __repr__(self) -> str:
-        return f"Agent({self.name!r}, steps={self.step_names!r})"
+        return f"Agent({self.label!r}, steps={self.step_names!r})"
+
+
+def version_label(name: str, version: int) -> str:
+    """How logs and warnings name an agent's version: ``refund@3``, or
+    ``refund`` for unversioned code (version 0)."""
+    return f"{name}@{version}" if version else name
+
+
+def _checked_version(name: str, version: int | None) -> int:
+    if version is None:
+        return 0
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise AgentDefinitionError(
+            f"agent {name!r}: version must be a positive integer (newer code, higher "
+            f"number), not {version!r}"
+        )
+    return version
+
+
+def _checked_patches(name: str, version: int, patches: Mapping[str, int]) -> dict[str, int]:
+    checked: dict[str, int] = {}
+    for patch, since in patches.items():
+        if not isinstance(patch, str) or not patch:
+            raise AgentDefinitionError(f"agent {name!r}: a patch needs a non-empty string name")
+        if isinstance(since, bool) or not isinstance(since, int) or not 1 <= since <= version:
+            raise AgentDefinitionError(
+                f"agent {name!r}: patch {patch!r} must name the version that introduced "
+                f"it (1..{version}), not {since!r}"
+            )
+        checked[patch] = since
+    return checked
 
 
 class AgentRegistry:

@@ -9,7 +9,8 @@ on a session that is not blocked is refused and changes nothing.
   runs its step again (and is blocked again if it still diverges).
 - **accept**: the new behaviour is right; the recorded calls of the diverged
   step from the divergence point on are superseded (kept and audited, no longer
-  replayed), and the step runs with the calls it now makes.
+  replayed), and the step runs with the calls it now makes (also when it now
+  makes fewer calls than recorded: ``tool_calls_missing``).
 - **fail**: the session fails as after a permanent error: its saga runs (only
   now), then it is dead-lettered.
 """
@@ -69,7 +70,7 @@ class BlockedSessions:
 
     def accept(self, session_id: uuid.UUID, *, actor: str, reason: str | None) -> BlockedOutcome:
         blocked = self.reason(session_id)
-        if blocked.get("kind") != "tool_call_diverged":
+        if blocked.get("kind") not in ("tool_call_diverged", "tool_calls_missing"):
             raise SessionStateError(
                 f"session {session_id} is blocked by a {blocked.get('kind', 'divergence')}: "
                 "there is no new behaviour to accept; deploy the code it needs and resume "

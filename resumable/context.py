@@ -43,6 +43,8 @@ class StepContext:
         logger: logging.Logger,
         has_compensation: Callable[[str], bool],
         reducer: Reducer | None = None,
+        version: int = 0,
+        patches: dict[str, int] | None = None,
     ) -> None:
         self.session_id = session_id
         self.agent = agent
@@ -59,6 +61,26 @@ class StepContext:
         self._reducer = reducer
         #: Events emitted by this step (event-sourced agents).
         self.events: list[Any] = []
+        #: The agent version this session started on (0: unversioned). It
+        #: stays the same when a newer version takes the session over, so a
+        #: step can keep an old session on its old path.
+        self.version = version
+        self._patches = patches or {}
+
+    def patched(self, name: str) -> bool:
+        """Whether this session started on code that has patch ``name``
+        (declared as ``Agent(..., patches={name: version_it_appeared_in})``):
+        new sessions take the new path, sessions that began before the patch
+        keep the old one for their whole life, in the spirit of Temporal's
+        ``patched()``. The answer never changes during a session."""
+        try:
+            since = self._patches[name]
+        except KeyError:
+            raise AgentDefinitionError(
+                f"agent {self.agent!r} declares no patch {name!r}: add it to "
+                "Agent(..., patches={...}) with the version that introduced it"
+            ) from None
+        return self.version >= since
 
     def tool(
         self,

@@ -32,11 +32,51 @@ WORKER_OF_LEASE_OWNER = "regexp_replace({owner}, ':[^:]*$', '')"
 # Whether a live worker loads the agent named by the SQL expression {agent}.
 AGENT_SERVED = "EXISTS (SELECT 1 FROM workers w WHERE w.expires_at > now() AND w.agents ? {agent})"
 
+# Whether a live worker serves the session's own version (in a statement over
+# `sessions`).
+VERSION_SERVED = """EXISTS (SELECT 1 FROM workers w WHERE w.expires_at > now()
+                      AND (w.versions ->> sessions.agent)::int = sessions.agent_version)"""
+
+# Whether a live worker can run the session (in a statement over `sessions`):
+# it serves its version, migrates it, or (for a session that never ran a
+# step) serves its agent at that version or a newer one.
+SERVED_ELSEWHERE = """EXISTS (SELECT 1 FROM workers w WHERE w.expires_at > now() AND (
+    (w.versions ->> sessions.agent)::int = sessions.agent_version
+    OR w.takes_over ? (sessions.agent || '@' || sessions.agent_version)
+    OR (sessions.cursor IS NULL
+        AND (w.versions ->> sessions.agent)::int >= sessions.agent_version)))"""
+
 ANNOUNCE_WORKER = """
 INSERT INTO workers (id, agents, started_at, heartbeat_at, expires_at)
 VALUES (%(id)s, %(agents)s::jsonb, now(), now(), now() + make_interval(secs => %(ttl)s))
 ON CONFLICT (id) DO UPDATE SET agents = EXCLUDED.agents, started_at = now(),
     heartbeat_at = now(), expires_at = EXCLUDED.expires_at, reaped_at = NULL
+"""
+
+# The version of each agent a worker loads ({"refund": 3}) and the older
+# versions it migrates (["refund@2"]), written right after ANNOUNCE_WORKER.
+ANNOUNCE_VERSIONS = """
+UPDATE workers SET versions = %(versions)s::jsonb, takes_over = %(takes_over)s::jsonb
+WHERE id = %(id)s
+"""
+
+# Record a version of an agent in the catalog; answers the fingerprint that
+# version had before (NULL: first announced now), so a worker can say when
+# changed code kept its version number.
+REGISTER_AGENT_VERSION = """
+WITH prev AS (
+    SELECT fingerprint FROM agent_versions WHERE agent = %(agent)s AND version = %(version)s
+), up AS (
+    INSERT INTO agent_versions (agent, version, fingerprint, steps, checks, compensations,
+                                takes_over)
+    VALUES (%(agent)s, %(version)s, %(fingerprint)s, %(steps)s::jsonb, %(checks)s::jsonb,
+            %(compensations)s::jsonb, %(takes_over)s::jsonb)
+    ON CONFLICT (agent, version) DO UPDATE SET
+        fingerprint = EXCLUDED.fingerprint, steps = EXCLUDED.steps, checks = EXCLUDED.checks,
+        compensations = EXCLUDED.compensations, takes_over = EXCLUDED.takes_over,
+        last_announced_at = now()
+)
+SELECT (SELECT fingerprint FROM prev) AS previous
 """
 
 # No row back: the row is gone (a reconciler's cleanup, a wiped table): announce again.
@@ -72,10 +112,11 @@ class UnservedAgent:
     sessions: int
 
 
-# Sessions waiting for a worker that loads their agent (none alive now), by agent.
+# Sessions waiting for a worker that can run them (none alive now: none
+# loads their agent, serves their version or migrates it), by agent.
 UNSERVED_SESSIONS_BY_AGENT = f"""
 SELECT agent, count(*)::int AS sessions FROM sessions
 WHERE status IN ('pending', 'retrying', 'running', 'compensating')
-  AND NOT {AGENT_SERVED.format(agent="sessions.agent")}
+  AND NOT {SERVED_ELSEWHERE}
 GROUP BY agent ORDER BY agent
 """

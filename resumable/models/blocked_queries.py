@@ -21,6 +21,7 @@ class WaitingPosition:
     step: str | None
     poll_check: str | None
     n: int
+    version: int = 0
 
 
 # Park a held session (running or compensating) as blocked, releasing its
@@ -119,9 +120,16 @@ SELECT id, status FROM s
 # Waiting sessions of these agents, counted by the step they wait at and the
 # poll check they wait on: a starting worker compares them with its code.
 WAITING_POSITIONS = """
-SELECT agent, cursor AS step, wait->'poll'->>'check' AS poll_check, count(*) AS n
+SELECT agent, agent_version AS version, cursor AS step, wait->'poll'->>'check' AS poll_check,
+       count(*)::int AS n
 FROM sessions
 WHERE agent = ANY(%(agents)s) AND status IN ('pending', 'suspended', 'retrying')
-GROUP BY agent, cursor, wait->'poll'->>'check'
-ORDER BY agent, cursor
+GROUP BY agent, agent_version, cursor, wait->'poll'->>'check'
+ORDER BY agent, agent_version, cursor
+"""
+
+# What the other live workers serve: the version of each agent they load and
+# the older versions they migrate.
+OTHER_LIVE_WORKERS = """
+SELECT versions, takes_over FROM workers WHERE expires_at > now() AND id <> %(id)s
 """

@@ -37,12 +37,20 @@ ORDER BY t.step_seq, t.call_index
 
 FORK_SESSION = """
 WITH src AS (
-    SELECT id, agent, input FROM sessions WHERE id = %(source)s
+    -- The fork keeps the versions of the source at the fork point: the state
+    -- of a checkpoint before a migration (session_migrated) is the older one's.
+    SELECT id, agent, input, started_version,
+           coalesce((SELECT (payload->>'to_version')::int FROM audit_events a
+                     WHERE a.session_id = sessions.id AND a.event_type = 'session_migrated'
+                       AND a.seq < %(seq)s
+                     ORDER BY a.id DESC LIMIT 1), started_version) AS agent_version
+    FROM sessions WHERE id = %(source)s
 ), s AS (
     INSERT INTO sessions (id, agent, status, cursor, step_seq, state, input, forked_from,
-                          forked_at_seq, history_rebase, compacted_to)
+                          forked_at_seq, history_rebase, compacted_to, agent_version,
+                          started_version)
     SELECT %(id)s, agent, 'pending', %(cursor)s, %(seq)s, %(state)s::jsonb, input, id,
-           %(seq)s, %(rebase)s, 0
+           %(seq)s, %(rebase)s, 0, agent_version, started_version
     FROM src
     RETURNING id
 ), c AS (

@@ -12,7 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from resumable.models.agent_queries import AGENT_SERVED, WORKER_OF_LEASE_OWNER
+from resumable.models.agent_queries import (
+    SERVED_ELSEWHERE,
+    VERSION_SERVED,
+    WORKER_OF_LEASE_OWNER,
+)
 from resumable.models.status import SessionStatus
 
 
@@ -33,6 +37,9 @@ class ClaimedSession:
     attempts: int
     error: dict[str, Any] | None
     history_rebase: bool
+    # The agent version that serves the session, and the one it started on.
+    version: int = 0
+    started_version: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", SessionStatus(self.status))
@@ -89,21 +96,41 @@ CLAIMABLE = f"""(
         AND (sessions.wake_at IS NULL OR sessions.wake_at <= now()))
 )"""
 
-# A session's agent is one this worker loads, or one no worker ever announced
-# (the runner then fails the session: unknown agent).
-RUNNABLE_HERE = """(
-    sessions.agent = ANY(%(agents)s)
+# This worker's version of the session's agent (-1: it does not load it);
+# %(versions)s is the worker's {"agent": version} as JSON.
+_MINE = "coalesce((%(versions)s::jsonb ->> sessions.agent)::int, -1)"
+
+# A session this worker may run: one of its agents at the version it serves;
+# a session that never ran a step (no cursor yet) of an older or equal
+# version when no live worker serves a newer one (it starts on the newest
+# code deployed, and is stamped with that version); or one of an agent no
+# worker ever announced (the runner then fails it: unknown agent). Sessions
+# of older versions this worker migrates are taken over by TAKE_OVER, not here.
+RUNNABLE_HERE = f"""(
+    (sessions.cursor IS NOT NULL AND sessions.agent_version = {_MINE})
+    OR (sessions.cursor IS NULL AND sessions.agent_version <= {_MINE}
+        AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.expires_at > now()
+                        AND (w.versions ->> sessions.agent)::int > {_MINE}))
     OR NOT EXISTS (SELECT 1 FROM agents a WHERE a.name = sessions.agent)
 )"""
 
-# Take the lease of a claimable session this worker can run. A worker never
-# claims a known agent it does not load, so a session whose agent no live
-# worker loads causes no claims and no audit rows. Bumping the epoch fences
-# out the previous owner.
-CLAIM_LEASE = f"""
+# Of the versions this worker migrates (%(takes_over)s: ["agent@version"]),
+# a session whose own version no live worker serves any more.
+TAKEN_OVER_HERE = f"""(
+    sessions.cursor IS NOT NULL
+    AND (sessions.agent || '@' || sessions.agent_version) = ANY(%(takes_over)s)
+    AND NOT {VERSION_SERVED}
+)"""
+
+
+def _claim(runnable: str) -> str:
+    """Take the lease of a claimable session that `runnable` lets this worker
+    run, bumping the epoch (which fences out the previous owner), with its
+    audit event; a session that never ran is stamped with this worker's version."""
+    return f"""
 WITH old AS (
-    SELECT id, status, lease_owner, lease_epoch FROM sessions
-    WHERE id = %(id)s AND {RUNNABLE_HERE} AND {CLAIMABLE}
+    SELECT id, status, lease_owner, lease_epoch, cursor FROM sessions
+    WHERE id = %(id)s AND {runnable} AND {CLAIMABLE}
     FOR UPDATE
 ), s AS (
     UPDATE sessions SET
@@ -114,12 +141,19 @@ WITH old AS (
         lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
         step_started_at = now(),
         step_deadline = NULL,
+        agent_version = CASE WHEN old.cursor IS NULL THEN coalesce(
+            (%(versions)s::jsonb ->> sessions.agent)::int, sessions.agent_version)
+            ELSE sessions.agent_version END,
+        started_version = CASE WHEN old.cursor IS NULL THEN coalesce(
+            (%(versions)s::jsonb ->> sessions.agent)::int, sessions.started_version)
+            ELSE sessions.started_version END,
         updated_at = now()
     FROM old
     WHERE sessions.id = old.id
     RETURNING sessions.id, sessions.agent, sessions.cursor, sessions.state, sessions.input,
               sessions.step_seq, sessions.lease_epoch, sessions.wait, sessions.wake,
               sessions.status, sessions.attempts, sessions.error, sessions.history_rebase,
+              sessions.agent_version, sessions.started_version,
               old.status AS previous_status, old.lease_owner AS previous_owner
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
@@ -129,20 +163,65 @@ WITH old AS (
                 WHEN previous_status = 'retrying' THEN 'retry_started'
                 ELSE 'run_started' END,
            jsonb_build_object('worker', %(owner)s, 'epoch', lease_epoch,
-                              'previous_owner', previous_owner, 'attempt', attempts + 1)
+                              'previous_owner', previous_owner, 'attempt', attempts + 1,
+                              'version', agent_version)
     FROM s
 )
 SELECT id AS session_id, agent, cursor, state, input, step_seq, lease_epoch AS epoch, wait,
-       wake, status, attempts, error, history_rebase
+       wake, status, attempts, error, history_rebase, agent_version AS version, started_version
 FROM s
 """
 
 
-# Asked when a claim found nothing: is the session claimable by a worker that
-# loads its agent (then the message is passed on), or by none alive (then it
-# waits, untouched, until one starts)? No row: a duplicate message.
+# The hot path: one statement. A worker never claims a known agent it does
+# not load, nor a version it does not serve, so a session no live worker
+# serves causes no claims and no audit rows.
+CLAIM_LEASE = _claim(RUNNABLE_HERE)
+
+# The same for a session of an older version this worker migrates; run in a
+# transaction with the migration (resumable/queue/takeover.py).
+TAKE_OVER = _claim(TAKEN_OVER_HERE)
+
+
+# After TAKE_OVER, in its transaction: the state an older version's session
+# recorded, migrated; the cursor renamed through the step's aliases unless
+# the step already made calls at this position (their idempotency keys name
+# the step as recorded, so it keeps that name until it commits); the version
+# that serves it now; and the audit event. The next checkpoint is a snapshot.
+MIGRATE_SESSION = """
+WITH s AS (
+    UPDATE sessions SET
+        state = %(state)s::jsonb,
+        cursor = CASE WHEN EXISTS (
+                          SELECT 1 FROM tool_execution_cache t
+                          WHERE t.session_id = sessions.id AND t.step_seq = sessions.step_seq + 1
+                            AND t.superseded_at IS NULL)
+                      THEN sessions.cursor ELSE %(cursor)s END,
+        agent_version = %(to_version)s,
+        history_rebase = true,
+        updated_at = now()
+    WHERE id = %(id)s AND lease_epoch = %(epoch)s
+    RETURNING id, step_seq, cursor
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT id, step_seq, cursor, 'session_migrated',
+           jsonb_build_object('from_version', %(from_version)s::int,
+                              'to_version', %(to_version)s::int,
+                              'from_step', %(from_step)s::text, 'worker', %(owner)s::text)
+    FROM s
+)
+SELECT cursor FROM s
+"""
+
+
+# Asked when a claim found nothing: who else could run the session? A live
+# worker serving its version (or, for a session that never ran, a newer
+# one), or migrating it (then the message is passed on); this worker, by
+# migrating it (`take_over`); or nobody alive (then it waits, untouched,
+# until such a worker starts). No row: a duplicate message.
 CLAIMABLE_ELSEWHERE = f"""
-SELECT agent, {AGENT_SERVED.format(agent="sessions.agent")} AS served
+SELECT agent, agent_version AS version, {SERVED_ELSEWHERE} AS served,
+       {TAKEN_OVER_HERE} AS take_over
 FROM sessions
 WHERE id = %(id)s AND NOT {RUNNABLE_HERE} AND {CLAIMABLE}
 """
@@ -154,13 +233,23 @@ class ClaimableElsewhere:
 
     agent: str
     served: bool
+    version: int = 0
+    take_over: bool = False
 
 
-# Sessions of these agents that can be claimed: what a worker enqueues when it
-# starts serving agents no live worker served (their messages were dropped).
+# Claimable sessions of these agents that this worker can run (its version,
+# one it migrates, or never run) and no other live worker serves: what a
+# worker enqueues when it starts (their messages were passed over and dropped).
 CLAIMABLE_OF_AGENTS = f"""
 SELECT id FROM sessions
 WHERE agent = ANY(%(agents)s) AND {CLAIMABLE}
+  AND ({RUNNABLE_HERE}
+       OR (sessions.agent || '@' || sessions.agent_version) = ANY(%(takes_over)s))
+  AND NOT EXISTS (SELECT 1 FROM workers w
+                  WHERE w.expires_at > now() AND w.id <> %(worker)s
+                    AND ((w.versions ->> sessions.agent)::int = sessions.agent_version
+                         OR (sessions.cursor IS NULL
+                             AND (w.versions ->> sessions.agent)::int >= {_MINE})))
 ORDER BY updated_at
 LIMIT %(limit)s
 """
@@ -207,6 +296,18 @@ WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
 """
 
 
+# The recorded calls of a step beyond the ones its replay made (a replay that
+# made fewer calls than recorded; failed calls, which the tool reported as
+# not done, and superseded ones do not count): asked when COMMIT_STEP wrote
+# nothing, to tell this divergence from a lost lease.
+RECORDED_BEYOND = """
+SELECT idempotency_key, call_index, tool, args_hash, request, status FROM tool_execution_cache
+WHERE session_id = %(id)s AND step_seq = %(step_seq)s AND call_index >= %(calls_made)s
+  AND superseded_at IS NULL AND status <> 'failed'
+ORDER BY call_index
+"""
+
+
 # A step's outcome: new state, cursor and status, the wait it suspends on (if
 # any), a checkpoint row, the audit events, and the consumption of the delivery
 # that woke it, in one statement. No row back means the epoch moved on (another
@@ -235,6 +336,11 @@ WITH s AS (
         updated_at = now()
     WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
       AND step_seq = %(expected_seq)s
+      -- A replay that made fewer calls than recorded diverged (see RECORDED_BEYOND).
+      AND NOT EXISTS (SELECT 1 FROM tool_execution_cache t
+                      WHERE t.session_id = %(id)s AND t.step_seq = %(expected_seq)s + 1
+                        AND t.call_index >= %(calls_made)s AND t.superseded_at IS NULL
+                        AND t.status <> 'failed')
     RETURNING id, step_seq, state
 ), c AS (
     INSERT INTO checkpoints (session_id, seq, step, next_step, state, kind, patch, events)

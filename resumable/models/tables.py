@@ -117,6 +117,15 @@ class SessionRow(SQLModel, table=True):
     # Added in migration 0007: why the session is `blocked` (what was recorded,
     # what the code asked for, the status to go back to); NULL otherwise.
     blocked_reason: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
+    # The agent version that serves the session (a worker of another version
+    # does not claim it) and the one it started on (``ctx.version``); both 0
+    # for unversioned code. See resumable/versions.py.
+    agent_version: int = Field(
+        default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
+    )
+    started_version: int = Field(
+        default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
+    )
 
 
 class CheckpointRow(SQLModel, table=True):
@@ -329,6 +338,35 @@ class WorkerRow(SQLModel, table=True):
     expires_at: datetime = Field(sa_column=_timestamp())
     # Set by the reconciler once it re-enqueued a dead worker's sessions.
     reaped_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    # The version of each agent it loads ({"refund": 3}) and the older
+    # versions it migrates (["refund@2"]): what a claim compares with.
+    versions: dict[str, int] = Field(
+        default_factory=dict,
+        sa_column=sa.Column(JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    )
+    takes_over: list[str] = Field(
+        default_factory=list,
+        sa_column=sa.Column(JSONB, nullable=False, server_default=sa.text("'[]'::jsonb")),
+    )
+
+
+class AgentVersionRow(SQLModel, table=True):
+    """Every version of an agent a worker announced, with a fingerprint of
+    the names sessions record (steps and aliases, checks, compensations): a
+    version announced again with another fingerprint is changed code that
+    kept its version number, which the announcing worker warns about."""
+
+    __tablename__ = "agent_versions"
+
+    agent: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    version: int = Field(sa_column=sa.Column(sa.Integer, primary_key=True))
+    fingerprint: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    steps: list[str] = Field(sa_column=_jsonb(nullable=False))
+    checks: list[str] = Field(sa_column=_jsonb(nullable=False))
+    compensations: list[str] = Field(sa_column=_jsonb(nullable=False))
+    takes_over: list[int] = Field(sa_column=_jsonb(nullable=False))
+    first_announced_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    last_announced_at: datetime = Field(sa_column=_timestamp(default_now=True))
 
 
 class DeadLetterRow(SQLModel, table=True):

@@ -1,8 +1,8 @@
 """A worker process's heartbeat in PostgreSQL.
 
 Each worker keeps a row in ``workers`` alive (its id, the prefix of the lease
-owners it writes, and the agents it loads) a few times per ``ttl``. Two things
-follow from it:
+owners it writes, the agents it loads, the version of each and the older
+versions it migrates) a few times per ``ttl``. Three things follow from it:
 
 - a dead worker is seen seconds after it dies: a claim treats the sessions of
   a worker whose row expired as claimable before their leases run out, and the
@@ -10,6 +10,9 @@ follow from it:
 - a session whose agent no live worker loads is not claimed by anyone (no
   churn, no audit rows) and waits, visibly, until a worker that loads it
   starts and enqueues it.
+- a session is claimed only by a worker that serves its version (or migrates
+  it, when no live worker serves that version): during a rolling deploy old
+  workers drain their sessions while new ones take the new sessions.
 
 The heartbeat runs on its own connection, so a busy pool cannot delay it
 into looking dead. A paused process (SIGSTOP, a long GC) looks dead too: its
@@ -36,10 +39,21 @@ MAX_TTL_SECONDS = 3.0
 class WorkerHeartbeat:
     """Announces this worker and keeps its row alive until `stop`."""
 
-    def __init__(self, db: Database, worker_id: str, agents: list[str], ttl: float) -> None:
+    def __init__(
+        self,
+        db: Database,
+        worker_id: str,
+        agents: list[str],
+        ttl: float,
+        versions: dict[str, int] | None = None,
+        takes_over: list[str] | None = None,
+    ) -> None:
         self._url = libpq_url(db.url)
         self.worker_id = worker_id
         self._agents = agents
+        #: {"agent": version} (0: unversioned) and ["agent@older_version"].
+        self._versions = versions if versions is not None else dict.fromkeys(agents, 0)
+        self._takes_over = takes_over or []
         self.ttl = ttl
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._stop = threading.Event()
@@ -71,6 +85,14 @@ class WorkerHeartbeat:
         self._execute(
             agent_queries.ANNOUNCE_WORKER,
             {"id": self.worker_id, "agents": json.dumps(self._agents), "ttl": self.ttl},
+        )
+        self._execute(
+            agent_queries.ANNOUNCE_VERSIONS,
+            {
+                "id": self.worker_id,
+                "versions": json.dumps(self._versions),
+                "takes_over": json.dumps(self._takes_over),
+            },
         )
 
     def start(self) -> None:

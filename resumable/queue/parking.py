@@ -18,7 +18,7 @@ from typing import Any
 
 from resumable import serialization
 from resumable.errors import ReplayDivergedError
-from resumable.models import blocked_queries
+from resumable.models import blocked_queries, step_queries
 from resumable.models.database import Database
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.outcomes import RunOutcome
@@ -37,6 +37,45 @@ def missing(kind: str, agent: str, name: str, step: str | None) -> ReplayDiverge
             "message": f"the session needs {kind} {name!r}, which agent {agent!r} "
             "no longer has in the deployed code",
             "recorded": {kind: name},
+            "requested": None,
+        }
+    )
+
+
+def fewer_calls(
+    db: Database, session_id: Any, step_seq: int, step: str, made: int
+) -> ReplayDivergedError | None:
+    """The divergence of a replayed step that made fewer calls than it
+    recorded (found when its commit wrote nothing), or None: then the commit
+    was fenced out by another worker."""
+    with db.connection() as conn:
+        rows = conn.execute(
+            step_queries.RECORDED_BEYOND,
+            {"id": session_id, "step_seq": step_seq, "calls_made": made},
+        ).fetchall()
+    if not rows:
+        return None
+    first = rows[0]
+    return ReplayDivergedError(
+        {
+            "kind": "tool_calls_missing",
+            "step": step,
+            "step_seq": step_seq,
+            "call_index": made,
+            "message": f"step {step!r} made {made} call(s) on replay, but "
+            f"{len(rows)} more were recorded from call #{first['call_index']} on "
+            f"({', '.join(repr(row['tool']) for row in rows)})",
+            "recorded": {
+                "tool": first["tool"],
+                "args_hash": first["args_hash"],
+                "request": first["request"],
+                "status": first["status"],
+                "idempotency_key": first["idempotency_key"],
+                "calls": [
+                    {"call_index": row["call_index"], "tool": row["tool"], "status": row["status"]}
+                    for row in rows
+                ],
+            },
             "requested": None,
         }
     )

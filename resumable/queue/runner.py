@@ -13,6 +13,7 @@ session is re-enqueued at once: see ``shutdown.py``).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -26,7 +27,7 @@ import dramatiq
 from psycopg.rows import class_row
 
 from resumable import serialization
-from resumable.agent import Agent, AgentRegistry, Complete, Next
+from resumable.agent import Agent, AgentRegistry, Complete, Next, version_label
 from resumable.checkpoints import CheckpointRecord, EventSourced
 from resumable.context import StepContext
 from resumable.errors import (
@@ -47,8 +48,9 @@ from resumable.queue.checkpoint_writer import CheckpointWriter
 from resumable.queue.failures import FailureHandler, HeldLease
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.outcomes import RunOutcome
-from resumable.queue.parking import missing, park
+from resumable.queue.parking import fewer_calls, missing, park
 from resumable.queue.shutdown import ActiveRun, Shutdown
+from resumable.queue.takeover import take_over
 from resumable.queue.time_limits import TimeLimit
 from resumable.queue.tool_calls import ToolCalls
 from resumable.queue.wakes import Wakes
@@ -107,6 +109,12 @@ class SessionRunner:
         #: This process, as the `workers` table and its lease owners name it.
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
         self.agents = sorted(agent.name for agent in registry)
+        #: The version of each agent served here, and the older ones it migrates.
+        self.versions = {agent.name: agent.version for agent in registry}
+        self.takes_over = sorted(
+            f"{agent.name}@{old}" for agent in registry for old in agent.takes_over
+        )
+        self._versions_json = json.dumps(self.versions, sort_keys=True)
 
     def _owner(self) -> str:
         return f"{self.worker_id}:{threading.get_ident()}"
@@ -120,7 +128,7 @@ class SessionRunner:
                     {
                         "id": session_id,
                         "owner": self._owner(),
-                        "agents": self.agents,
+                        "versions": self._versions_json,
                         "lease_seconds": self.settings.lease_seconds,
                     },
                 )
@@ -138,7 +146,10 @@ class SessionRunner:
                 return RunOutcome.NOT_CLAIMED
             claim = self.claim(session_id)
             if claim is None:
-                return self._not_claimed(session_id)
+                taken = self._not_claimed(session_id)
+                if not isinstance(taken, ClaimedSession):
+                    return taken
+                claim = taken
             self.keeper.hold(session_id, claim.epoch)
             try:
                 with (
@@ -152,16 +163,23 @@ class SessionRunner:
             finally:
                 self.keeper.drop(session_id, claim.epoch)
 
-    def _not_claimed(self, session_id: uuid.UUID) -> RunOutcome:
-        """A message this worker cannot act on: a duplicate, or a session of an
-        agent it does not load (passed on when a live worker loads it; left to
-        wait, untouched, when none does: a worker that loads it enqueues it
-        when it starts)."""
+    def _not_claimed(self, session_id: uuid.UUID) -> RunOutcome | ClaimedSession:
+        """A message this worker cannot simply claim: a duplicate, a session
+        of an agent or version it does not serve (passed on when a live
+        worker serves it; left to wait, untouched, when none does: a worker
+        that serves it enqueues it when it starts), or one of an older
+        version this worker migrates and no live worker serves (taken over:
+        the claim it returns)."""
         with self.db.connection() as conn:
             row = (
                 conn.cursor(row_factory=class_row(ClaimableElsewhere))
                 .execute(
-                    step_queries.CLAIMABLE_ELSEWHERE, {"id": session_id, "agents": self.agents}
+                    step_queries.CLAIMABLE_ELSEWHERE,
+                    {
+                        "id": session_id,
+                        "versions": self._versions_json,
+                        "takes_over": self.takes_over,
+                    },
                 )
                 .fetchone()
             )
@@ -169,19 +187,32 @@ class SessionRunner:
             # Finished, owned by a live worker, or unknown: a duplicate message.
             logger.debug("session not claimable; message ignored", extra={"action": "skip"})
             return RunOutcome.NOT_CLAIMED
+        label = version_label(row.agent, row.version)
+        if row.take_over:
+            return take_over(
+                self.settings, self.db, self.registry, session_id, self._owner(), self.takes_over
+            )
         if row.served:
             logger.debug(
-                "agent %r is not loaded here; message passed on",
-                row.agent,
+                "%s is not served here; message passed on",
+                label,
                 extra={"action": "agent_not_loaded"},
             )
             self.failures.enqueue_later(session_id, 1.0)
             return RunOutcome.YIELDED
-        logger.info(
-            "no live worker loads agent %r; the session waits for one",
-            row.agent,
-            extra={"action": "agent_not_served"},
-        )
+        if row.agent in self.versions:
+            logger.info(
+                "no live worker serves %s (this one runs %s); the session waits for one",
+                label,
+                version_label(row.agent, self.versions[row.agent]),
+                extra={"action": "version_not_served"},
+            )
+        else:
+            logger.info(
+                "no live worker loads agent %r; the session waits for one",
+                row.agent,
+                extra={"action": "agent_not_served"},
+            )
         return RunOutcome.NOT_CLAIMED
 
     def _loop(self, claim: ClaimedSession, active: ActiveRun) -> RunOutcome:
@@ -195,6 +226,7 @@ class SessionRunner:
             active.at_step(error.get("step"))
             return self.failures.compensate(_held(claim), agent, error, policy)
         try:
+            # A renamed step's old name runs the step that has it as an alias.
             cursor = claim.cursor or agent.start_step
             self._check_code_has(claim, agent, cursor)
             wake = self.wakes.resolve(claim, agent)
@@ -267,6 +299,12 @@ class SessionRunner:
             if status is SessionStatus.RUNNING and step.decision.next_step is not None:
                 next_limit = agent.policy(step.decision.next_step).time_limit
             committed = self._commit(claim, step, status, events, next_limit)
+            if committed is None and (
+                fewer := fewer_calls(
+                    self.db, claim.session_id, step.ctx.seq, step.name, step.tools.made
+                )
+            ):
+                return self._park(claim, fewer)  # the lease is still held: nothing committed
             if committed is None:
                 logger.warning(
                     "step %s not committed: another worker owns the session",
@@ -301,7 +339,7 @@ class SessionRunner:
     def _check_code_has(claim: ClaimedSession, agent: Agent, cursor: str) -> None:
         """Raise a divergence if the session waits at a step, or on a poll
         check, that the deployed code no longer has (never fail it for that)."""
-        if cursor not in agent.step_names:
+        if not agent.has_step(cursor):
             raise missing("step", agent.name, cursor, cursor)
         wake = claim.wake or {}
         poll = (claim.wait or {}).get("poll") or {}
@@ -363,6 +401,8 @@ class SessionRunner:
             reducer=agent.checkpoints.reducer
             if isinstance(agent.checkpoints, EventSourced)
             else None,
+            version=claim.started_version,
+            patches=agent.patches,
         )
         step_started = time.monotonic()
         decision = self._interpret(agent, step_fn(ctx))
@@ -486,6 +526,7 @@ class SessionRunner:
                         else step.history.state,
                         "patch": step.history.patch,
                         "step_events": step.history.events,
+                        "calls_made": step.tools.made,
                     },
                     prepare=True,
                 )

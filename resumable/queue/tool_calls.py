@@ -79,6 +79,11 @@ class ToolCalls:
         self.replayed = 0
         self.executed = 0
 
+    @property
+    def made(self) -> int:
+        """How many calls the step asked for (replayed, run, or failed)."""
+        return self._next_index
+
     def call(
         self,
         tool: str,

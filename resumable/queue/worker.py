@@ -34,7 +34,7 @@ from resumable.queue.heartbeat import MAX_TTL_SECONDS, WorkerHeartbeat
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.runner import SessionRunner
 from resumable.queue.shutdown import ActiveRun
-from resumable.queue.startup_check import warn_unserved_positions
+from resumable.queue.startup_check import announce_versions, warn_unserved_positions
 from resumable.queue.wakeup import WakingRedisBroker
 from resumable.settings import Settings
 
@@ -92,7 +92,12 @@ def build_runtime(
         time_limit=_MESSAGE_TIME_LIMIT_MS,
     )(run_session)
     heartbeat = WorkerHeartbeat(
-        db, runner.worker_id, runner.agents, ttl=min(settings.lease_seconds, MAX_TTL_SECONDS)
+        db,
+        runner.worker_id,
+        runner.agents,
+        ttl=min(settings.lease_seconds, MAX_TTL_SECONDS),
+        versions=runner.versions,
+        takes_over=runner.takes_over,
     )
     return WorkerRuntime(settings, db, broker, runner, keeper, heartbeat, actor)
 
@@ -112,6 +117,7 @@ def announce_agents(runtime: WorkerRuntime) -> list[str]:
                     "checks": json.dumps(agent.check_names),
                 },
             )
+    announce_versions(runtime.db, runtime.runner.registry)
     return unserved
 
 
@@ -120,9 +126,17 @@ def enqueue_waiting(runtime: WorkerRuntime, agents: list[str]) -> int:
     claimed them, and their messages were dropped."""
     if not agents:
         return 0
+    runner = runtime.runner
     with runtime.db.connection() as conn:
         rows = conn.execute(
-            step_queries.CLAIMABLE_OF_AGENTS, {"agents": agents, "limit": _WAITING_BATCH}
+            step_queries.CLAIMABLE_OF_AGENTS,
+            {
+                "agents": agents,
+                "limit": _WAITING_BATCH,
+                "versions": json.dumps(runner.versions),
+                "takes_over": runner.takes_over,
+                "worker": runner.worker_id,
+            },
         ).fetchall()
     for row in rows:
         enqueue_session(runtime.broker, runtime.settings, str(row["id"]))
@@ -162,8 +176,11 @@ def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None
     )
     if settings.worker_prefetch:
         worker.queue_prefetch = settings.worker_prefetch
-    unserved = announce_agents(runtime)
-    warn_unserved_positions(runtime.db, runtime.runner.registry)
+    announce_agents(runtime)
+    # Every agent: a session of a version no other live worker serves had its
+    # messages passed over and dropped (the query leaves out the served ones).
+    unserved = runtime.runner.agents
+    warn_unserved_positions(runtime.db, runtime.runner.registry, runtime.runner.worker_id)
     runtime.heartbeat.start()
     runtime.keeper.start()
     worker.start()
