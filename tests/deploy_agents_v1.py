@@ -1,6 +1,7 @@
 """The `trip` agent as first deployed: book a hotel for two nights, wait for a
 `go` signal, then pay. Loaded by the workers of tests/integration/test_safe_deploys.py
-(its v2 is tests/deploy_agents_v2.py)."""
+(its v2 is tests/deploy_agents_v2.py; its versioned successor, which renames
+`pay` and migrates the state, tests/deploy_agents_v4.py)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def hotel_confirmed(args: dict[str, Any]) -> dict[str, Any] | None:
 def book(ctx: StepContext) -> Wait:
     if not ctx.input.get("no_hotel"):
         book_hotel(ctx, nights=2)
+        ctx.state["nights"] = 2  # what tests/deploy_agents_v4.py migrates
     if ctx.input.get("watch"):
         return ctx.wait(Poll("hotel_confirmed", {}, every=0.3), then="confirmed")
     if ctx.input.get("gate_dir"):

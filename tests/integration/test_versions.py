@@ -1,0 +1,236 @@
+"""Agent versions on real workers (DESIGN.md invariant 8): a session runs only
+on workers that serve the version it started on, or on a newer version that
+migrates it (``@agent.migrate``), in the claim's transaction; renamed steps
+keep their old names as aliases; a replay that makes fewer calls than it
+recorded is parked; a starting worker names the versions it cannot serve.
+
+Agents: tests/deploy_agents_v1.py (`trip`, unversioned), v4 (`trip` version 2:
+`pay` renamed `charge`, state migrated from version 0), v5 (`trip` whose
+`book` no longer books); tests/deploy_agents_roll_v1.py / _v2.py (`roll`
+versions 1 and 2, no migration between them).
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from resumable.client import Client
+from resumable.inbox import Inbox
+from resumable.models.database import Database
+from tests.conftest import LocalDeployment, run_cli, wait_until
+from tests.fake_api import FakeAPI
+
+V1, V4, V5 = "tests.deploy_agents_v1", "tests.deploy_agents_v4", "tests.deploy_agents_v5"
+ROLL1, ROLL2 = "tests.deploy_agents_roll_v1", "tests.deploy_agents_roll_v2"
+NOT_HAVE = "which this worker does not have"
+
+
+def _session(db: Database, session_id: uuid.UUID) -> dict[str, Any]:
+    with db.connection() as conn:
+        row = conn.execute("SELECT * FROM sessions WHERE id = %s", (session_id,)).fetchone()
+    assert row is not None
+    return dict(row)
+
+
+def _status(db: Database, session_id: uuid.UUID) -> str:
+    return str(_session(db, session_id)["status"])
+
+
+def _wait_status(db: Database, session_id: uuid.UUID, status: str) -> None:
+    wait_until(lambda: _status(db, session_id) == status, what=f"{session_id} {status}")
+
+
+def _events(db: Database, session_id: uuid.UUID, *kinds: str) -> list[dict[str, Any]]:
+    with db.connection() as conn:
+        rows = conn.execute(
+            "SELECT * FROM audit_events WHERE session_id = %s AND event_type = ANY(%s) ORDER BY id",
+            (session_id, list(kinds)),
+        ).fetchall()
+    return [dict(row) for row in rows]
+
+
+def _signal(client: Client, db: Database, session_id: uuid.UUID) -> None:
+    Inbox(client.settings, db, client.broker).signal(session_id, "go", None, None, "test")
+
+
+def test_a_renamed_step_with_an_alias_and_a_state_migration_completes_waiting_sessions(
+    client: Client, db: Database, deployment: LocalDeployment
+) -> None:
+    v1 = deployment.worker(V1)
+    with FakeAPI() as api:
+        old = [client.start("trip", {"api": api.url}) for _ in range(3)]
+        for sid in old:
+            _wait_status(db, sid, "suspended")
+            assert _session(db, sid)["cursor"] == "pay"
+        v1.stop()
+
+        # Version 2 has no `pay` step but `charge` keeps it as an alias, and it
+        # migrates version 0: nothing to warn about.
+        v2 = deployment.worker(V4)
+        assert NOT_HAVE not in v2.output()
+        assert "no live worker serves" not in v2.output()
+        new = client.start("trip", {"api": api.url})
+        _wait_status(db, new, "suspended")
+        for sid in [*old, new]:
+            _signal(client, db, sid)
+        for sid in [*old, new]:
+            _wait_status(db, sid, "completed")
+
+        for sid in old:
+            row = _session(db, sid)
+            assert (row["agent_version"], row["started_version"]) == (2, 0)
+            assert row["state"] == {"booking": {"nights": 2}}
+            # Started before the patch: the old path (dollars), for its whole life.
+            assert row["result"] == {"paid": True, "currency": "USD", "started_on": 0}
+            [migrated] = _events(db, sid, "session_migrated")
+            assert migrated["payload"]["from_version"] == 0
+            assert migrated["payload"]["to_version"] == 2
+            assert migrated["payload"]["from_step"] == "pay"
+            assert migrated["step"] == "charge"  # renamed through the alias
+        fresh = _session(db, new)
+        assert (fresh["agent_version"], fresh["started_version"]) == (2, 2)
+        assert fresh["result"] == {"paid": True, "currency": "EUR", "started_on": 2}
+        assert _events(db, new, "session_migrated") == []
+
+        # Every effect once: four hotels, four charges, nothing undone.
+        assert max(api.calls.values()) == 1
+        paths = [path for path, _ in api.order]
+        assert (paths.count("/book"), paths.count("/charge"), paths.count("/undo")) == (4, 4, 0)
+        charges = [body for path, body in api.order if path == "/charge"]
+        assert all(body["nights"] == 2 for body in charges)
+        with db.connection() as conn:
+            assert conn.execute("SELECT count(*) AS n FROM dead_letters").fetchone() == {"n": 0}
+            catalog = conn.execute(
+                "SELECT version, steps, takes_over FROM agent_versions WHERE agent = 'trip'"
+                " ORDER BY version"
+            ).fetchall()
+        assert [(row["version"], row["takes_over"]) for row in catalog] == [(0, []), (2, [0])]
+        assert catalog[1]["steps"] == ["book", "charge"]
+
+
+def test_a_replay_that_makes_fewer_calls_than_recorded_is_blocked_then_accepted(
+    client: Client, db: Database, deployment: LocalDeployment, tmp_path: Path
+) -> None:
+    (tmp_path / "hold").touch()
+    v1 = deployment.worker(V1)
+    with FakeAPI() as api:
+        sid = client.start("trip", {"api": api.url, "gate_dir": str(tmp_path)})
+        wait_until((tmp_path / "entered-book-1").exists, what="the hotel booked, step held")
+        deployment.kill(v1)  # SIGKILL mid-step: the booking is recorded, the step is not
+        deployment.worker(V5)  # `book` no longer books
+        _wait_status(db, sid, "blocked")
+        reason = _session(db, sid)["blocked_reason"]
+        assert reason["kind"] == "tool_calls_missing"
+        assert (reason["step"], reason["call_index"]) == ("book", 0)
+        assert reason["recorded"]["tool"] == "hotel"
+        assert api.total_calls() == 1
+        with db.connection() as conn:
+            checkpoints = conn.execute(
+                "SELECT count(*) AS n FROM checkpoints WHERE session_id = %s", (sid,)
+            ).fetchone()
+        assert checkpoints == {"n": 0}  # the replayed step's outcome was not committed
+
+        accept = ["accept", str(sid), "--reason", "no hotel now", "--by", "ops"]
+        done = run_cli(client.settings, "sessions", *accept)
+        assert done.returncode == 0, done.stderr
+        _wait_status(db, sid, "suspended")
+        _signal(client, db, sid)
+        _wait_status(db, sid, "completed")
+        assert api.total_calls() == 1  # nothing called again
+        [accepted] = _events(db, sid, "divergence_accepted")
+        assert [call["tool"] for call in accepted["payload"]["superseded"]] == ["hotel"]
+
+
+def test_rolling_deploy_runs_each_session_only_on_workers_of_its_version(
+    client: Client, db: Database, deployment: LocalDeployment, tmp_path: Path
+) -> None:
+    deployment.scheduler()  # reconciles the sessions of killed workers
+    pids: dict[int, set[int]] = {1: set(), 2: set()}
+
+    def worker(version: int) -> Any:
+        process = deployment.worker(ROLL1 if version == 1 else ROLL2)
+        pids[version].add(process.pid)
+        return process
+
+    with FakeAPI() as api:
+        old_worker = worker(1)
+        old = [client.start("roll", {"api": api.url, "gate_dir": str(tmp_path)}) for _ in range(3)]
+        for sid in old:
+            _wait_status(db, sid, "suspended")
+        new_worker = worker(2)  # from now on new sessions start on version 2
+        new = [client.start("roll", {"api": api.url, "gate_dir": str(tmp_path)}) for _ in range(3)]
+        for sid in new:
+            _wait_status(db, sid, "suspended")
+        assert "no live worker serves" not in new_worker.output()
+
+        # Both versions in flight, held mid-step; SIGKILL a worker of each.
+        (tmp_path / "hold").touch()
+        for sid in [*old, new[0]]:
+            _signal(client, db, sid)
+        wait_until(
+            lambda: (
+                len(list(tmp_path.glob("entered-finish-v1-*"))) >= 1
+                and len(list(tmp_path.glob("entered-finish-v2-*"))) >= 1
+            ),
+            what="steps of both versions in flight",
+        )
+        deployment.kill(old_worker)
+        deployment.kill(new_worker)
+        (tmp_path / "hold").unlink()
+        # Only version 2 is back at first: the version 1 sessions wait for theirs.
+        worker(2)
+        for sid in new[1:]:
+            _signal(client, db, sid)
+        for sid in new:
+            _wait_status(db, sid, "completed")
+        assert all(_status(db, sid) != "completed" for sid in old)
+        worker(1)
+        for sid in old:
+            _wait_status(db, sid, "completed")
+
+    for version, sessions in ((1, old), (2, new)):
+        for sid in sessions:
+            row = _session(db, sid)
+            assert (row["agent_version"], row["started_version"]) == (version, version)
+            assert row["result"] == {"version": version}
+            claims = _events(db, sid, "run_started", "lease_recovered", "retry_started")
+            owners = {int(event["payload"]["worker"].split(":")[1]) for event in claims}
+            assert owners and owners <= pids[version], (sid, owners, pids)
+    marks = [(body["session"], body["what"], body["version"]) for _, body in api.order]
+    assert len(marks) == len(set(marks)) == 12  # start and finish of six sessions, once each
+    assert {(s, v) for s, _, v in marks} == {(str(s), 1) for s in old} | {(str(s), 2) for s in new}
+    assert max(api.calls.values()) == 1
+
+
+def test_the_start_up_warning_names_a_version_only_when_no_live_worker_serves_it(
+    client: Client, db: Database, deployment: LocalDeployment, tmp_path: Path
+) -> None:
+    with FakeAPI() as api:
+        v1 = deployment.worker(ROLL1)
+        sids = [client.start("roll", {"api": api.url, "gate_dir": str(tmp_path)}) for _ in range(2)]
+        for sid in sids:
+            _wait_status(db, sid, "suspended")
+        line = (
+            "2 sessions of roll@1 wait for a worker of that version, which this worker is not "
+            "(it runs roll@2 and migrates no older version); no live worker serves them"
+        )
+        # A version 1 worker is alive: it drains them, no warning.
+        beside = deployment.worker(ROLL2)
+        assert line not in beside.output()
+        assert NOT_HAVE not in beside.output()
+        v1.stop()
+        alone = deployment.worker(ROLL2)
+        wait_until(lambda: line in alone.output(), what="the version warning")
+        # Their messages are not claimed by version 2: they stay suspended.
+        for sid in sids:
+            _signal(client, db, sid)
+        listed = run_cli(client.settings, "sessions", "list", "--unserved", "--json")
+        assert listed.returncode == 0, listed.stderr
+        # The version 1 worker comes back and finishes them.
+        back = deployment.worker(ROLL1)
+        assert line not in back.output() and NOT_HAVE not in back.output()
+        for sid in sids:
+            _wait_status(db, sid, "completed")
+        assert all(_session(db, sid)["agent_version"] == 1 for sid in sids)
