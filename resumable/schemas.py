@@ -198,6 +198,17 @@ class Session(Record):
         description="Set while the session is blocked: why its replay diverged from the"
         " record (kind, step, what was recorded, what the code asked for).",
     )
+    version: int = Field(
+        default=0,
+        ge=0,
+        description="The agent version that serves the session (0: unversioned code): only"
+        " workers of that version run it, or a newer one that migrates it.",
+    )
+    started_version: int = Field(
+        default=0,
+        ge=0,
+        description="The agent version the session started on (what a step's ctx.version is).",
+    )
     forked_from: uuid.UUID | None = Field(
         default=None, description="The session this one was forked from."
     )
@@ -232,6 +243,8 @@ class Session(Record):
                 deadline=wait.get("deadline"),
             ),
             blocked_reason=row.blocked_reason if row.status == SessionStatus.BLOCKED else None,
+            version=row.agent_version,
+            started_version=row.started_version,
             forked_from=row.forked_from,
             forked_at=row.forked_at_seq,
             created_at=row.created_at,

@@ -112,6 +112,11 @@ def sessions() -> None:
 @click.option(
     "--unserved", is_flag=True, help="Only sessions waiting for a worker that loads their agent."
 )
+@click.option(
+    "--blocked",
+    is_flag=True,
+    help="Only blocked sessions (parked for an operator), with why each is blocked.",
+)
 @click.option("--cursor", default=None, help="Page: the next_cursor of the previous page.")
 @click.option(
     "--json", "as_json", is_flag=True, help="A page of sessions, as GET /v1/sessions answers."
@@ -125,10 +130,14 @@ def sessions_list(
     hung: bool,
     hung_after: float,
     unserved: bool,
+    blocked: bool,
     cursor: str | None,
     as_json: bool,
 ) -> None:
     """List sessions, newest first."""
+    if blocked and status not in (None, "blocked"):
+        raise click.UsageError(f"--blocked lists blocked sessions, not --status {status}")
+    status = "blocked" if blocked else status
     with connected(settings) as c:
         page = c.client.page_sessions(
             status=status,
@@ -141,11 +150,14 @@ def sessions_list(
     if as_json:
         click.echo(page.model_dump_json())
         return
-    table = Table("session_id", "agent", "status", "step", "seq", "updated_at")
+    columns = ["session_id", "agent", "status", "step", "seq", "updated_at"]
+    table = Table(*columns, *(["why"] if blocked else []))
     for r in page.items:
-        table.add_row(
-            str(r.session_id), r.agent, r.status, r.step or "", str(r.seq), str(r.updated_at)
-        )
+        row = [str(r.session_id), r.agent, r.status, r.step or "", str(r.seq), str(r.updated_at)]
+        if blocked:
+            reason = r.blocked_reason or {}
+            row.append(f"{reason.get('kind', '?')}: {reason.get('message', '')}")
+        table.add_row(*row)
     console.print(table)
     if page.next_cursor:
         console.print(f"more: --cursor {page.next_cursor}", highlight=False)
