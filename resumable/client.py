@@ -48,7 +48,7 @@ from resumable.models.agent_queries import UnservedAgent
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.models.step_queries import HungSession
-from resumable.models.tables import AuditEventRow, SessionRow, WorkerRow
+from resumable.models.tables import AuditEventRow, SessionRow
 from resumable.queue.broker import enqueue_session
 from resumable.schemas import (
     Checkpoint,
@@ -337,11 +337,9 @@ class Client:
                 ),
             )
         if unserved:
-            served = sa.exists().where(
-                col(WorkerRow.expires_at) > sa.func.now(),
-                col(WorkerRow.agents).op("?")(SessionRow.agent),
-            )
-            query = query.where(col(SessionRow.status).in_(_WAITING_FOR_A_WORKER), ~served)
+            # No live worker loads the agent, serves the version or migrates it.
+            unserved_here = sa.text(f"NOT {agent_queries.SERVED_ELSEWHERE}")
+            query = query.where(col(SessionRow.status).in_(_WAITING_FOR_A_WORKER), unserved_here)
         if cursor:
             created_at, last_id = decode_cursor(cursor)
             query = query.where(

@@ -12,6 +12,7 @@ versions 1 and 2, no migration between them).
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -226,8 +227,12 @@ def test_the_start_up_warning_names_a_version_only_when_no_live_worker_serves_it
         # Their messages are not claimed by version 2: they stay suspended.
         for sid in sids:
             _signal(client, db, sid)
+        wait_until(lambda: all(_status(db, sid) == "pending" for sid in sids), what="woken")
         listed = run_cli(client.settings, "sessions", "list", "--unserved", "--json")
         assert listed.returncode == 0, listed.stderr
+        unserved = {row["session_id"] for row in json.loads(listed.stdout)["items"]}
+        assert unserved == {str(sid) for sid in sids}
+        assert all(_status(db, sid) == "pending" for sid in sids)  # not run by version 2
         # The version 1 worker comes back and finishes them.
         back = deployment.worker(ROLL1)
         assert line not in back.output() and NOT_HAVE not in back.output()
