@@ -1,0 +1,168 @@
+"""How much does the version-aware claim cost against the claim before versions?
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/claims.py [--claims N --rounds R]
+
+One connection claims sessions one statement at a time, as a worker does when
+a message arrives, with three statements interleaved claim by claim (so a
+shared, noisy CPU slows all three alike):
+
+- ``before``: ``CLAIM_LEASE`` as it was before agent versions (commit dff5b7a),
+  kept verbatim below: the worker's agents as a text array;
+- ``first``: today's ``CLAIM_LEASE`` on a session that never ran a step (the
+  branch that also asks the live workers whether one serves a newer version);
+- ``resumed``: today's ``CLAIM_LEASE`` on a session that ran before (its
+  version must equal the worker's).
+
+Each round creates fresh pending sessions (outside the timing), with a live
+worker row and an agent in the catalog as in production. Prints the median
+and mean latency per statement and the ratios against ``before``.
+
+``DATABASE_URL`` is used when set; otherwise an embedded server runs under
+``--home`` (default ``.resumable/bench``). The tables are truncated: never
+point this at a database you care about.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import harness
+from resumable.models import step_queries
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# CLAIM_LEASE before agent versions (commit dff5b7a), rendered.
+CLAIM_BEFORE = """
+WITH old AS (
+    SELECT id, status, lease_owner, lease_epoch FROM sessions
+    WHERE id = %(id)s AND (
+    sessions.agent = ANY(%(agents)s)
+    OR NOT EXISTS (SELECT 1 FROM agents a WHERE a.name = sessions.agent)
+) AND (
+    sessions.status = 'pending'
+    OR (sessions.status = 'retrying' AND sessions.wake_at <= now())
+    OR (sessions.status IN ('running', 'compensating')
+        AND (sessions.lease_expires_at < now()
+             OR EXISTS (SELECT 1 FROM workers w
+                        WHERE w.id = regexp_replace(sessions.lease_owner, ':[^:]*$', '')
+                          AND w.expires_at < now())))
+    OR (sessions.status = 'compensating' AND sessions.lease_owner IS NULL
+        AND (sessions.wake_at IS NULL OR sessions.wake_at <= now()))
+)
+    FOR UPDATE
+), s AS (
+    UPDATE sessions SET
+        status = CASE WHEN old.status = 'compensating' THEN 'compensating' ELSE 'running' END,
+        wake_at = NULL,
+        lease_epoch = sessions.lease_epoch + 1,
+        lease_owner = %(owner)s,
+        lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+        step_started_at = now(),
+        step_deadline = NULL,
+        updated_at = now()
+    FROM old
+    WHERE sessions.id = old.id
+    RETURNING sessions.id, sessions.agent, sessions.cursor, sessions.state, sessions.input,
+              sessions.step_seq, sessions.lease_epoch, sessions.wait, sessions.wake,
+              sessions.status, sessions.attempts, sessions.error, sessions.history_rebase,
+              old.status AS previous_status, old.lease_owner AS previous_owner
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT id, step_seq, cursor,
+           CASE WHEN previous_status = 'running' THEN 'lease_recovered'
+                WHEN previous_status = 'compensating' THEN 'compensation_resumed'
+                WHEN previous_status = 'retrying' THEN 'retry_started'
+                ELSE 'run_started' END,
+           jsonb_build_object('worker', %(owner)s, 'epoch', lease_epoch,
+                              'previous_owner', previous_owner, 'attempt', attempts + 1)
+    FROM s
+)
+SELECT id AS session_id, agent, cursor, state, input, step_seq, lease_epoch AS epoch, wait,
+       wake, status, attempts, error, history_rebase
+FROM s
+"""
+
+AGENT = "bench_claims"
+OWNER = "bench:1:1"
+
+
+def _sessions(conn: object, n: int, cursor: str | None) -> list[uuid.UUID]:
+    ids = [uuid.uuid4() for _ in range(n)]
+    conn.execute(  # type: ignore[attr-defined]
+        "INSERT INTO sessions (id, agent, status, cursor, state, agent_version, started_version)"
+        " SELECT unnest(%s::uuid[]), %s, 'pending', %s, '{}'::jsonb, 1, 1",
+        (ids, AGENT, cursor),
+    )
+    return ids
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--claims", type=int, default=500, help="claims per statement per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--home", type=Path, default=ROOT / ".resumable" / "bench")
+    args = parser.parse_args(argv)
+    timings: dict[str, list[float]] = {"before": [], "first": [], "resumed": []}
+    with harness.bench_services(args.home) as services:
+        harness.reset_data(
+            services.pg_url, services.redis_url, ["sessions", "workers", "agents"], ["sessions"]
+        )
+        with harness.connect(services.pg_url) as conn:
+            conn.execute(
+                "INSERT INTO agents (name, steps, checks) VALUES (%s, '[\"a\"]', '[]')", (AGENT,)
+            )
+            conn.execute(
+                "INSERT INTO workers (id, agents, versions, expires_at)"
+                " VALUES ('bench:1', %s::jsonb, %s::jsonb, now() + interval '1 hour')",
+                (json.dumps([AGENT]), json.dumps({AGENT: 1})),
+            )
+            common = {"owner": OWNER, "lease_seconds": 30}
+            versions = json.dumps({AGENT: 1})
+            for _ in range(args.rounds):
+                sets = {
+                    "before": _sessions(conn, args.claims, "a"),
+                    "first": _sessions(conn, args.claims, None),
+                    "resumed": _sessions(conn, args.claims, "a"),
+                }
+                conn.execute("ANALYZE sessions")
+                for i in range(args.claims):
+                    for name, ids in sets.items():
+                        statement = CLAIM_BEFORE if name == "before" else step_queries.CLAIM_LEASE
+                        params = (
+                            {"id": ids[i], "agents": [AGENT], **common}
+                            if name == "before"
+                            else {"id": ids[i], "versions": versions, **common}
+                        )
+                        started = time.perf_counter()
+                        row = conn.execute(statement, params, prepare=True).fetchone()
+                        timings[name].append(time.perf_counter() - started)
+                        assert row is not None, f"{name}: nothing claimed"
+    base = statistics.median(timings["before"])
+    base_mean = statistics.mean(timings["before"])
+    print(f"claims: {args.rounds} rounds x {args.claims} per statement, interleaved")
+    print(
+        f"{'statement':<10} {'median ms':>10} {'mean ms':>9} {'x before (median)':>18}"
+        f" {'x before (mean)':>16}"
+    )
+    for name, values in timings.items():
+        median, mean = statistics.median(values), statistics.mean(values)
+        print(
+            f"{name:<10} {median * 1000:>10.3f} {mean * 1000:>9.3f} {median / base:>18.3f}"
+            f" {mean / base_mean:>16.3f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
