@@ -5,6 +5,8 @@ message in flight.
 
 from __future__ import annotations
 
+from resumable.models.agent_queries import SERVED_ELSEWHERE
+
 # Create a session and its first audit event. With an idempotency key that is
 # already taken nothing is inserted and no row comes back.
 CREATE_SESSION = """
@@ -30,9 +32,10 @@ SELECT id, agent, input, status FROM sessions WHERE idempotency_key = %(idempote
 # and running ones whose lease expired (their worker died). Locked rows are
 # skipped so several reconcilers never hand out the same session at once, and
 # the touch makes each session come back at most once per grace period.
-# Sessions of an agent no live worker loads are left alone (untouched, so the
-# oldest-pending alert sees them): a worker that loads it enqueues them.
-RECONCILE = """
+# Sessions no live worker can run (none loads the agent, serves the version
+# or migrates it) are left alone (untouched, so the oldest-pending alert sees
+# them): a worker that serves them enqueues them when it starts.
+RECONCILE = f"""
 WITH due AS (
     SELECT id FROM sessions
     WHERE ((status = 'pending' AND updated_at < now() - make_interval(secs => %(grace)s))
@@ -41,7 +44,7 @@ WITH due AS (
                 OR updated_at < now() - make_interval(secs => %(grace)s)))
        OR (status = 'compensating' AND lease_owner IS NULL AND wake_at IS NULL
            AND updated_at < now() - make_interval(secs => %(grace)s)))
-      AND (EXISTS (SELECT 1 FROM workers w WHERE w.expires_at > now() AND w.agents ? sessions.agent)
+      AND ({SERVED_ELSEWHERE}
            OR NOT EXISTS (SELECT 1 FROM agents a WHERE a.name = sessions.agent))
     ORDER BY updated_at
     LIMIT %(limit)s

@@ -204,6 +204,22 @@ def test_changed_arguments_mid_retry_block_and_accept_makes_one_new_call(
             )
             == 1
         )
+        # The trail keeps both calls at that position: the recorded one,
+        # superseded, and the one made after the acceptance.
+        with db.connection() as conn:
+            calls = conn.execute(
+                "SELECT call_index, request, status, superseded_by FROM tool_execution_cache"
+                " WHERE session_id = %s ORDER BY created_at",
+                (sid,),
+            ).fetchall()
+        trail = [
+            (c["call_index"], c["request"]["args"][1]["nights"], c["status"], c["superseded_by"])
+            for c in calls
+        ]
+        assert [(i, n, status, bool(by)) for i, n, status, by in trail] == [
+            (0, 2, "completed", True),
+            (0, 3, "completed", False),
+        ]
 
 
 def test_changed_arguments_after_a_crash_mid_step_block_without_a_second_call(

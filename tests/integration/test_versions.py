@@ -24,6 +24,7 @@ from tests.conftest import LocalDeployment, run_cli, wait_until
 from tests.fake_api import FakeAPI
 
 V1, V4, V5 = "tests.deploy_agents_v1", "tests.deploy_agents_v4", "tests.deploy_agents_v5"
+V6 = "tests.deploy_agents_v6"
 ROLL1, ROLL2 = "tests.deploy_agents_roll_v1", "tests.deploy_agents_roll_v2"
 NOT_HAVE = "which this worker does not have"
 
@@ -109,6 +110,42 @@ def test_a_renamed_step_with_an_alias_and_a_state_migration_completes_waiting_se
             ).fetchall()
         assert [(row["version"], row["takes_over"]) for row in catalog] == [(0, []), (2, [0])]
         assert catalog[1]["steps"] == ["book", "charge"]
+
+
+def test_a_failing_migration_parks_the_session_untouched_until_a_fixed_one_takes_it(
+    client: Client, db: Database, deployment: LocalDeployment
+) -> None:
+    v1 = deployment.worker(V1)
+    with FakeAPI() as api:
+        sid = client.start("trip", {"api": api.url})
+        _wait_status(db, sid, "suspended")
+        before = _session(db, sid)
+        v1.stop()
+        broken = deployment.worker(V6)
+        _signal(client, db, sid)
+        _wait_status(db, sid, "blocked")
+        row = _session(db, sid)
+        assert row["blocked_reason"]["kind"] == "migration_failed"
+        assert "KeyError" in row["blocked_reason"]["message"]
+        # Parked in the claim's transaction, nothing migrated: the session kept
+        # its version, state and cursor; nothing was undone or called.
+        assert (row["agent_version"], row["state"], row["cursor"]) == (
+            0,
+            before["state"],
+            "pay",
+        )
+        assert _events(db, sid, "session_migrated") == []
+        assert [path for path, _ in api.order] == ["/book"]
+        refused = run_cli(client.settings, "sessions", "accept", str(sid), "--reason", "x")
+        assert refused.returncode != 0 and "no new behaviour to accept" in refused.stderr
+
+        broken.stop()
+        deployment.worker(V4)  # the fixed migration
+        done = run_cli(client.settings, "sessions", "resume", str(sid), "--reason", "fixed")
+        assert done.returncode == 0, done.stderr
+        _wait_status(db, sid, "completed")
+        assert _session(db, sid)["agent_version"] == 2
+        assert [path for path, _ in api.order] == ["/book", "/charge"]
 
 
 def test_a_replay_that_makes_fewer_calls_than_recorded_is_blocked_then_accepted(
