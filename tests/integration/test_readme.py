@@ -66,8 +66,8 @@ def test_every_python_block_is_run_or_checked() -> None:
     blocks = _blocks()
     assert sum(b.defines_the_agent for b in blocks) == 1
     assert [b.excerpt_of for b in blocks if b.excerpt_of] == ["examples/fastapi_app.py"]
-    # The sync client, dead letters and the async client.
-    assert len(_runnable()) == 3
+    # The sync client, dead letters, the async client and agent versions.
+    assert len(_runnable()) == 4
 
 
 def test_the_readme_agent_runs_to_completion(
@@ -112,7 +112,7 @@ def failed_with_a_dead_letter(client: Client, db: Database, error_type: str) -> 
 def test_the_readme_client_blocks_run_as_written(
     client: Client, db: Database, settings: Settings
 ) -> None:
-    sync_block, dead_letter_block, async_block = _runnable()
+    sync_block, dead_letter_block, async_block, versions_block = _runnable()
 
     ran = _run(sync_block, settings)
     assert ran.returncode == 0, ran.stderr
@@ -141,6 +141,9 @@ def test_the_readme_client_blocks_run_as_written(
     assert "pending ['session_created', 'signal_received']" in ran.stdout
     newest = client.list_sessions(agent="support", limit=1)
     assert newest[0].input["amount"] == 700
+
+    ran = _run(versions_block, settings)  # definitions and the assertion it ends with
+    assert ran.returncode == 0, ran.stderr
 
 
 def test_the_fastapi_excerpt_is_the_example_code() -> None:
