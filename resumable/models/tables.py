@@ -434,13 +434,12 @@ class ArchivedSessionRow(SQLModel, table=True):
 
 
 # Migration 0009: triggers keep `finished_session_counts` (see metrics_queries).
-sa.event.listen(
-    SessionRow.__table__,  # type: ignore[attr-defined]
-    "after_create",
-    sa.DDL(metrics_queries.COUNT_FINISHED_FUNCTION),
-)
-for _trigger in metrics_queries.COUNT_FINISHED_TRIGGERS:
-    sa.event.listen(SessionRow.__table__, "after_create", sa.DDL(_trigger))  # type: ignore[attr-defined]
+for _ddl in (metrics_queries.COUNT_FINISHED_FUNCTION, *metrics_queries.COUNT_FINISHED_TRIGGERS):
+    sa.event.listen(
+        SessionRow.__table__,  # type: ignore[attr-defined]
+        "after_create",
+        sa.DDL(_ddl),  # type: ignore[no-untyped-call]
+    )
 
 
 class FinishedSessionCountRow(SQLModel, table=True):
@@ -451,7 +450,9 @@ class FinishedSessionCountRow(SQLModel, table=True):
 
     agent: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
     status: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
-    n: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    n: int = Field(
+        default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0")
+    )
 
 
 class SessionConditionRow(SQLModel, table=True):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import dramatiq
 
+from resumable import tracing
 from resumable.agent import AgentRegistry
 from resumable.inbox import Inbox
 from resumable.models import failure_queries, wait_queries
@@ -42,6 +43,7 @@ class SchedulerJobs:
         while True:
             with self.db.connection() as conn:
                 rows = conn.execute(wait_queries.WAKE_DUE, {"limit": self.batch}).fetchall()
+            tracing.woken(self.db, rows)
             for row in rows:
                 enqueue_session(self.broker, self.settings, uuid.UUID(str(row["id"])))
                 kind = str(row["kind"])

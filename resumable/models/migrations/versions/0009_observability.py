@@ -36,6 +36,7 @@ _ = sqlmodel
 # creates them too), so a database built either way dumps the same.
 _TERMINAL = "'completed','failed','cancelled'"
 
+
 def upgrade() -> None:
     op.add_column(
         "sessions",
