@@ -261,3 +261,17 @@ def woken(db: Database, rows: list[dict[str, Any]]) -> None:
         "resumable.wake",
         {uuid.UUID(str(row["id"])): {"resumable.wake.kind": str(row["kind"])} for row in rows},
     )
+
+
+def recovered(db: Database, **found: list[uuid.UUID]) -> None:
+    """Sessions the reconciler re-enqueued, by why (``pending``: the message was
+    lost; ``expired``/``orphaned``: its worker died): a ``resumable.recover``
+    moment in each one's trace."""
+    if _on.tracer is None:
+        return
+    sessions = {
+        session_id: {"resumable.recover.reason": reason}
+        for reason, ids in found.items()
+        for session_id in ids
+    }
+    instant_spans(db, "resumable.recover", sessions)

@@ -95,7 +95,11 @@ class SchedulerJobs:
         return woke
 
     def reconcile(self) -> int:
-        return reconcile(self.settings, self.db, self.broker).total
+        report = reconcile(self.settings, self.db, self.broker)
+        tracing.recovered(
+            self.db, pending=report.pending, expired=report.expired, orphaned=report.orphaned
+        )
+        return report.total
 
     @property
     def jobs(self) -> list[Callable[[], object]]:
