@@ -72,3 +72,8 @@ SELECT (SELECT count(*) FROM dead_letters WHERE status = 'open') AS dead_letters
           WHERE status = 'suspended' AND wake_at < now() - make_interval(secs => %(grace)s))
           AS overdue
 """
+
+OPEN_CONDITIONS = """
+SELECT condition, count(*) AS n FROM session_conditions WHERE resolved_at IS NULL
+GROUP BY condition
+"""

@@ -65,16 +65,23 @@ def test_a_session_that_waits_and_survives_a_sigkill_is_one_trace(
         (tmp_path / "hold").unlink()
 
         deployment.worker(_TRACED, **env)
-        wait_until(lambda: client.get(session_id).status == "completed", timeout=60, what="recovery")
+        wait_until(
+            lambda: client.get(session_id).status == "completed", timeout=60, what="recovery"
+        )
         wait_until(lambda: receiver.named("resumable.resume"), what="the resume span")
         wait_until(lambda: receiver.named("resumable.recover"), what="the reconciler's span")
         spans = [s for s in receiver.spans() if s.trace_id == trace_id]
 
     tree = span_tree(spans, caller_span)
     print(f"\nspan tree of session {session_id} (trace {trace_id}):\n{tree}")
-
-    # Every span of the session is in the caller's trace, under the start span.
     assert all(s.trace_id == trace_id for s in receiver.spans()), tree
+    _assert_the_story(spans, session_id, caller_span, tree)
+
+
+def _assert_the_story(
+    spans: list[ReceivedSpan], session_id: str, caller_span: str, tree: str
+) -> None:
+    # Every span of the session is in the caller's trace, under the start span.
     start = _one(spans, "resumable.session.start")
     assert (start.parent_id, start.service) == (caller_span, "resumable-web")
     assert start.attributes["resumable.session.id"] == session_id
