@@ -23,6 +23,7 @@ docs/architecture.md ("Tracing").
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import uuid
@@ -128,13 +129,23 @@ def session_start(agent: str, session_id: uuid.UUID) -> Iterator[dict[str, str] 
 
 
 def _current_carrier() -> dict[str, str] | None:
-    try:
-        from opentelemetry import trace
-    except ImportError:
+    if not _api_installed():
         return None
+    from opentelemetry import trace
+
     if not trace.get_current_span().get_span_context().is_valid:
         return None
     return _inject()
+
+
+@functools.cache
+def _api_installed() -> bool:
+    """Looked up once: a failed import on every start would search sys.path each time."""
+    try:
+        import opentelemetry.trace  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _inject(context: Context | None = None) -> dict[str, str]:
@@ -182,9 +193,19 @@ def _state(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 def session_contexts(db: Database, session_ids: list[uuid.UUID]) -> dict[uuid.UUID, Context | None]:
-    """The stored trace contexts of these sessions (one query)."""
-    with db.connection() as conn:
-        rows = conn.execute(_TRACE_CONTEXT, {"ids": session_ids}).fetchall()
+    """The stored trace contexts of these sessions (one query). Tracing never
+    fails the work it watches: if the database cannot answer, the spans
+    start traces of their own."""
+    try:
+        with db.connection() as conn:
+            rows = conn.execute(_TRACE_CONTEXT, {"ids": session_ids}).fetchall()
+    except Exception as exc:
+        logger.warning(
+            "trace context not read (%s); spans start their own traces",
+            exc,
+            extra={"action": "tracing_degraded"},
+        )
+        return {}
     return {uuid.UUID(str(row["id"])): _extract(_mapping(row["trace_context"])) for row in rows}
 
 

@@ -9,9 +9,12 @@ step loop pays for what is configured only. The logic lives in
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from prometheus_client import Histogram
 
 from resumable import tracing
 from resumable.logs import set_log_field
@@ -19,6 +22,8 @@ from resumable.models.database import Database
 from resumable.models.step_queries import ClaimedSession
 from resumable.queue import worker_metrics
 from resumable.waits import Wake
+
+logger = logging.getLogger(__name__)
 
 _DELIVERY_AGE = """
 SELECT kind, extract(epoch FROM clock_timestamp() - received_at)::float8 AS seconds
@@ -32,12 +37,7 @@ def observe_run(db: Database, claim: ClaimedSession) -> contextlib.AbstractConte
     wake = claim.wake or {}
     metrics = worker_metrics.served.metrics
     if metrics is not None and wake.get("delivery_id") is not None:
-        with db.connection() as conn:
-            row = conn.execute(_DELIVERY_AGE, {"id": wake["delivery_id"]}).fetchone()
-        if row is not None:
-            metrics.resume_latency.labels(claim.agent, str(row["kind"])).observe(
-                max(0.0, float(row["seconds"]))  # type: ignore[arg-type]
-            )
+        _observe_resume_latency(db, claim, metrics.resume_latency, wake["delivery_id"])
     if not tracing.enabled():
         return contextlib.nullcontext()
     attributes: dict[str, Any] = {
@@ -52,6 +52,22 @@ def observe_run(db: Database, claim: ClaimedSession) -> contextlib.AbstractConte
         attributes["resumable.wake.kind"] = str(wake["kind"])
     name = "resumable.resume" if wake else "resumable.run"
     return tracing.session_span(db, claim.session_id, name, attributes)
+
+
+def _observe_resume_latency(
+    db: Database, claim: ClaimedSession, histogram: Histogram, delivery_id: int
+) -> None:
+    """Delivery stored → this run starting. A run after a crash mid-step sees
+    the same wake again and is measured again (it did wait that long)."""
+    try:
+        with db.connection() as conn:
+            row = conn.execute(_DELIVERY_AGE, {"id": delivery_id}).fetchone()
+    except Exception as exc:  # a metric never fails the run it measures
+        logger.warning("resume latency not read: %s", exc, extra={"action": "metrics_degraded"})
+        return
+    if row is not None:
+        seconds = max(0.0, float(row["seconds"]))  # type: ignore[arg-type]
+        histogram.labels(claim.agent, str(row["kind"])).observe(seconds)
 
 
 @contextlib.contextmanager

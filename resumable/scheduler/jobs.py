@@ -43,11 +43,11 @@ class SchedulerJobs:
         while True:
             with self.db.connection() as conn:
                 rows = conn.execute(wait_queries.WAKE_DUE, {"limit": self.batch}).fetchall()
-            tracing.woken(self.db, rows)
             for row in rows:
                 enqueue_session(self.broker, self.settings, uuid.UUID(str(row["id"])))
                 kind = str(row["kind"])
                 counts[kind] = counts.get(kind, 0) + 1
+            tracing.woken(self.db, rows)
             if len(rows) < self.batch:
                 break
         if counts:
