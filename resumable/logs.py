@@ -16,6 +16,7 @@ agent's lines by logger name and sets its level apart from resumable's own.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Iterator, Mapping
@@ -77,6 +78,7 @@ def set_log_field(key: str, value: object) -> None:
 AGENT_LOGGER = "resumable.agent"
 
 
+@functools.cache  # once per agent: getLogger takes the logging module's lock
 def agent_logger(agent: str) -> logging.Logger:
     """The logger ``ctx.log`` is for a step of `agent`: ``resumable.agent.<name>``."""
     return logging.getLogger(f"{AGENT_LOGGER}.{agent}")

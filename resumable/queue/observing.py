@@ -70,16 +70,24 @@ def _observe_resume_latency(
         histogram.labels(claim.agent, str(row["kind"])).observe(seconds)
 
 
-@contextlib.contextmanager
+_NOTHING = contextlib.nullcontext()
+
+
 def observe_step(
     claim: ClaimedSession, step: str, seq: int, attempts: int, wake: Wake | None
-) -> Iterator[None]:
+) -> contextlib.AbstractContextManager[None]:
     """Around one step: names it on every log line, times it, spans it."""
     set_log_field("step", step)
+    if worker_metrics.served.metrics is None and not tracing.enabled():
+        return _NOTHING  # the step loop's common case: a shared no-op
+    return _observed_step(claim, step, seq, attempts, wake)
+
+
+@contextlib.contextmanager
+def _observed_step(
+    claim: ClaimedSession, step: str, seq: int, attempts: int, wake: Wake | None
+) -> Iterator[None]:
     metrics = worker_metrics.served.metrics
-    if metrics is None and not tracing.enabled():
-        yield
-        return
     attributes: dict[str, Any] = {
         "resumable.session.id": str(claim.session_id),
         "resumable.agent": claim.agent,
