@@ -32,7 +32,7 @@ from psycopg.rows import class_row
 from sqlmodel import Session as DbSession
 from sqlmodel import col, select
 
-from resumable import serialization
+from resumable import serialization, tracing
 from resumable.agent import AgentRegistry
 from resumable.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.errors import (
@@ -193,11 +193,24 @@ class Client:
     ) -> Started:
         """As `start`, and whether this call created the session (False: an
         earlier call with the same idempotency key did)."""
+        new_id = session_id or uuid.uuid4()
+        # The session's trace: the caller's current span's (see resumable/tracing.py).
+        with tracing.session_start(agent, new_id) as trace_context:
+            return self._create_session(agent, input, idempotency_key, new_id, trace_context)
+
+    def _create_session(
+        self,
+        agent: str,
+        input: Any,
+        idempotency_key: str | None,
+        session_id: uuid.UUID,
+        trace_context: dict[str, str] | None,
+    ) -> Started:
         cursor = None
         if self.registry is not None:
             cursor = self.registry.get(agent).start_step  # raises UnknownAgentError
         encoded_input = serialization.dumps(input, "input")
-        new_id = session_id or uuid.uuid4()
+        new_id = session_id
         with self.db.connection() as conn:
             try:
                 row = conn.execute(
@@ -208,6 +221,7 @@ class Client:
                         "cursor": cursor,
                         "input": encoded_input,
                         "idempotency_key": idempotency_key,
+                        "trace_context": json.dumps(trace_context) if trace_context else None,
                     },
                 ).fetchone()
             except psycopg.errors.UniqueViolation:

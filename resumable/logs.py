@@ -5,12 +5,18 @@ knows of agent, step and epoch) in a context variable; a filter copies it onto
 each record, so formatters show it without every call passing it along. Two
 formats: text for a terminal, and one JSON object per line
 (``RESUMABLE_LOG_FORMAT=json``) for log shippers, carrying the context and
-every ``extra=`` field a call adds (``action`` names what happened).
+every ``extra=`` field a call adds (``action`` names what happened; a line
+whose call named none gets the function that logged it, so every line has one).
+
+What a step logs through ``ctx.log`` comes out under the agent's own logger,
+``resumable.agent.<name>`` (see ``agent_logger``), so an operator filters an
+agent's lines by logger name and sets its level apart from resumable's own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Iterator, Mapping
@@ -46,6 +52,8 @@ class SessionFilter(logging.Filter):
                 setattr(record, key, value)
         if not hasattr(record, "session_id"):
             record.session_id = "-"
+        if not hasattr(record, "action"):
+            record.action = "log" if record.name.startswith(AGENT_LOGGER) else record.funcName
         return True
 
 
@@ -58,6 +66,22 @@ def log_context(**fields: object) -> Iterator[None]:
         yield
     finally:
         _context.reset(token)
+
+
+def set_log_field(key: str, value: object) -> None:
+    """Name `key` on every following line of the innermost ``log_context``
+    (the step a run is at); that context's end takes it back off."""
+    _context.set({**_context.get(), key: value})
+
+
+#: The parent of every agent's logger.
+AGENT_LOGGER = "resumable.agent"
+
+
+@functools.cache  # once per agent: getLogger takes the logging module's lock
+def agent_logger(agent: str) -> logging.Logger:
+    """The logger ``ctx.log`` is for a step of `agent`: ``resumable.agent.<name>``."""
+    return logging.getLogger(f"{AGENT_LOGGER}.{agent}")
 
 
 def session_context(session_id: object) -> contextlib.AbstractContextManager[None]:

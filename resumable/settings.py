@@ -134,6 +134,17 @@ class Settings(BaseSettings):
         default="127.0.0.1", min_length=1, description="Address `resumable web` binds."
     )
     web_port: int = Field(default=8000, ge=1, le=65535, description="Port `resumable web` binds.")
+    worker_metrics_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="Port each `resumable worker` serves its own Prometheus `/metrics` on "
+        "(step and tool-call durations, resume latency); give each worker process on a host "
+        "its own. 0: off, nothing is measured.",
+    )
+    worker_metrics_host: str = Field(
+        default="127.0.0.1", min_length=1, description="Address worker metrics bind."
+    )
     scheduler_interval_seconds: float = Field(
         default=1.0,
         ge=0.01,
@@ -152,6 +163,34 @@ class Settings(BaseSettings):
     )
     alert_max_attempts: int = Field(
         default=10, gt=0, le=1000, description="Delivery attempts per alert before it is given up."
+    )
+    alert_overdue_seconds: float = Field(
+        default=300,
+        ge=0,
+        le=30 * _DAY,
+        description="Alert on a suspended session this long past its timer or deadline "
+        "that no one woke (the scheduler is down or behind).",
+    )
+    alert_unserved_seconds: float = Field(
+        default=300,
+        ge=0,
+        le=30 * _DAY,
+        description="Alert on a session that has waited this long for a worker that loads "
+        "its agent (none alive does).",
+    )
+    alert_hung_seconds: float = Field(
+        default=600,
+        gt=0,
+        le=30 * _DAY,
+        description="Alert on a running step past its time limit, or running this long "
+        "without one (blocked where a time limit cannot reach).",
+    )
+    alert_blocked_seconds: float = Field(
+        default=3600,
+        ge=0,
+        le=30 * _DAY,
+        description="Alert again on a session left `blocked` this long (the first alert "
+        "goes out when it is parked).",
     )
 
     redact_keys: Annotated[list[str], NoDecode] = Field(

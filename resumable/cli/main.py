@@ -10,6 +10,7 @@ from resumable.cli.dlq import dlq
 from resumable.cli.support import ErrorGroup
 from resumable.logs import configure_logging
 from resumable.settings import load_settings
+from resumable.tracing import configure_tracing
 
 
 @click.group(cls=ErrorGroup)
@@ -27,6 +28,7 @@ def main(ctx: click.Context, log_level: str) -> None:
     ctx.obj = load_settings()
     if ctx.obj.log_format != "text":
         configure_logging(log_level.upper(), ctx.obj.log_format)
+    configure_tracing(f"resumable-{ctx.invoked_subcommand}")  # on if OTEL_* asks for it
 
 
 for command in (

@@ -21,6 +21,7 @@ from resumable.settings import Settings
 def worker(settings: Settings, agent_modules: tuple[str, ...], threads: int | None) -> None:
     """Run sessions from the queue until SIGTERM."""
     from resumable.queue.worker import build_runtime, run_worker
+    from resumable.queue.worker_metrics import serve as serve_worker_metrics
 
     modules = list(agent_modules) or settings.agents
     if not modules:
@@ -28,6 +29,7 @@ def worker(settings: Settings, agent_modules: tuple[str, ...], threads: int | No
     if threads:
         settings = settings.model_copy(update={"worker_threads": threads})
     registry = load_agents(modules)
+    serve_worker_metrics(settings.worker_metrics_port, settings.worker_metrics_host)
     with process_urls(settings, check=True) as urls:
         runtime = build_runtime(settings, urls.database_url, urls.redis_url, registry)
         run_worker(runtime)

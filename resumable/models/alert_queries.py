@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from resumable.models.agent_queries import AGENT_SERVED
+
 # Alerts to POST: taken for a minute (so two schedulers do not both send one),
 # then marked sent, or put back with a later attempt time.
 TAKE_DUE_ALERTS = """
@@ -22,4 +24,72 @@ UPDATE alerts SET
     last_error = %(error)s,
     next_attempt_at = now() + make_interval(secs => %(delay)s)
 WHERE id = %(id)s
+"""
+
+
+# Lingering sessions, by condition: what an operator is alerted about once per
+# session and condition, and again ("resolved") when it clears.
+#   overdue:  suspended past its timer or deadline (the scheduler missed it)
+#   unserved: waiting for a worker that loads its agent (none alive does)
+#   hung:     running a step past its time limit, or long without one
+#   blocked:  parked for an operator (a reminder; the first alert went out when parked)
+# Every branch reads live sessions through a status-led or partial index.
+_LINGERING_NOW = f"""
+SELECT id AS session_id, agent, 'overdue' AS condition,
+       jsonb_build_object('wake_at', wake_at, 'step', cursor) AS detail
+FROM sessions WHERE status = 'suspended' AND wake_at < now() - make_interval(secs => %(overdue)s)
+UNION ALL
+SELECT id, agent, 'unserved', jsonb_build_object('status', status, 'since', updated_at)
+FROM sessions
+WHERE status IN ('pending', 'retrying', 'running', 'compensating')
+  AND updated_at < now() - make_interval(secs => %(unserved)s)
+  AND NOT {AGENT_SERVED.format(agent="sessions.agent")}
+UNION ALL
+SELECT id, agent, 'hung',
+       jsonb_build_object('step', cursor, 'step_started_at', step_started_at,
+                          'step_deadline', step_deadline, 'lease_owner', lease_owner)
+FROM sessions
+WHERE status = 'running' AND step_started_at IS NOT NULL
+  AND (step_deadline < now() OR step_started_at < now() - make_interval(secs => %(hung)s))
+UNION ALL
+SELECT id, agent, 'blocked',
+       jsonb_build_object('since', updated_at, 'reason', blocked_reason -> 'message')
+FROM sessions WHERE status = 'blocked' AND updated_at < now() - make_interval(secs => %(blocked)s)
+"""
+
+# One statement, safe from several schedulers at once: a condition opens once
+# (the unique index on open conditions), resolves once (the UPDATE re-checks
+# `resolved_at IS NULL` after waiting for a concurrent one), and each opening
+# and resolution writes its alert in the same transaction (when alerts are on).
+SYNC_LINGERING = f"""
+WITH now_lingering AS ({_LINGERING_NOW}),
+opened AS (
+    INSERT INTO session_conditions (session_id, condition, detail)
+    SELECT session_id, condition, detail || jsonb_build_object('agent', agent)
+    FROM now_lingering
+    ON CONFLICT (session_id, condition) WHERE resolved_at IS NULL DO NOTHING
+    RETURNING session_id, condition, detail, opened_at
+), resolved AS (
+    UPDATE session_conditions c SET resolved_at = now()
+    WHERE c.resolved_at IS NULL AND NOT EXISTS (
+        SELECT 1 FROM now_lingering n
+        WHERE n.session_id = c.session_id AND n.condition = c.condition)
+    RETURNING c.session_id, c.condition, c.detail, c.opened_at, c.resolved_at
+), changed AS (
+    SELECT 'session_lingering' AS kind, session_id, condition, detail, opened_at,
+           NULL::timestamptz AS resolved_at
+    FROM opened
+    UNION ALL
+    SELECT 'session_lingering_resolved', session_id, condition, detail, opened_at, resolved_at
+    FROM resolved
+), alerted AS (
+    INSERT INTO alerts (kind, session_id, payload, status)
+    SELECT kind, session_id,
+           jsonb_build_object('kind', kind, 'condition', condition, 'session_id', session_id,
+                              'agent', detail ->> 'agent', 'detail', detail,
+                              'opened_at', opened_at, 'resolved_at', resolved_at),
+           'pending'
+    FROM changed WHERE %(alerts_enabled)s
+)
+SELECT kind, session_id, condition, detail ->> 'agent' AS agent FROM changed
 """

@@ -11,9 +11,10 @@ from resumable.models.agent_queries import SERVED_ELSEWHERE
 # already taken nothing is inserted and no row comes back.
 CREATE_SESSION = """
 WITH s AS (
-    INSERT INTO sessions (id, agent, status, cursor, state, input, idempotency_key)
+    INSERT INTO sessions (id, agent, status, cursor, state, input, idempotency_key,
+                          trace_context)
     VALUES (%(id)s, %(agent)s, 'pending', %(cursor)s, '{}'::jsonb, %(input)s::jsonb,
-            %(idempotency_key)s)
+            %(idempotency_key)s, %(trace_context)s::jsonb)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, agent, status
 ), e AS (

@@ -12,7 +12,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
-from resumable.models.status import SagaOutcome, SessionStatus, ToolCallStatus, sql_values
+from resumable.models import metrics_queries
+from resumable.models.status import (
+    SagaOutcome,
+    SessionStatus,
+    ToolCallStatus,
+    sql_values,
+)
 
 # Deterministic constraint names, so the schema built by the migrations and
 # the one built from these models can be compared name for name.
@@ -25,6 +31,8 @@ SQLModel.metadata.naming_convention = {
 }
 
 _SESSION_STATUSES = sql_values(SessionStatus)
+# Migration 0009: finished sessions, in declaration order (the partial index's predicate).
+_TERMINAL = metrics_queries.TERMINAL
 _TOOL_CALL_STATUSES = sql_values(ToolCallStatus)
 _SAGA_OUTCOMES = sql_values(SagaOutcome)
 
@@ -65,6 +73,13 @@ class SessionRow(SQLModel, table=True):
             "ix_sessions_finished_at",
             "finished_at",
             postgresql_where=sa.text("finished_at IS NOT NULL"),
+        ),
+        # Migration 0009: the sessions not finished, counted by a /metrics scrape.
+        sa.Index(
+            "ix_sessions_live",
+            "agent",
+            "status",
+            postgresql_where=sa.text(f"status NOT IN ({_TERMINAL})"),
         ),
     )
 
@@ -126,6 +141,9 @@ class SessionRow(SQLModel, table=True):
     started_version: int = Field(
         default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
     )
+    # Added in migration 0009: the W3C trace context (traceparent, tracestate)
+    # captured at start; every span of the session joins that trace.
+    trace_context: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
 
 
 class CheckpointRow(SQLModel, table=True):
@@ -451,3 +469,50 @@ class ArchivedSessionRow(SQLModel, table=True):
     finished_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
     archived_at: datetime = Field(sa_column=_timestamp(default_now=True))
     document: dict[str, Any] = Field(sa_column=_jsonb(nullable=False))
+
+
+# Migration 0009: triggers keep `finished_session_counts` (see metrics_queries).
+for _ddl in (metrics_queries.COUNT_FINISHED_FUNCTION, *metrics_queries.COUNT_FINISHED_TRIGGERS):
+    sa.event.listen(
+        SessionRow.__table__,  # type: ignore[attr-defined]
+        "after_create",
+        sa.DDL(_ddl),  # type: ignore[no-untyped-call]
+    )
+
+
+class FinishedSessionCountRow(SQLModel, table=True):
+    """Finished sessions by agent and status, kept by triggers on ``sessions``
+    (migration 0009), so a /metrics scrape does not count finished rows."""
+
+    __tablename__ = "finished_session_counts"
+
+    agent: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    status: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    n: int = Field(
+        default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0")
+    )
+
+
+class SessionConditionRow(SQLModel, table=True):
+    """A lingering condition (overdue, unserved, hung, blocked) an operator was
+    alerted about; open until it clears, when a "resolved" alert is sent."""
+
+    __tablename__ = "session_conditions"
+    __table_args__ = (
+        sa.Index(
+            "ix_session_conditions_open",
+            "session_id",
+            "condition",
+            unique=True,
+            postgresql_where=sa.text("resolved_at IS NULL"),
+        ),
+    )
+
+    id: int | None = Field(
+        default=None, sa_column=sa.Column(sa.BigInteger, sa.Identity(), primary_key=True)
+    )
+    session_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, nullable=False))
+    condition: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    detail: dict[str, Any] = Field(sa_column=_jsonb(nullable=False))
+    opened_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    resolved_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))

@@ -38,7 +38,7 @@ from resumable.errors import (
     ResumableError,
     StepTimeoutError,
 )
-from resumable.logs import log_context, session_context
+from resumable.logs import agent_logger, log_context, session_context
 from resumable.models import step_queries
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
@@ -47,6 +47,7 @@ from resumable.queue.callbacks import CallbackFactory
 from resumable.queue.checkpoint_writer import CheckpointWriter
 from resumable.queue.failures import FailureHandler, HeldLease
 from resumable.queue.lease import LeaseKeeper
+from resumable.queue.observing import observe_divergence, observe_run, observe_step
 from resumable.queue.outcomes import RunOutcome
 from resumable.queue.parking import fewer_calls, missing, park
 from resumable.queue.shutdown import ActiveRun, Shutdown
@@ -154,6 +155,7 @@ class SessionRunner:
             try:
                 with (
                     log_context(agent=claim.agent, epoch=claim.epoch),
+                    observe_run(self.db, claim),
                     self.shutdown.tracking(session_id, claim.epoch) as active,
                 ):
                     outcome = self._loop(claim, active)
@@ -265,7 +267,7 @@ class SessionRunner:
             active.at_step(cursor)
             limit = TimeLimit(agent.policy(cursor).time_limit)
             try:
-                with limit:
+                with limit, observe_step(claim, cursor, seq + 1, attempts, wake):
                     step = self._execute(claim, agent, cursor, seq, state, wake, writer)
             except LeaseLostError as exc:
                 logger.info(
@@ -348,6 +350,7 @@ class SessionRunner:
             raise missing("check", agent.name, str(check), cursor)
 
     def _park(self, claim: ClaimedSession, divergence: ReplayDivergedError) -> RunOutcome:
+        observe_divergence(claim.agent)
         return park(self.settings, self.db, self.keeper, claim.session_id, claim.epoch, divergence)
 
     def _start_step(self, claim: ClaimedSession, cursor: str, time_limit: float | None) -> None:
@@ -397,7 +400,7 @@ class SessionRunner:
                 self.db, claim.session_id, claim.epoch, seq + 1, self.settings.public_url
             ),
             wake=wake,
-            logger=logger,
+            logger=agent_logger(agent.name),
             reducer=agent.checkpoints.reducer
             if isinstance(agent.checkpoints, EventSourced)
             else None,

@@ -30,6 +30,7 @@ from resumable.models import tool_call_queries
 from resumable.models.database import Database
 from resumable.models.status import ToolCallStatus
 from resumable.models.tool_call_queries import ToolCallClaim
+from resumable.queue.observing import observed_tool_call
 
 
 def idempotency_key(
@@ -132,7 +133,7 @@ class ToolCalls:
         if accepts_idempotency_key(fn):
             kwargs = {**kwargs, "idempotency_key": key}
         try:
-            result = fn(*args, **kwargs)
+            result = observed_tool_call(tool, key, fn, *args, **kwargs)
         except Exception as exc:
             error = {
                 "type": type(exc).__name__,

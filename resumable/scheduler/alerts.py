@@ -96,3 +96,43 @@ class AlertSender:
         with self.db.connection() as conn:
             conn.execute(alert_queries.ALERT_SENT, {"id": alert["id"]})
         return 1
+
+
+def sync_lingering(settings: Settings, db: Database) -> dict[str, int]:
+    """Open a condition (and its alert) for each session newly lingering past
+    its threshold, resolve (and alert) those that cleared; how many of each.
+
+    The thresholds are ``RESUMABLE_ALERT_{OVERDUE,UNSERVED,HUNG,BLOCKED}_SECONDS``.
+    Conditions are tracked even without an alert webhook (the
+    ``resumable_sessions_lingering`` gauge counts the open ones); alerts are
+    written only when one is configured."""
+    with db.connection() as conn:
+        changed = conn.execute(
+            alert_queries.SYNC_LINGERING,
+            {
+                "overdue": settings.alert_overdue_seconds,
+                "unserved": settings.alert_unserved_seconds,
+                "hung": settings.alert_hung_seconds,
+                "blocked": settings.alert_blocked_seconds,
+                "alerts_enabled": settings.alert_webhook_url is not None,
+            },
+        ).fetchall()
+    counts: dict[str, int] = {}
+    for row in changed:
+        kind = str(row["kind"])
+        counts[kind] = counts.get(kind, 0) + 1
+        resolved = kind.endswith("_resolved")
+        (logger.info if resolved else logger.warning)(
+            "session %s (agent %s) %s: %s",
+            row["session_id"],
+            row["agent"],
+            "no longer lingers" if resolved else "lingers",
+            row["condition"],
+            extra={
+                "action": kind,
+                "session_id": str(row["session_id"]),
+                "agent": row["agent"],
+                "condition": row["condition"],
+            },
+        )
+    return counts

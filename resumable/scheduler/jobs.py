@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 
 import dramatiq
 
+from resumable import tracing
 from resumable.agent import AgentRegistry
 from resumable.inbox import Inbox
 from resumable.models import failure_queries, wait_queries
 from resumable.models.database import Database
 from resumable.queue.broker import enqueue_session
-from resumable.scheduler.alerts import AlertSender
+from resumable.scheduler.alerts import AlertSender, sync_lingering
 from resumable.scheduler.reconcile import reconcile
 from resumable.scheduler.retention import compact_histories, retire_old_sessions
 from resumable.settings import Settings
@@ -46,6 +47,7 @@ class SchedulerJobs:
                 enqueue_session(self.broker, self.settings, uuid.UUID(str(row["id"])))
                 kind = str(row["kind"])
                 counts[kind] = counts.get(kind, 0) + 1
+            tracing.woken(self.db, rows)
             if len(rows) < self.batch:
                 break
         if counts:
@@ -81,6 +83,10 @@ class SchedulerJobs:
     def deliver_alerts(self) -> int:
         return AlertSender(self.settings, self.db).deliver_due()
 
+    def lingering(self) -> dict[str, int]:
+        """Alert on sessions lingering past a threshold, and when they stop."""
+        return sync_lingering(self.settings, self.db)
+
     def wake_stranded(self) -> int:
         """Suspended sessions with a matching delivery that no one woke (the
         receiver died between storing it and waking the session)."""
@@ -93,7 +99,11 @@ class SchedulerJobs:
         return woke
 
     def reconcile(self) -> int:
-        return reconcile(self.settings, self.db, self.broker).total
+        report = reconcile(self.settings, self.db, self.broker)
+        tracing.recovered(
+            self.db, pending=report.pending, expired=report.expired, orphaned=report.orphaned
+        )
+        return report.total
 
     @property
     def jobs(self) -> list[Callable[[], object]]:
@@ -102,6 +112,7 @@ class SchedulerJobs:
             self.wake_due_retries,
             self.wake_stranded,
             self.reconcile,
+            self.lingering,
             self.deliver_alerts,
             self.retention,
         ]

@@ -102,7 +102,7 @@ def create_app(
                 inbox=Inbox(settings, db, broker),
                 verifier=verifier,
                 redis_url=urls.redis_url,
-                metrics=Metrics(db),
+                metrics=Metrics(db, broker, settings.queue_name),
             )
             try:
                 yield

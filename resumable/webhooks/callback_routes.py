@@ -7,6 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from resumable import tracing
 from resumable.inbox import Receipt, Verdict
 from resumable.webhooks import response_models
 from resumable.webhooks.bodies import parse_json, require_json_content_type
@@ -138,6 +139,7 @@ async def receive_callback(request: Request) -> Response:
     token = TOKEN(request)
     receipt = await run_in_threadpool(state.inbox.callback, token, payload, key)
     state.metrics.deliveries.labels("callback", receipt.verdict.value).inc()
+    await tracing.delivery_received(state.db, "callback", receipt)
     return receipt_response(receipt)
 
 

@@ -1,16 +1,28 @@
-"""Prometheus metrics, read from PostgreSQL at scrape time.
+"""Prometheus metrics, read from PostgreSQL (and Redis) at scrape time.
 
-PostgreSQL is the truth, so the gauges are counted there on each scrape
-(sessions by status and agent, open dead letters, pending alerts, hung
-sessions, sessions no live worker serves, the oldest pending session's age)
-and are the same whichever web process answers. The
-counters are this process's own (callbacks and signals by outcome).
+PostgreSQL is the truth, so the gauges are counted there on each scrape and
+are the same whichever web process answers: sessions by agent and status,
+open dead letters, pending alerts, lingering sessions (hung, unserved,
+overdue, blocked, and the conditions the alert job has open), the oldest
+pending session's age; the queue's depth is read from Redis. The counters
+are this process's own (callbacks and signals by outcome). What happens in
+workers (step and tool-call durations, resume latency) is served by each
+worker (``resumable/queue/worker_metrics.py``).
+
+A scrape costs the same at a thousand sessions and at a million: it never
+reads finished sessions (see ``models/metrics_queries.py``); every count is
+of live sessions, through a partial or status-led index, or of a few rows
+kept by triggers. ``benchmarks/scrape.py`` measures it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
+from typing import Any
 
+import dramatiq
+from dramatiq.common import dq_name
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -19,33 +31,52 @@ from resumable.client import hung_sessions, unserved_agents
 from resumable.models import metrics_queries
 from resumable.models.database import Database
 
+logger = logging.getLogger(__name__)
+
 # Counted up to this many; past it the gauge says "at least".
 _HUNG_COUNT_LIMIT = 10_000
+# A suspended session this long past its wake time was missed by the scheduler.
+OVERDUE_GRACE_SECONDS = 60.0
 
 
 class DatabaseCollector(Collector):
-    def __init__(self, db: Database) -> None:
+    def __init__(
+        self, db: Database, broker: dramatiq.Broker | None = None, queue: str | None = None
+    ) -> None:
         self.db = db
+        self.broker = broker
+        self.queue = queue
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         sessions = GaugeMetricFamily(
             "resumable_sessions", "Sessions by agent and status.", labels=["agent", "status"]
         )
+        conditions = GaugeMetricFamily(
+            "resumable_sessions_lingering",
+            "Sessions in a lingering condition an alert is open for (overdue, unserved, hung, "
+            "blocked; see RESUMABLE_ALERT_*_SECONDS), by condition.",
+            labels=["condition"],
+        )
         with self.db.connection() as conn:
-            for row in conn.execute(metrics_queries.SESSIONS_BY_AGENT_AND_STATUS).fetchall():
-                sessions.add_metric([str(row["agent"]), str(row["status"])], float(row["n"]))  # type: ignore[arg-type]
-            others = conn.execute(metrics_queries.BACKLOG).fetchone()
+            for query in (
+                metrics_queries.LIVE_SESSIONS_BY_AGENT_AND_STATUS,
+                metrics_queries.FINISHED_SESSIONS_BY_AGENT_AND_STATUS,
+            ):
+                for row in conn.execute(query).fetchall():
+                    sessions.add_metric([str(row["agent"]), str(row["status"])], _num(row["n"]))
+            for row in conn.execute(metrics_queries.OPEN_CONDITIONS).fetchall():
+                conditions.add_metric([str(row["condition"])], _num(row["n"]))
+            others = conn.execute(
+                metrics_queries.BACKLOG, {"grace": OVERDUE_GRACE_SECONDS}
+            ).fetchone()
         yield sessions
+        yield conditions
         assert others is not None
         yield GaugeMetricFamily(
-            "resumable_dead_letters_open",
-            "Open dead letters.",
-            value=float(others["dead_letters"]),  # type: ignore[arg-type]
+            "resumable_dead_letters_open", "Open dead letters.", value=_num(others["dead_letters"])
         )
         yield GaugeMetricFamily(
-            "resumable_alerts_pending",
-            "Alerts not delivered yet.",
-            value=float(others["alerts"]),  # type: ignore[arg-type]
+            "resumable_alerts_pending", "Alerts not delivered yet.", value=_num(others["alerts"])
         )
         yield GaugeMetricFamily(
             "resumable_sessions_hung",
@@ -62,18 +93,53 @@ class DatabaseCollector(Collector):
             unserved.add_metric([waiting.agent], float(waiting.sessions))
         yield unserved
         yield GaugeMetricFamily(
+            "resumable_sessions_overdue",
+            f"Suspended sessions more than {OVERDUE_GRACE_SECONDS:g} s past their timer or "
+            "deadline (the scheduler is down or behind).",
+            value=_num(others["overdue"]),
+        )
+        yield GaugeMetricFamily(
             "resumable_oldest_pending_seconds",
             "Age of the longest-waiting pending session (a stuck queue shows here).",
-            value=float(others["oldest_pending"]),  # type: ignore[arg-type]
+            value=_num(others["oldest_pending"]),
         )
+        depth = self._queue_depth()
+        if depth is not None:
+            yield depth
+
+    def _queue_depth(self) -> GaugeMetricFamily | None:
+        """Messages waiting in Redis (not yet fetched by a worker), and delayed
+        ones (retries and hand-backs not due yet); left out if Redis is down."""
+        client = getattr(self.broker, "client", None)
+        if client is None or self.queue is None:
+            return None
+        namespace = getattr(self.broker, "namespace", "dramatiq")
+        depth = GaugeMetricFamily(
+            "resumable_queue_depth",
+            "Queue messages waiting in Redis for a worker, by queue (`.DQ`: delayed).",
+            labels=["queue"],
+        )
+        try:
+            for name in (self.queue, dq_name(self.queue)):
+                depth.add_metric([name], float(client.llen(f"{namespace}:{name}")))
+        except Exception as exc:  # Redis down: the rest of the scrape still answers
+            logger.warning("queue depth not read: %s", exc, extra={"action": "metrics_redis"})
+            return None
+        return depth
+
+
+def _num(value: Any) -> float:
+    return float(value)
 
 
 class Metrics:
     """One registry per app (no global state), with the process's counters."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(
+        self, db: Database, broker: dramatiq.Broker | None = None, queue: str | None = None
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(DatabaseCollector(db))
+        self.registry.register(DatabaseCollector(db, broker, queue))
         self.deliveries = Counter(
             "resumable_deliveries",
             "Callbacks and signals received, by kind and outcome.",

@@ -1,4 +1,4 @@
-"""``GET /metrics`` (see ``resumable/metrics.py``)."""
+"""``GET /metrics`` (see ``resumable/webhooks/metrics.py``)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,13 @@ METRICS = Operation(
     "getMetrics",
     "Prometheus metrics",
     "operations",
-    description="Sessions by agent and status, open dead letters, pending alerts and the "
-    "oldest pending session's age (counted in PostgreSQL at scrape time), deliveries by "
-    "outcome. Needs the token, like every route but the public ones.",
+    description="Sessions by agent and status, queue depth, open dead letters, pending "
+    "alerts, lingering sessions (hung, unserved, overdue, with an open alert) and the "
+    "oldest pending session's age, counted in PostgreSQL (and Redis) at scrape time at a "
+    "cost that does not grow with finished sessions; deliveries by outcome. Step and "
+    "tool-call durations and resume latency are served by each worker "
+    "(`RESUMABLE_WORKER_METRICS_PORT`). Needs the token, like every route but the public "
+    "ones.",
     answers=(
         Answer(
             200,

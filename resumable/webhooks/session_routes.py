@@ -9,6 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from resumable import tracing
 from resumable.blocked import BlockedSessions
 from resumable.errors import SessionNotFoundError, UnknownAgentError
 from resumable.models import agent_queries
@@ -124,7 +125,8 @@ async def create_session(request: Request) -> Response:
         )
         return started, state.client.get(started.session_id)
 
-    started, session = await run_in_threadpool(start)
+    with tracing.remote_parent(request.headers):  # a caller's `traceparent`
+        started, session = await run_in_threadpool(start)
     headers = {} if started.created else {"Idempotent-Replayed": "true"}
     return json_answer(session, 201, headers)
 
@@ -346,6 +348,7 @@ async def post_signal(request: Request) -> Response:
     payload = await json_body(request)
     receipt = await run_in_threadpool(state.inbox.signal, session_id, topic, payload, key, actor)
     state.metrics.deliveries.labels("signal", receipt.verdict.value).inc()
+    await tracing.delivery_received(state.db, "signal", receipt)
     if receipt.verdict.value == "unknown":
         raise SessionNotFoundError(f"no session {session_id}")
     return receipt_response(receipt)

@@ -1,0 +1,142 @@
+"""The worker's hooks for tracing, metrics and log context, one call each.
+
+The runner and tool calls call these; each does nothing measurable when
+tracing and worker metrics are off (a check of two module globals), so the
+step loop pays for what is configured only. The logic lives in
+``resumable/tracing.py`` and ``worker_metrics.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import Histogram
+
+from resumable import tracing
+from resumable.logs import set_log_field
+from resumable.models.database import Database
+from resumable.models.step_queries import ClaimedSession
+from resumable.queue import worker_metrics
+from resumable.waits import Wake
+
+logger = logging.getLogger(__name__)
+
+_DELIVERY_AGE = """
+SELECT kind, extract(epoch FROM clock_timestamp() - received_at)::float8 AS seconds
+FROM deliveries WHERE id = %(id)s
+"""
+
+
+def observe_run(db: Database, claim: ClaimedSession) -> contextlib.AbstractContextManager[Any]:
+    """Around one run of a claimed session: its span (``resumable.resume``
+    after a wait, else ``resumable.run``) and the resume latency."""
+    wake = claim.wake or {}
+    metrics = worker_metrics.served.metrics
+    if metrics is not None and wake.get("delivery_id") is not None:
+        _observe_resume_latency(db, claim, metrics.resume_latency, wake["delivery_id"])
+    if not tracing.enabled():
+        return contextlib.nullcontext()
+    attributes: dict[str, Any] = {
+        "resumable.agent": claim.agent,
+        "resumable.epoch": claim.epoch,
+        "resumable.attempt": claim.attempts + 1,
+        "resumable.status": str(claim.status),
+    }
+    if claim.cursor is not None:
+        attributes["resumable.step"] = claim.cursor
+    if wake.get("kind"):
+        attributes["resumable.wake.kind"] = str(wake["kind"])
+    name = "resumable.resume" if wake else "resumable.run"
+    return tracing.session_span(db, claim.session_id, name, attributes)
+
+
+def _observe_resume_latency(
+    db: Database, claim: ClaimedSession, histogram: Histogram, delivery_id: int
+) -> None:
+    """Delivery stored → this run starting. A run after a crash mid-step sees
+    the same wake again and is measured again (it did wait that long)."""
+    try:
+        with db.connection() as conn:
+            row = conn.execute(_DELIVERY_AGE, {"id": delivery_id}).fetchone()
+    except Exception as exc:  # a metric never fails the run it measures
+        logger.warning("resume latency not read: %s", exc, extra={"action": "metrics_degraded"})
+        return
+    if row is not None:
+        seconds = max(0.0, float(row["seconds"]))  # type: ignore[arg-type]
+        histogram.labels(claim.agent, str(row["kind"])).observe(seconds)
+
+
+_NOTHING = contextlib.nullcontext()
+
+
+def observe_step(
+    claim: ClaimedSession, step: str, seq: int, attempts: int, wake: Wake | None
+) -> contextlib.AbstractContextManager[None]:
+    """Around one step: names it on every log line, times it, spans it."""
+    set_log_field("step", step)
+    if worker_metrics.served.metrics is None and not tracing.enabled():
+        return _NOTHING  # the step loop's common case: a shared no-op
+    return _observed_step(claim, step, seq, attempts, wake)
+
+
+@contextlib.contextmanager
+def _observed_step(
+    claim: ClaimedSession, step: str, seq: int, attempts: int, wake: Wake | None
+) -> Iterator[None]:
+    metrics = worker_metrics.served.metrics
+    attributes: dict[str, Any] = {
+        "resumable.session.id": str(claim.session_id),
+        "resumable.agent": claim.agent,
+        "resumable.step": step,
+        "resumable.step.seq": seq,
+        "resumable.attempt": attempts + 1,
+        "resumable.epoch": claim.epoch,
+    }
+    if wake is not None:
+        attributes["resumable.wake.kind"] = wake.kind
+    started = time.perf_counter()
+    outcome = "error"
+    try:
+        with tracing.child_span(f"resumable.step {step}", attributes):
+            yield
+        outcome = "ok"
+    finally:
+        if metrics is not None:
+            metrics.step_seconds.labels(claim.agent, step, outcome).observe(
+                time.perf_counter() - started
+            )
+
+
+def observed_tool_call(
+    tool: str, key: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Any:
+    """Call a tool's function inside its span, timed (the cache's replays are not calls)."""
+    metrics = worker_metrics.served.metrics
+    if metrics is None and not tracing.enabled():
+        return fn(*args, **kwargs)
+    started = time.perf_counter()
+    outcome = "error"
+    try:
+        with tracing.child_span(
+            f"resumable.tool {tool}",
+            {"resumable.tool": tool, "resumable.tool.idempotency_key": key},
+        ):
+            result = fn(*args, **kwargs)
+        outcome = "ok"
+        return result
+    except Exception as exc:
+        if metrics is not None:
+            metrics.tool_failures.labels(tool, type(exc).__name__).inc()
+        raise
+    finally:
+        if metrics is not None:
+            metrics.tool_seconds.labels(tool, outcome).observe(time.perf_counter() - started)
+
+
+def observe_divergence(agent: str) -> None:
+    if worker_metrics.served.metrics is not None:
+        worker_metrics.served.metrics.divergences.labels(agent).inc()

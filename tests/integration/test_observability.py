@@ -1,0 +1,137 @@
+"""Logs, worker metrics and scrape counts, from real worker processes and a
+real database: the lines name session, agent, step, epoch and action, and
+``ctx.log`` writes under the agent's logger; each worker serves step, tool
+and resume numbers; the web scrape counts finished sessions without reading
+them."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import httpx
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import use_span
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from resumable import tracing
+from resumable.client import Client
+from resumable.models import metrics_queries
+from resumable.models.database import Database
+from resumable.webhooks.metrics import Metrics
+from tests.conftest import LocalDeployment, free_port, wait_until
+from tests.signing import signed_headers
+
+_TRACED = "tests.traced_agents"
+
+
+def _approve(client: Client, session_id: uuid.UUID) -> None:
+    url = client.state(session_id)["callback_url"]
+    body = json.dumps({"approved": True})
+    assert httpx.post(url, content=body, headers=signed_headers(body)).status_code == 202
+
+
+def test_worker_json_lines_name_session_agent_step_epoch_and_action(
+    client: Client, tmp_path: Path, deployment: LocalDeployment
+) -> None:
+    deployment.web()
+    worker = deployment.worker(_TRACED, RESUMABLE_LOG_FORMAT="json")
+    session_id = client.start("traced", {"order": "B-2"})
+    wait_until(lambda: client.get(session_id).status == "suspended", what="the wait")
+    _approve(client, session_id)
+    wait_until(lambda: client.get(session_id).status == "completed", what="the session")
+    wait_until(lambda: "session completed" in worker.output(), what="the completion line")
+
+    lines = [json.loads(line) for line in worker.output().splitlines() if line.strip()]
+    assert all(line.get("action") for line in lines), [x for x in lines if not x.get("action")]
+    about_it = [line for line in lines if line.get("session_id") == str(session_id)]
+    assert about_it
+    for line in about_it:
+        assert line["agent"] == "traced" and isinstance(line["epoch"], int), line
+    [planned] = [line for line in about_it if "planned order" in line["message"]]
+    assert planned["logger"] == "resumable.agent.traced"
+    assert (planned["step"], planned["action"]) == ("plan", "planned")
+    [completed] = [line for line in about_it if line["action"] == "completed"]
+    assert completed["step"] == "work" and completed["logger"] == "resumable.queue.runner"
+
+
+def _samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = httpx.get(url).text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_a_worker_serves_step_tool_and_resume_metrics(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    port = free_port()
+    deployment.web()
+    deployment.worker(_TRACED, RESUMABLE_WORKER_METRICS_PORT=str(port))
+    session_id = client.start("traced", {"order": "C-3", "failing_tool": True})
+    wait_until(lambda: client.get(session_id).status == "suspended", what="the wait")
+    _approve(client, session_id)
+    wait_until(lambda: client.get(session_id).status == "completed", what="the session")
+
+    samples = _samples(f"http://127.0.0.1:{port}/metrics")
+    step = "resumable_step_duration_seconds_count"
+    assert samples[(step, (("agent", "traced"), ("outcome", "ok"), ("step", "plan")))] == 1
+    assert samples[(step, (("agent", "traced"), ("outcome", "ok"), ("step", "work")))] == 1
+    tool = "resumable_tool_call_duration_seconds_count"
+    assert samples[(tool, (("outcome", "ok"), ("tool", "look_up")))] == 1
+    assert samples[(tool, (("outcome", "error"), ("tool", "refuse")))] == 1
+    failures = ("resumable_tool_call_failures_total", (("error", "ValueError"), ("tool", "refuse")))
+    assert samples[failures] == 1
+    resumed = (
+        "resumable_resume_latency_seconds_count",
+        (("agent", "traced"), ("kind", "callback")),
+    )
+    assert samples[resumed] == 1
+    latency = samples[("resumable_resume_latency_seconds_sum", resumed[1])]
+    assert 0 < latency < 60
+
+
+def test_the_scrape_counts_finished_sessions_from_the_trigger_kept_counts(
+    client: Client, db: Database
+) -> None:
+    ids = [client.start("five") for _ in range(3)] + [client.start("approval")]
+    for session_id in ids[:2]:
+        client.cancel(session_id, actor="test")
+    with db.connection() as conn:
+        conn.execute("DELETE FROM sessions WHERE id = %(id)s", {"id": ids[0]})  # as retention
+        full = conn.execute(metrics_queries.SESSIONS_BY_AGENT_AND_STATUS).fetchall()
+    text = generate_latest(Metrics(db).registry).decode()
+    exported = {
+        (s.labels["agent"], s.labels["status"]): s.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "resumable_sessions"
+        for s in family.samples
+    }
+    assert exported == {(r["agent"], r["status"]): float(r["n"]) for r in full}  # type: ignore[arg-type]
+    assert exported == {
+        ("five", "cancelled"): 1.0,
+        ("five", "pending"): 1.0,
+        ("approval", "pending"): 1.0,
+    }
+
+
+def test_start_keeps_the_callers_trace_context_even_with_tracing_off(
+    client: Client, db: Database
+) -> None:
+    assert not tracing.enabled()
+    untraced = client.start("five")
+    span = TracerProvider().get_tracer("the caller").start_span("caller")
+    with use_span(span, end_on_exit=True):
+        traced = client.start("five")
+    trace_id = format(span.get_span_context().trace_id, "032x")
+    with db.connection() as conn:
+        rows = {
+            row["id"]: row["trace_context"]
+            for row in conn.execute("SELECT id, trace_context FROM sessions").fetchall()
+        }
+    assert rows[untraced] is None
+    assert rows[traced]["traceparent"].split("-")[1] == trace_id  # type: ignore[index]
