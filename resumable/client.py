@@ -34,6 +34,8 @@ from sqlmodel import col, select
 
 from resumable import serialization
 from resumable.agent import AgentRegistry
+from resumable.coordination import shared
+from resumable.coordination.records import SharedDocument, SharedVersion
 from resumable.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.errors import (
     IdempotencyConflictError,
@@ -521,6 +523,19 @@ class Client:
         """Close it without retrying; the dead letter, now `discarded`."""
         self._dead_letters().discard(dead_letter_id, actor=actor, reason=reason)
         return self.dead_letter(dead_letter_id)
+
+    def shared(self, name: str) -> SharedDocument | None:
+        """The shared document `name` as committed now; None if never written."""
+        row = shared.read(self.db, name)
+        return None if row is None else SharedDocument.from_row(row)
+
+    def shared_history(
+        self, name: str, *, limit: int = 100, before: int | None = None
+    ) -> list[SharedVersion]:
+        """The shared document's committed values with the session and step
+        that wrote each, newest first (older than version `before` if given)."""
+        rows = shared.history(self.db, name, limit=limit, before=before)
+        return [SharedVersion.from_row(row) for row in rows]
 
     def _dead_letters(self) -> DeadLetters:
         return DeadLetters(self.settings, self.db, self.broker)

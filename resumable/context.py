@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from resumable import serialization
 from resumable.agent import Complete, Next
 from resumable.checkpoints import Reducer
+from resumable.coordination.shared import SharedState
 from resumable.errors import AgentDefinitionError
 from resumable.queue.callbacks import CallbackFactory
 from resumable.queue.tool_calls import ToolCalls
@@ -43,6 +44,7 @@ class StepContext:
         logger: logging.Logger,
         has_compensation: Callable[[str], bool],
         reducer: Reducer | None = None,
+        shared: SharedState | None = None,
     ) -> None:
         self.session_id = session_id
         self.agent = agent
@@ -59,6 +61,8 @@ class StepContext:
         self._reducer = reducer
         #: Events emitted by this step (event-sourced agents).
         self.events: list[Any] = []
+        #: Shared documents this step read and the updates it commits.
+        self.coordination = shared
 
     def tool(
         self,
@@ -134,3 +138,30 @@ class StepContext:
     def complete(result: Any = None) -> Complete:
         """Finish the session with `result`."""
         return Complete(result)
+
+    # Coordination between sessions (resumable/coordination).
+
+    def _shared(self) -> SharedState:
+        if self.coordination is None:
+            raise AgentDefinitionError("shared documents are available only inside a worker's step")
+        return self.coordination
+
+    def shared(self, name: str, default: Any = None) -> Any:
+        """The shared JSON document `name` as committed now (`default` if it was
+        never written), with this step's own pending updates applied. A read
+        is not a lock: to change a document use ``update_shared``."""
+        return self._shared().get(name, default)
+
+    def update_shared(self, name: str, fn: Callable[[Any], Any]) -> Any:
+        """Change the shared document `name` to ``fn(current)``, atomically, in
+        the transaction that commits this step (or not at all, if the step
+        fails or its lease is lost).
+
+        ``fn`` gets the current value (None if never written) and returns the
+        new one (JSON-serializable). It is applied again at commit, under a row
+        lock, to the value current then, so concurrent updates never lose a
+        write; it must therefore be pure and deterministic (``lambda n: (n or
+        0) + 1``). Returns ``fn`` applied to the value this step sees now: a
+        preview, which another session's commit may overtake.
+        """
+        return self._shared().update(name, fn)

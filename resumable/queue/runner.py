@@ -29,6 +29,7 @@ from resumable import serialization
 from resumable.agent import Agent, AgentRegistry, Complete, Next
 from resumable.checkpoints import CheckpointRecord, EventSourced
 from resumable.context import StepContext
+from resumable.coordination.shared import SharedState, SharedUpdateError
 from resumable.errors import (
     InvalidStepResultError,
     LeaseLostError,
@@ -266,7 +267,10 @@ class SessionRunner:
             next_limit = None
             if status is SessionStatus.RUNNING and step.decision.next_step is not None:
                 next_limit = agent.policy(step.decision.next_step).time_limit
-            committed = self._commit(claim, step, status, events, next_limit)
+            try:
+                committed = self._commit(claim, step, status, events, next_limit)
+            except SharedUpdateError as exc:  # rolled back: nothing of the step committed
+                return self.failures.step_failed(held, agent, exc, cursor)
             if committed is None:
                 logger.warning(
                     "step %s not committed: another worker owns the session",
@@ -363,6 +367,7 @@ class SessionRunner:
             reducer=agent.checkpoints.reducer
             if isinstance(agent.checkpoints, EventSourced)
             else None,
+            shared=SharedState(self.db, claim.session_id, cursor),
         )
         step_started = time.monotonic()
         decision = self._interpret(agent, step_fn(ctx))
@@ -457,7 +462,9 @@ class SessionRunner:
     ) -> int | None:
         """Commit a step's outcome; the new sequence number, or None if fenced out."""
         wait = step.decision.wait
-        with self.db.connection() as conn:
+        shared = step.ctx.coordination
+        assert shared is not None
+        with self.db.connection() as conn, shared.transaction(conn):
             row = (
                 conn.cursor(row_factory=class_row(CommittedStep))
                 .execute(
@@ -491,6 +498,8 @@ class SessionRunner:
                 )
                 .fetchone()
             )
+            if row is not None:
+                shared.write(conn, row.step_seq)  # same transaction; only if it updated any
         return None if row is None else row.step_seq
 
 
