@@ -3,12 +3,14 @@ workers SIGKILLed mid-run."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
 from resumable.client import Client
 from resumable.models.database import Database
-from tests.conftest import LocalDeployment, wait_until
+from resumable.settings import Settings
+from tests.conftest import LocalDeployment, run_cli, wait_until
 
 AGENTS = "tests.coordination_agents"
 
@@ -69,7 +71,7 @@ def test_a_failed_step_commits_none_of_its_updates(
 
 
 def test_a_step_reads_its_own_update_and_later_steps_see_it(
-    client: Client, deployment: LocalDeployment
+    client: Client, settings: Settings, deployment: LocalDeployment
 ) -> None:
     deployment.worker(AGENTS)
     first = client.start("shared_reader", {"key": "a"})
@@ -84,3 +86,18 @@ def test_a_step_reads_its_own_update_and_later_steps_see_it(
     }
     events = [e for e in client.events(second) if e.type == "shared_updated"]
     assert [e.payload for e in events] == [{"name": "doc", "version": 2}]
+
+    shown = run_cli(settings, "shared", "show", "doc")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["version"] == 2
+    history = run_cli(settings, "shared", "history", "doc")
+    lines = [json.loads(line) for line in history.stdout.splitlines()]
+    assert [(v["version"], v["session_id"], v["step"]) for v in lines] == [
+        (2, str(second), "read_own_write"),
+        (1, str(first), "read_own_write"),
+    ]
+    missing = run_cli(settings, "shared", "show", "nothing-here")
+    assert missing.returncode == 1 and "nothing-here" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    bad = run_cli(settings, "shared", "history", "x" * 300)
+    assert bad.returncode == 1 and "at most 200" in bad.stderr
