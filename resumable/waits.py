@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from resumable.errors import WaitDefinitionError
 
-WakeKind = Literal["callback", "signal", "timer", "poll", "timeout", "poll_check"]
+WakeKind = Literal["callback", "signal", "timer", "poll", "timeout", "poll_check", "lock"]
 
 
 def _seconds(value: float | timedelta | None) -> float | None:
@@ -92,10 +92,23 @@ class Poll:
 
 
 @dataclass(frozen=True)
+class Lock:
+    """Wait until this session holds the lock `name` (a semaphore when
+    ``permits`` > 1: that many sessions may hold it at once). Requests are
+    granted in FIFO order; the ``then`` step finds ``ctx.wake.kind == "lock"``
+    and gets its fencing token from ``ctx.fence(name)``. See
+    ``resumable/coordination/locks.py``."""
+
+    name: str
+    permits: int = 1
+    timeout: float | timedelta | None = None
+
+
+@dataclass(frozen=True)
 class Wait:
     """A step's outcome: suspend until one condition fires, then run ``then``."""
 
-    conditions: tuple[Callback | Signal | Timer | Poll, ...]
+    conditions: tuple[Callback | Signal | Timer | Poll | Lock, ...]
     then: str
     timeout: float | timedelta | None = None
 
@@ -127,6 +140,12 @@ class Wait:
                     raise WaitDefinitionError("Poll(every=...) must be positive")
                 spec["poll"] = {"check": condition.check, "args": condition.args, "every": every}
                 due.append(now + timedelta(seconds=every))
+            elif isinstance(condition, Lock):
+                if "lock" in spec:
+                    raise WaitDefinitionError("a wait can hold at most one Lock")
+                if not isinstance(condition.permits, int) or condition.permits < 1:
+                    raise WaitDefinitionError("Lock(permits=...) must be a positive integer")
+                spec["lock"] = {"name": condition.name, "permits": condition.permits}
             else:
                 raise WaitDefinitionError(f"cannot wait on {condition!r}")
         if timers:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import time
+import urllib.request
+from pathlib import Path
 from typing import Any
 
 from resumable import Agent, StepContext
@@ -42,3 +47,84 @@ def read_own_write(ctx: StepContext) -> Any:
     before = ctx.shared("doc", default={})
     preview = ctx.update_shared("doc", lambda d: {**(d or {}), ctx.input["key"]: True})
     return ctx.complete({"before": before, "preview": preview, "after": ctx.shared("doc")})
+
+
+# -- locks and semaphores ------------------------------------------------------------
+
+
+def _post(url: str, body: dict[str, Any], fencing_token: int | None = None) -> dict[str, Any]:
+    if fencing_token is not None:
+        body = {**body, "token": fencing_token}
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        result: dict[str, Any] = json.loads(response.read())
+        return result
+
+
+def _hold(ctx: StepContext) -> None:
+    """Announce this run (with its process group, for the test to signal),
+    then wait while the test's hold file exists."""
+    gate = Path(ctx.input["gate_dir"])
+    (gate / f"entered-{ctx.session_id}").write_text(str(os.getpgrp()))
+    deadline = time.monotonic() + 60
+    while (gate / "hold").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _held_post(url: str, body: dict[str, Any], gate_dir: str, fencing_token: int) -> Any:
+    """A write that announces itself and waits at the test's gate first."""
+    gate = Path(gate_dir)
+    (gate / f"entered-{body['session']}").write_text(str(os.getpgrp()))
+    deadline = time.monotonic() + 60
+    while (gate / "hold").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return _post(url, body, fencing_token)
+
+
+ledger_writer = Agent("ledger_writer", retry=RetryPolicy(max_attempts=1))
+
+
+@ledger_writer.step
+def acquire(ctx: StepContext) -> Any:
+    return ctx.lock(ctx.input["lock"], then="write")
+
+
+@ledger_writer.step
+def write(ctx: StepContext) -> Any:
+    """Two writes under the lock, each carrying the fencing token (not part of
+    the calls' identity: a new run sends its own, larger one)."""
+    name, url = ctx.input["lock"], ctx.input["ledger"]
+    body = {"session": str(ctx.session_id)}
+    ctx.tool("begin", _post, f"{url}/begin", body, fence=name)
+    time.sleep(0.02)  # long enough for a second holder, if there were one, to interleave
+    if ctx.input.get("hold"):  # paused by the test inside the call, its token in hand
+        ctx.tool("end", _held_post, f"{url}/end", body, ctx.input["gate_dir"], fence=name)
+    else:
+        ctx.tool("end", _post, f"{url}/end", body, fence=name)
+    ctx.release(name)
+    return ctx.complete({"token": ctx.fence(name)})
+
+
+semaphore_user = Agent("semaphore_user", retry=RetryPolicy(max_attempts=1))
+
+
+@semaphore_user.step
+def ask(ctx: StepContext) -> Any:
+    return ctx.semaphore("api", ctx.input["permits"], then="use")
+
+
+@semaphore_user.step
+def use(ctx: StepContext) -> Any:
+    assert ctx.wake is not None and ctx.wake.kind == "lock"
+    token = ctx.wake.payload["token"]
+    ctx.tool("enter", _post, f"{ctx.input['gauge']}/enter", {"session": str(ctx.session_id)})
+    _hold(ctx)
+    time.sleep(0.05)
+    ctx.tool("exit", _post, f"{ctx.input['gauge']}/exit", {"session": str(ctx.session_id)})
+    # No release: completing the session releases what it holds.
+    return ctx.complete({"token": token})

@@ -83,3 +83,126 @@ SELECT %(session_id)s, %(seq)s, %(step)s, 'shared_updated',
        jsonb_build_object('name', d.name, 'version', d.version)
 FROM d
 """
+
+
+# -- locks and semaphores ------------------------------------------------------------
+
+# Locks this session holds at or after `name` in name order: acquiring `name`
+# then could deadlock with a session taking them the other way round.
+HELD_AT_OR_AFTER = """
+SELECT name FROM coordination_lock_requests
+WHERE session_id = %(session_id)s AND status = 'held' AND name >= %(name)s
+ORDER BY name LIMIT 1
+"""
+
+# A request joins the lock's FIFO queue (its permits are fixed by first use),
+# in the transaction that suspends the session on it.
+REQUEST_LOCK = """
+WITH l AS (
+    INSERT INTO coordination_locks (name, permits) VALUES (%(name)s, %(permits)s)
+    ON CONFLICT (name) DO NOTHING
+)
+INSERT INTO coordination_lock_requests (name, session_id, status)
+VALUES (%(name)s, %(session_id)s, 'waiting')
+ON CONFLICT (name, session_id) DO NOTHING
+"""
+
+RELEASE_LOCK = """
+DELETE FROM coordination_lock_requests
+WHERE name = %(name)s AND session_id = %(session_id)s AND status = 'held'
+RETURNING name
+"""
+
+# Everything a finished session held or waited for.
+RELEASE_ALL = """
+DELETE FROM coordination_lock_requests WHERE session_id = %(session_id)s RETURNING name
+"""
+
+# The lock row, locked: grants of one lock happen one at a time.
+LOCK_ROW = """
+SELECT permits, fence FROM coordination_locks WHERE name = %(name)s FOR UPDATE
+"""
+
+# Requests that no longer count: their session finished (completed, failed,
+# cancelled: a dead letter is failed), or a waiting session is no longer
+# suspended on this lock (its wait timed out, or it was woken otherwise).
+DROP_STALE_REQUESTS = """
+DELETE FROM coordination_lock_requests r USING sessions s
+WHERE r.name = %(name)s AND s.id = r.session_id
+  AND (s.status IN ('completed', 'failed', 'cancelled')
+       OR (r.status = 'waiting'
+           AND NOT (s.status = 'suspended' AND s.wait -> 'lock' ->> 'name' = %(name)s)))
+"""
+
+HELD_COUNT = """
+SELECT count(*) AS held FROM coordination_lock_requests
+WHERE name = %(name)s AND status = 'held'
+"""
+
+# Grant the oldest waiting requests the free permits, each with the next
+# fencing token, and wake their sessions (guarded by status = 'suspended').
+GRANT = """
+WITH next AS (
+    SELECT id, session_id, row_number() OVER (ORDER BY id) AS k
+    FROM coordination_lock_requests
+    WHERE name = %(name)s AND status = 'waiting'
+    ORDER BY id
+    LIMIT %(free)s
+), g AS (
+    UPDATE coordination_lock_requests r
+    SET status = 'held', token = %(fence)s + next.k, token_epoch = NULL, granted_at = now()
+    FROM next WHERE r.id = next.id
+    RETURNING r.session_id, r.token
+), l AS (
+    UPDATE coordination_locks SET fence = %(fence)s + (SELECT count(*) FROM g)
+    WHERE name = %(name)s
+), s AS (
+    UPDATE sessions SET
+        status = 'pending',
+        wake = jsonb_build_object('kind', 'lock', 'topic', %(name)s::text,
+                                  'payload', jsonb_build_object('name', %(name)s::text,
+                                                                'token', g.token)),
+        wake_at = NULL,
+        updated_at = now()
+    FROM g
+    WHERE sessions.id = g.session_id AND sessions.status = 'suspended'
+    RETURNING sessions.id, sessions.step_seq, sessions.cursor, g.token
+), c AS (
+    UPDATE callbacks SET status = 'closed', closed_at = now()
+    FROM s WHERE callbacks.session_id = s.id AND callbacks.status = 'open'
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT id, step_seq, cursor, 'resumed',
+           jsonb_build_object('by', 'lock', 'name', %(name)s::text, 'token', token)
+    FROM s
+)
+SELECT id FROM s
+"""
+
+# The holder's request, if this epoch of the session still owns its lease.
+HELD_BY = """
+SELECT r.id, r.token, r.token_epoch
+FROM coordination_lock_requests r JOIN sessions s ON s.id = r.session_id
+WHERE r.name = %(name)s AND r.session_id = %(session_id)s AND r.status = 'held'
+  AND s.lease_epoch = %(epoch)s AND s.status = 'running'
+FOR UPDATE OF r
+"""
+
+# A new run of the holder (another lease epoch) gets a new, larger token: the
+# previous run's token is stale from now on.
+REISSUE_TOKEN = """
+WITH l AS (
+    UPDATE coordination_locks SET fence = fence + 1 WHERE name = %(name)s RETURNING fence
+)
+UPDATE coordination_lock_requests SET token = (SELECT fence FROM l), token_epoch = %(epoch)s
+WHERE id = %(id)s
+RETURNING token
+"""
+
+CLAIM_TOKEN = """
+UPDATE coordination_lock_requests SET token_epoch = %(epoch)s WHERE id = %(id)s
+"""
+
+LOCKS_WITH_WAITERS = """
+SELECT DISTINCT name FROM coordination_lock_requests WHERE status = 'waiting' LIMIT %(limit)s
+"""

@@ -29,7 +29,8 @@ from resumable import serialization
 from resumable.agent import Agent, AgentRegistry, Complete, Next
 from resumable.checkpoints import CheckpointRecord, EventSourced
 from resumable.context import StepContext
-from resumable.coordination.shared import SharedState, SharedUpdateError
+from resumable.coordination.shared import CoordinationError
+from resumable.coordination.step import StepCoordination
 from resumable.errors import (
     InvalidStepResultError,
     LeaseLostError,
@@ -269,7 +270,7 @@ class SessionRunner:
                 next_limit = agent.policy(step.decision.next_step).time_limit
             try:
                 committed = self._commit(claim, step, status, events, next_limit)
-            except SharedUpdateError as exc:  # rolled back: nothing of the step committed
+            except CoordinationError as exc:  # rolled back: nothing of the step committed
                 return self.failures.step_failed(held, agent, exc, cursor)
             if committed is None:
                 logger.warning(
@@ -278,6 +279,10 @@ class SessionRunner:
                     extra={"action": "lease_lost"},
                 )
                 return RunOutcome.LEASE_LOST
+            if step.ctx.coordination is not None:  # grants the commit made possible
+                step.ctx.coordination.after_commit(
+                    self.broker, self.settings, status, step.decision.wait
+                )
             decision = step.decision
             if decision.done:
                 logger.info(
@@ -367,7 +372,7 @@ class SessionRunner:
             reducer=agent.checkpoints.reducer
             if isinstance(agent.checkpoints, EventSourced)
             else None,
-            shared=SharedState(self.db, claim.session_id, cursor),
+            coordination=StepCoordination(self.db, claim.session_id, claim.epoch, cursor),
         )
         step_started = time.monotonic()
         decision = self._interpret(agent, step_fn(ctx))
@@ -462,9 +467,9 @@ class SessionRunner:
     ) -> int | None:
         """Commit a step's outcome; the new sequence number, or None if fenced out."""
         wait = step.decision.wait
-        shared = step.ctx.coordination
-        assert shared is not None
-        with self.db.connection() as conn, shared.transaction(conn):
+        coordination = step.ctx.coordination
+        assert coordination is not None
+        with self.db.connection() as conn, coordination.transaction(conn, wait):
             row = (
                 conn.cursor(row_factory=class_row(CommittedStep))
                 .execute(
@@ -499,7 +504,7 @@ class SessionRunner:
                 .fetchone()
             )
             if row is not None:
-                shared.write(conn, row.step_seq)  # same transaction; only if it updated any
+                coordination.write(conn, row.step_seq, wait)  # same transaction, if it has any
         return None if row is None else row.step_seq
 
 

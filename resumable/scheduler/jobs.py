@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import dramatiq
 
 from resumable.agent import AgentRegistry
+from resumable.coordination import locks
 from resumable.inbox import Inbox
 from resumable.models import failure_queries, wait_queries
 from resumable.models.database import Database
@@ -95,6 +96,11 @@ class SchedulerJobs:
     def reconcile(self) -> int:
         return reconcile(self.settings, self.db, self.broker).total
 
+    def grant_locks(self) -> int:
+        """Locks with waiters whose grant was missed (a worker died between
+        a release and the grant) or whose holder finished without releasing."""
+        return locks.grant_waiting(self.db, self.broker, self.settings)
+
     @property
     def jobs(self) -> list[Callable[[], object]]:
         return [
@@ -102,6 +108,7 @@ class SchedulerJobs:
             self.wake_due_retries,
             self.wake_stranded,
             self.reconcile,
+            self.grant_locks,
             self.deliver_alerts,
             self.retention,
         ]
