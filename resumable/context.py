@@ -16,7 +16,7 @@ from resumable.coordination.step import StepCoordination
 from resumable.errors import AgentDefinitionError
 from resumable.queue.callbacks import CallbackFactory
 from resumable.queue.tool_calls import ToolCalls
-from resumable.waits import Callback, Lock, Poll, Signal, Timer, Wait, Wake
+from resumable.waits import Callback, Children, Lock, Poll, Signal, Timer, Wait, Wake
 
 T = TypeVar("T")
 
@@ -125,7 +125,7 @@ class StepContext:
 
     @staticmethod
     def wait(
-        *conditions: Callback | Signal | Timer | Poll,
+        *conditions: Callback | Signal | Timer | Poll | Lock | Children,
         then: str,
         timeout: float | timedelta | None = None,
     ) -> Wait:
@@ -205,3 +205,11 @@ class StepContext:
     def release(self, name: str) -> None:
         """Release the lock `name` when this step commits."""
         self._coordination().release(name)
+
+    def spawn(self, agent: str, input: Any = None) -> uuid.UUID:
+        """Start a child session of `agent` with `input` when this step commits;
+        its id, at once. The id is derived from this session, step and the
+        call's index, so a replay of this step starts no child twice. Wait for
+        children with ``ctx.wait(Children(ids), then=...)``; cancelling this
+        session cancels them."""
+        return self._coordination().spawns.spawn(agent, input)

@@ -202,6 +202,9 @@ class Session(Record):
         default=None, description="The session this one was forked from."
     )
     forked_at: int | None = Field(default=None, description="The origin's checkpoint it forked at.")
+    parent_id: uuid.UUID | None = Field(
+        default=None, description="The session whose step spawned this one (ctx.spawn)."
+    )
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
@@ -234,6 +237,7 @@ class Session(Record):
             blocked_reason=row.blocked_reason if row.status == SessionStatus.BLOCKED else None,
             forked_from=row.forked_from,
             forked_at=row.forked_at_seq,
+            parent_id=row.parent_id,
             created_at=row.created_at,
             updated_at=row.updated_at,
             finished_at=row.finished_at,

@@ -11,6 +11,7 @@ from typing import Any
 
 from resumable import Agent, StepContext
 from resumable.retries import RetryPolicy
+from resumable.waits import Children, Signal
 
 # -- shared state --------------------------------------------------------------------
 
@@ -128,3 +129,104 @@ def use(ctx: StepContext) -> Any:
     ctx.tool("exit", _post, f"{ctx.input['gauge']}/exit", {"session": str(ctx.session_id)})
     # No release: completing the session releases what it holds.
     return ctx.complete({"token": token})
+
+
+lock_holder = Agent("lock_holder", retry=RetryPolicy(max_attempts=1))
+
+
+@lock_holder.step
+def take(ctx: StepContext) -> Any:
+    return ctx.lock(ctx.input["lock"], then="hold", timeout=ctx.input.get("timeout"))
+
+
+@lock_holder.step
+def hold(ctx: StepContext) -> Any:
+    assert ctx.wake is not None
+    if ctx.wake.timed_out:
+        return ctx.complete({"timed_out": True})
+    if ctx.input.get("fail"):
+        raise RuntimeError("fails while holding the lock")
+    ctx.state["token"] = ctx.fence(ctx.input["lock"])
+    return ctx.wait(Signal("go"), then="finish")
+
+
+@lock_holder.step
+def finish(ctx: StepContext) -> Any:
+    return ctx.complete({"token": ctx.state["token"]})
+
+
+out_of_order = Agent("out_of_order", retry=RetryPolicy(max_attempts=1))
+
+
+@out_of_order.step
+def take_b(ctx: StepContext) -> Any:
+    return ctx.lock("b", then="take_a")
+
+
+@out_of_order.step
+def take_a(ctx: StepContext) -> Any:
+    return ctx.lock("a", then="never")
+
+
+@out_of_order.step
+def never(ctx: StepContext) -> Any:
+    return ctx.complete()
+
+
+# -- child sessions ------------------------------------------------------------------
+
+planner = Agent("planner")
+
+
+@planner.step
+def fan_out(ctx: StepContext) -> Any:
+    ids = [
+        ctx.spawn("researcher", {**ctx.input.get("child", {}), "i": i})
+        for i in range(ctx.input["children"])
+    ]
+    return ctx.wait(Children(ids, on_failure=ctx.input.get("on_failure", "inform")), then="fan_in")
+
+
+@planner.step
+def fan_in(ctx: StepContext) -> Any:
+    assert ctx.wake is not None and ctx.wake.kind == "children"
+    results, failures = ctx.wake.payload["results"], ctx.wake.payload["failures"]
+    return ctx.complete(
+        {
+            "results": len(results),
+            "failures": sorted(f["status"] for f in failures.values()),
+            "sum": sum(r["i"] for r in results.values()),
+        }
+    )
+
+
+researcher = Agent("researcher", retry=RetryPolicy(max_attempts=1))
+
+
+@researcher.step
+def research(ctx: StepContext) -> Any:
+    if "api" in ctx.input:
+        ctx.tool("work", post_json_keyed, ctx.input["api"], {"i": ctx.input["i"]})
+    gate = ctx.input.get("fail_while")
+    if gate and Path(gate).exists() and ctx.input["i"] == 0:
+        raise RuntimeError("child 0 fails while the flag file exists")
+    if ctx.input.get("wait_signal"):
+        return ctx.wait(Signal("go"), then="finish_research")
+    return ctx.complete({"i": ctx.input["i"]})
+
+
+@researcher.step
+def finish_research(ctx: StepContext) -> Any:
+    return ctx.complete({"i": ctx.input["i"]})
+
+
+def post_json_keyed(url: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        result: dict[str, Any] = json.loads(response.read())
+        return result

@@ -16,7 +16,7 @@ from typing import Any
 import dramatiq
 import psycopg
 
-from resumable.coordination import locks
+from resumable.coordination import children, locks
 from resumable.coordination.shared import SharedState, check_name
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
@@ -26,13 +26,16 @@ from resumable.settings import Settings
 class StepCoordination:
     """The coordination of one step of one session's run (lease epoch)."""
 
-    def __init__(self, db: Database, session_id: uuid.UUID, epoch: int, step: str) -> None:
+    def __init__(
+        self, db: Database, session_id: uuid.UUID, epoch: int, step: str, seq: int
+    ) -> None:
         self.db = db
         self.session_id = session_id
         self.epoch = epoch
         self.shared = SharedState(db, session_id, step)
         #: Locks this step releases at its commit.
         self.releases: list[str] = []
+        self.spawns = children.Spawns(session_id, seq)
 
     def fence(self, name: str) -> int:
         return locks.fence(self.db, self.session_id, self.epoch, name)
@@ -47,13 +50,14 @@ class StepCoordination:
     ) -> AbstractContextManager[Any]:
         """A transaction around the step's commit if it writes anything here;
         else nothing (the commit stays one autocommitted statement)."""
-        if self.shared.pending or self.releases or (wait and "lock" in wait):
+        if self.shared.pending or self.releases or self.spawns.children or _locks(wait):
             return conn.transaction()
         return nullcontext()
 
     def write(self, conn: psycopg.Connection[Any], seq: int, wait: dict[str, Any] | None) -> None:
         """Inside ``transaction``, after the step's own commit statement succeeded."""
         self.shared.write(conn, seq)
+        self.spawns.write(conn)
         for name in self.releases:
             locks.release(conn, self.session_id, name)
         if wait and "lock" in wait:
@@ -69,10 +73,17 @@ class StepCoordination:
         """Grants that the commit made possible: released locks go to their
         next waiters, a new request may be granted at once, and a finished
         session lets go of everything it held."""
+        self.spawns.enqueue(broker, settings)
         names = set(self.releases)
-        if wait and "lock" in wait:
-            names.add(wait["lock"]["name"])
+        if _locks(wait):
+            names.add(wait["lock"]["name"])  # type: ignore[index]
         if names:
             locks.grant_and_wake(self.db, broker, settings, names)
+        if wait and "children" in wait:  # they may all have finished already
+            children.wake_parent(self.db, broker, settings, parent_id=self.session_id)
         if status is SessionStatus.COMPLETED:
-            locks.release_all(self.db, broker, settings, self.session_id)
+            children.session_finished(self.db, broker, settings, self.session_id)
+
+
+def _locks(wait: dict[str, Any] | None) -> bool:
+    return bool(wait and "lock" in wait)

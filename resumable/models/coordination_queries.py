@@ -206,3 +206,89 @@ UPDATE coordination_lock_requests SET token_epoch = %(epoch)s WHERE id = %(id)s
 LOCKS_WITH_WAITERS = """
 SELECT DISTINCT name FROM coordination_lock_requests WHERE status = 'waiting' LIMIT %(limit)s
 """
+
+
+# -- child sessions ------------------------------------------------------------------
+
+# Children spawned by a step, created in its commit transaction. Their ids are
+# deterministic (parent, step sequence, call index), so a replayed step finds
+# them and creates nothing twice.
+SPAWN_CHILDREN = """
+WITH s AS (
+    INSERT INTO sessions (id, agent, status, cursor, state, input, parent_id)
+    SELECT (c ->> 'id')::uuid, c ->> 'agent', 'pending', NULL, '{}'::jsonb, c -> 'input',
+           %(parent_id)s
+    FROM jsonb_array_elements(%(children)s::jsonb) AS c
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id, agent
+)
+INSERT INTO audit_events (session_id, event_type, payload)
+SELECT id, 'session_created', jsonb_build_object('agent', agent, 'parent_id', %(parent_id)s::text)
+FROM s
+"""
+
+# Wake the parent suspended on its children once enough of them finished: all,
+# any or N (``need``). A failed child counts when the wait's ``on_failure`` is
+# ``inform``, or (``wait``) once its dead letter is no longer open: retried,
+# it runs again and counts when it ends; discarded, it counts as a failure.
+# The parent row is locked, so concurrent finishing children wake it once.
+WAKE_PARENT = """
+WITH p AS (
+    SELECT id, wait FROM sessions
+    WHERE id = coalesce(%(parent_id)s::uuid,
+                        (SELECT parent_id FROM sessions WHERE id = %(child_id)s::uuid))
+      AND status = 'suspended' AND wait ? 'children'
+    FOR UPDATE
+), kids AS (
+    SELECT jsonb_array_elements_text(p.wait -> 'children' -> 'ids')::uuid AS id FROM p
+), done AS (
+    SELECT c.id, c.status, c.result, c.error FROM sessions c JOIN kids ON c.id = kids.id
+    WHERE c.status IN ('completed', 'cancelled')
+       OR (c.status = 'failed'
+           AND ((SELECT wait -> 'children' ->> 'on_failure' FROM p) = 'inform'
+                OR NOT EXISTS (SELECT 1 FROM dead_letters d
+                               WHERE d.session_id = c.id AND d.status = 'open')))
+), ready AS (
+    SELECT p.id FROM p
+    WHERE (SELECT count(*) FROM done) >= (p.wait -> 'children' ->> 'need')::int
+), s AS (
+    UPDATE sessions SET
+        status = 'pending',
+        wake = jsonb_build_object(
+            'kind', 'children',
+            'payload', jsonb_build_object(
+                'results', (SELECT coalesce(jsonb_object_agg(id::text, result)
+                                            FILTER (WHERE status = 'completed'), '{}'::jsonb)
+                            FROM done),
+                'failures', (SELECT coalesce(jsonb_object_agg(
+                                 id::text, jsonb_build_object('status', status, 'error', error))
+                                 FILTER (WHERE status <> 'completed'), '{}'::jsonb)
+                             FROM done))),
+        wake_at = NULL,
+        updated_at = now()
+    FROM ready
+    WHERE sessions.id = ready.id AND sessions.status = 'suspended'
+    RETURNING sessions.id, sessions.step_seq, sessions.cursor
+), c AS (
+    UPDATE callbacks SET status = 'closed', closed_at = now()
+    FROM s WHERE callbacks.session_id = s.id AND callbacks.status = 'open'
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT id, step_seq, cursor, 'resumed',
+           jsonb_build_object('by', 'children', 'finished', (SELECT count(*) FROM done))
+    FROM s
+)
+SELECT id FROM s
+"""
+
+# Parents waiting on children, for the scheduler's backstop (a child that
+# finished while its worker died before waking the parent, a discarded dead letter).
+WAITING_PARENTS = """
+SELECT id FROM sessions WHERE status = 'suspended' AND wait ? 'children'
+ORDER BY updated_at LIMIT %(limit)s
+"""
+
+UNFINISHED_CHILDREN = """
+SELECT id FROM sessions
+WHERE parent_id = %(parent_id)s AND status NOT IN ('completed', 'failed', 'cancelled')
+"""

@@ -66,6 +66,9 @@ class SessionRow(SQLModel, table=True):
             "finished_at",
             postgresql_where=sa.text("finished_at IS NOT NULL"),
         ),
+        sa.Index(
+            "ix_sessions_parent_id", "parent_id", postgresql_where=sa.text("parent_id IS NOT NULL")
+        ),
     )
 
     id: uuid.UUID = Field(primary_key=True)
@@ -117,6 +120,8 @@ class SessionRow(SQLModel, table=True):
     # Added in migration 0007: why the session is `blocked` (what was recorded,
     # what the code asked for, the status to go back to); NULL otherwise.
     blocked_reason: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
+    # Added in migration 0010: the session whose step spawned this one.
+    parent_id: uuid.UUID | None = Field(default=None, sa_column=sa.Column(sa.Uuid, nullable=True))
 
 
 class CheckpointRow(SQLModel, table=True):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import dramatiq
 
 from resumable.agent import AgentRegistry
-from resumable.coordination import locks
+from resumable.coordination import children, locks
 from resumable.inbox import Inbox
 from resumable.models import failure_queries, wait_queries
 from resumable.models.database import Database
@@ -101,6 +101,10 @@ class SchedulerJobs:
         a release and the grant) or whose holder finished without releasing."""
         return locks.grant_waiting(self.db, self.broker, self.settings)
 
+    def wake_parents(self) -> int:
+        """Parents whose children finished but whose wake-up was missed."""
+        return children.wake_waiting_parents(self.db, self.broker, self.settings)
+
     @property
     def jobs(self) -> list[Callable[[], object]]:
         return [
@@ -109,6 +113,7 @@ class SchedulerJobs:
             self.wake_stranded,
             self.reconcile,
             self.grant_locks,
+            self.wake_parents,
             self.deliver_alerts,
             self.retention,
         ]

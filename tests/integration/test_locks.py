@@ -93,7 +93,14 @@ def test_one_lock_fences_a_paused_holder_and_the_ledger_never_sees_two_holders(
         (tmp_path / "hold").unlink()
         first_token = ledger.snapshot()[0][0][1]
         # Another run of the victim takes over with a larger token and finishes.
-        wait_until(lambda: client.get(victim).status == "completed", timeout=60, what="takeover")
+        try:
+            wait_until(
+                lambda: client.get(victim).status == "completed", timeout=60, what="takeover"
+            )
+        except AssertionError:
+            print(client.get(victim), [(e.type, e.payload) for e in client.events(victim)])
+            print(ledger.snapshot())
+            raise
         paused.signal(signal.SIGCONT)
         wait_until(lambda: ledger.snapshot()[1], timeout=30, what="the zombie's late write")
         wait_until(lambda: _all_completed(db, ids), timeout=90, what="all 50 sessions")
@@ -118,3 +125,68 @@ def test_one_lock_fences_a_paused_holder_and_the_ledger_never_sees_two_holders(
     assert runs[1][0][1] > first_token
     assert [[phase for phase, _, _ in run] for run in runs[2:]] == [["begin", "end"]] * 49
     assert {run[0][2] for run in runs[2:]} == {str(i) for i in ids[1:]}
+
+
+def test_locks_go_to_the_next_waiter_on_cancel_completion_and_dead_letter(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    deployment.worker(AGENTS)
+    deployment.scheduler()
+
+    def status(session_id: uuid.UUID) -> str:
+        return client.get(session_id).status
+
+    def holding(session_id: uuid.UUID) -> bool:
+        return status(session_id) == "suspended" and "token" in client.state(session_id)
+
+    a = client.start("lock_holder", {"lock": "x"})
+    wait_until(lambda: holding(a), what="a to hold x")
+    b = client.start("lock_holder", {"lock": "x"})
+    c = client.start("lock_holder", {"lock": "x", "timeout": 0.5})
+    wait_until(lambda: client.get(c).result == {"timed_out": True}, what="c to time out")
+    assert status(b) == "suspended" and not holding(b)
+
+    client.cancel(a, actor="test")  # cancelled: x goes to b
+    wait_until(lambda: holding(b), what="b to hold x")
+    d = client.start("lock_holder", {"lock": "x", "fail": True})
+    wait_until(lambda: status(d) == "suspended", what="d to wait")
+    client.signal(b, "go", {})  # b completes: x goes to d, which fails
+    wait_until(lambda: status(d) == "failed", what="d to be dead-lettered")
+    e = client.start("lock_holder", {"lock": "x"})  # free again
+    wait_until(lambda: holding(e), what="e to hold x")
+    assert client.state(e)["token"] > client.get(b).result["token"] > client.state(a)["token"]
+
+
+def test_acquiring_locks_out_of_name_order_fails_the_step(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    deployment.worker(AGENTS)
+    session_id = client.start("out_of_order", {})
+    wait_until(lambda: client.get(session_id).status == "failed", what="the step to fail")
+    error = client.get(session_id).error
+    assert error is not None and "ascending name order" in str(error.message)
+
+
+def test_a_semaphore_of_three_over_thirty_sessions_admits_three_in_fifo_order(
+    client: Client, db: Database, tmp_path: Path, deployment: LocalDeployment
+) -> None:
+    (tmp_path / "hold").touch()
+    deployment.worker(AGENTS)
+    deployment.worker(AGENTS)
+    with Gauge() as gauge:
+        common = {"permits": 3, "gauge": gauge.url, "gate_dir": str(tmp_path)}
+        ids: list[uuid.UUID] = []
+        for index in range(30):
+            ids.append(client.start("semaphore_user", common))
+            if index < 3:  # granted at once: inside, held at the gate
+                wait_until((tmp_path / f"entered-{ids[-1]}").exists, what="a holder")
+            else:  # queued in this order
+                wait_until(lambda: client.get(ids[-1]).status == "suspended", what="a waiter")
+        assert gauge.inside == 3
+        (tmp_path / "hold").unlink()
+        wait_until(lambda: _all_completed(db, ids), timeout=60, what="all 30 sessions")
+        most = gauge.most
+
+    assert most == 3
+    tokens = [client.get(session_id).result["token"] for session_id in ids]
+    assert tokens == sorted(tokens) and len(set(tokens)) == 30  # granted in request order

@@ -1,8 +1,8 @@
-"""coordination: shared documents, locks and semaphores
+"""coordination: shared documents, locks and semaphores, child sessions
 
 Named JSON documents shared by sessions, with their version history, and
 named locks (a semaphore is a lock with more than one permit) with a FIFO
-queue of requests and monotonic fencing tokens.
+queue of requests and monotonic fencing tokens; a session's parent.
 
 Revision ID: 0010
 Revises: 0007
@@ -26,6 +26,14 @@ _ = sqlmodel
 
 
 def upgrade() -> None:
+    op.add_column("sessions", sa.Column("parent_id", sa.Uuid(), nullable=True))
+    op.create_index(
+        "ix_sessions_parent_id",
+        "sessions",
+        ["parent_id"],
+        unique=False,
+        postgresql_where=sa.text("parent_id IS NOT NULL"),
+    )
     op.create_table(
         "shared_documents",
         sa.Column("name", sa.Text(), nullable=False),
@@ -108,3 +116,9 @@ def downgrade() -> None:
     op.drop_table("coordination_locks")
     op.drop_table("shared_versions")
     op.drop_table("shared_documents")
+    op.drop_index(
+        "ix_sessions_parent_id",
+        table_name="sessions",
+        postgresql_where=sa.text("parent_id IS NOT NULL"),
+    )
+    op.drop_column("sessions", "parent_id")
