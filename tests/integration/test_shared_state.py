@@ -7,10 +7,13 @@ import json
 import time
 import uuid
 
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+
 from resumable.client import Client
 from resumable.models.database import Database
 from resumable.settings import Settings
-from tests.conftest import LocalDeployment, run_cli, wait_until
+from tests.conftest import API_TOKEN, LocalDeployment, run_cli, wait_until
 
 AGENTS = "tests.coordination_agents"
 
@@ -71,7 +74,7 @@ def test_a_failed_step_commits_none_of_its_updates(
 
 
 def test_a_step_reads_its_own_update_and_later_steps_see_it(
-    client: Client, settings: Settings, deployment: LocalDeployment
+    client: Client, settings: Settings, app: Starlette, deployment: LocalDeployment
 ) -> None:
     deployment.worker(AGENTS)
     first = client.start("shared_reader", {"key": "a"})
@@ -87,6 +90,21 @@ def test_a_step_reads_its_own_update_and_later_steps_see_it(
     events = [e for e in client.events(second) if e.type == "shared_updated"]
     assert [e.payload for e in events] == [{"name": "doc", "version": 2}]
 
+    with TestClient(app, raise_server_exceptions=False) as http:
+        auth = {"authorization": f"Bearer {API_TOKEN}"}
+        document = http.get("/v1/shared/doc", headers=auth)
+        assert document.status_code == 200
+        assert document.json()["value"] == {"a": True, "b": True}
+        page = http.get("/v1/shared/doc/history?limit=1", headers=auth).json()
+        assert [v["version"] for v in page["items"]] == [2] and page["next_cursor"] == "2"
+        older = http.get(f"/v1/shared/doc/history?cursor={page['next_cursor']}", headers=auth)
+        assert [v["session_id"] for v in older.json()["items"]] == [str(first)]
+        missing_doc = http.get("/v1/shared/nope", headers=auth)
+        assert missing_doc.status_code == 404
+        assert missing_doc.json()["error"]["code"] == "shared_document_not_found"
+        assert http.get("/v1/shared/doc").status_code == 401
+        too_long = http.get("/v1/shared/" + "x" * 201, headers=auth)
+        assert too_long.status_code == 404
     shown = run_cli(settings, "shared", "show", "doc")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["version"] == 2
