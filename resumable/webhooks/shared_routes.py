@@ -37,9 +37,7 @@ NAME: PathParam[str] = PathParam(
     example="customer:42",
     _what="shared document",
 )
-_NOT_FOUND = Answer(
-    404, "No step has written this document.", codes=("shared_document_not_found",)
-)
+_NOT_FOUND = Answer(404, "No step has written this document.", codes=("shared_document_not_found",))
 
 
 class ListVersions(_Query):

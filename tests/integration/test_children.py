@@ -3,13 +3,15 @@ policies, and cancelling a parent."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
 
 from resumable.client import Client
 from resumable.models.database import Database
-from tests.conftest import LocalDeployment, wait_until
+from resumable.settings import Settings
+from tests.conftest import LocalDeployment, run_cli, wait_until
 from tests.fake_api import FakeAPI
 
 AGENTS = "tests.coordination_agents"
@@ -88,7 +90,7 @@ def test_a_dead_lettered_child_informs_the_parent_by_default(
 
 
 def test_cancelling_a_parent_cancels_its_children(
-    client: Client, deployment: LocalDeployment
+    client: Client, settings: Settings, deployment: LocalDeployment
 ) -> None:
     deployment.worker(AGENTS)
     parent = client.start("planner", {"children": 3, "child": {"wait_signal": True}})
@@ -102,3 +104,10 @@ def test_cancelling_a_parent_cancels_its_children(
     kids = client.page_sessions(parent=parent).items
     assert {c.status for c in kids} == {"cancelled"}
     assert client.get(parent).status == "cancelled"
+    listed = run_cli(settings, "sessions", "list", "--parent", str(parent)[:8], "--json")
+    assert listed.returncode == 0, listed.stderr
+    page = json.loads(listed.stdout)
+    assert sorted(item["session_id"] for item in page["items"]) == sorted(
+        str(c.session_id) for c in kids
+    )
+    assert {item["parent_id"] for item in page["items"]} == {str(parent)}
