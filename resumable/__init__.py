@@ -5,6 +5,8 @@ from resumable.async_client import AsyncClient
 from resumable.checkpoints import EventSourced, Incremental, Snapshot
 from resumable.client import Client
 from resumable.context import StepContext
+from resumable.coordination.records import SharedDocument, SharedVersion
+from resumable.coordination.shared import CoordinationError
 from resumable.errors import (
     AgentDefinitionError,
     CheckpointNotFoundError,
@@ -39,7 +41,7 @@ from resumable.schemas import (
     ToolCall,
 )
 from resumable.settings import Settings, load_settings
-from resumable.waits import Callback, Poll, Signal, Timer, Wait, Wake
+from resumable.waits import Callback, Children, Lock, Poll, Signal, Timer, Wait, Wake
 
 __all__ = [
     # Defining agents
@@ -55,6 +57,8 @@ __all__ = [
     "Snapshot",
     # Waiting
     "Callback",
+    "Children",
+    "Lock",
     "Poll",
     "Signal",
     "Timer",
@@ -75,9 +79,12 @@ __all__ = [
     "Page",
     "Session",
     "ToolCall",
+    "SharedDocument",
+    "SharedVersion",
     # Errors
     "AgentDefinitionError",
     "CheckpointNotFoundError",
+    "CoordinationError",
     "ConfigurationError",
     "DeadLetterNotFoundError",
     "DeadLetterStateError",

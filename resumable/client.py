@@ -34,6 +34,8 @@ from sqlmodel import col, select
 
 from resumable import serialization, tracing
 from resumable.agent import AgentRegistry
+from resumable.coordination import children, shared
+from resumable.coordination.records import SharedDocument, SharedVersion
 from resumable.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.errors import (
     IdempotencyConflictError,
@@ -266,6 +268,10 @@ class Client:
         if row is None:
             status = self.get(sid).status  # raises SessionNotFoundError
             raise SessionStateError(f"session {sid} is already {status}")
+        for child in children.unfinished_children(self.db, sid):  # and theirs, recursively
+            with contextlib.suppress(SessionStateError):  # it finished meanwhile
+                self.cancel(child, actor=actor, reason=f"parent {sid} cancelled")
+        children.session_finished(self.db, self.broker, self.settings, sid)
         return self.get(sid)
 
     def signal(
@@ -307,13 +313,16 @@ class Client:
         cursor: str | None = None,
         hung_after: float | None = None,
         unserved: bool = False,
+        parent: uuid.UUID | str | None = None,
     ) -> Page[Session]:
         """Newest first, keyset-paginated, without their state (read one
         session for it): pass `next_cursor` back as `cursor` for the next page.
         `hung_after` (seconds) keeps only hung sessions: running, with a current
         step past its time limit or running longer than that. `unserved` keeps
-        only sessions waiting for a worker that loads their agent (none is alive)."""
+        only sessions waiting for a worker that loads their agent (none is alive).
+        `parent` keeps only the children that session spawned."""
         rows, next_cursor = self._session_rows(
+            parent=parent,
             status=status,
             agent=agent,
             limit=limit,
@@ -333,6 +342,7 @@ class Client:
         cursor: str | None,
         hung_after: float | None,
         unserved: bool,
+        parent: uuid.UUID | str | None = None,
     ) -> tuple[list[SessionRow], str | None]:
         query = select(SessionRow).order_by(
             col(SessionRow.created_at).desc(), col(SessionRow.id).desc()
@@ -341,6 +351,8 @@ class Client:
             query = query.where(SessionRow.status == status)
         if agent:
             query = query.where(SessionRow.agent == agent)
+        if parent is not None:
+            query = query.where(SessionRow.parent_id == _as_uuid(parent))
         if hung_after is not None:
             now = sa.func.now()
             query = query.where(
@@ -533,6 +545,19 @@ class Client:
         """Close it without retrying; the dead letter, now `discarded`."""
         self._dead_letters().discard(dead_letter_id, actor=actor, reason=reason)
         return self.dead_letter(dead_letter_id)
+
+    def shared(self, name: str) -> SharedDocument | None:
+        """The shared document `name` as committed now; None if never written."""
+        row = shared.read(self.db, name)
+        return None if row is None else SharedDocument.from_row(row)
+
+    def shared_history(
+        self, name: str, *, limit: int = 100, before: int | None = None
+    ) -> list[SharedVersion]:
+        """The shared document's committed values with the session and step
+        that wrote each, newest first (older than version `before` if given)."""
+        rows = shared.history(self.db, name, limit=limit, before=before)
+        return [SharedVersion.from_row(row) for row in rows]
 
     def _dead_letters(self) -> DeadLetters:
         return DeadLetters(self.settings, self.db, self.broker)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -11,10 +12,11 @@ from typing import Any, TypeVar
 from resumable import serialization
 from resumable.agent import Complete, Next
 from resumable.checkpoints import Reducer
+from resumable.coordination.step import StepCoordination
 from resumable.errors import AgentDefinitionError
 from resumable.queue.callbacks import CallbackFactory
 from resumable.queue.tool_calls import ToolCalls
-from resumable.waits import Callback, Poll, Signal, Timer, Wait, Wake
+from resumable.waits import Callback, Children, Lock, Poll, Signal, Timer, Wait, Wake
 
 T = TypeVar("T")
 
@@ -45,6 +47,7 @@ class StepContext:
         reducer: Reducer | None = None,
         version: int = 0,
         patches: dict[str, int] | None = None,
+        coordination: StepCoordination | None = None,
     ) -> None:
         self.session_id = session_id
         self.agent = agent
@@ -81,6 +84,8 @@ class StepContext:
                 "Agent(..., patches={...}) with the version that introduced it"
             ) from None
         return self.version >= since
+        #: Shared documents this step read and the updates it commits.
+        self.coordination = coordination
 
     def tool(
         self,
@@ -89,6 +94,7 @@ class StepContext:
         /,
         *args: Any,
         compensate: str | None = None,
+        fence: str | None = None,
         **kwargs: Any,
     ) -> T:
         """Run a side effect once per logical call and return its result.
@@ -101,9 +107,17 @@ class StepContext:
         ``compensate`` names a compensation registered with
         ``@agent.compensation``: if the session later fails for good, it is
         called to undo this call (the saga pattern).
+
+        ``fence`` names a lock this session holds: ``fn`` also gets
+        ``fencing_token=`` (see ``ctx.fence``), for the external system to
+        reject writes with a token lower than one it has seen.
         """
         if compensate is not None and not self._has_compensation(compensate):
             raise AgentDefinitionError(f"agent {self.agent!r} has no compensation {compensate!r}")
+        if fence is not None:
+            # The token is not part of the call's identity (its idempotency key
+            # and recorded arguments): a new run of the session passes a new one.
+            fn = functools.partial(fn, fencing_token=self.fence(fence))
         result: T = self._tools.call(name, fn, args, kwargs, compensate)
         return result
 
@@ -133,7 +147,7 @@ class StepContext:
 
     @staticmethod
     def wait(
-        *conditions: Callback | Signal | Timer | Poll,
+        *conditions: Callback | Signal | Timer | Poll | Lock | Children,
         then: str,
         timeout: float | timedelta | None = None,
     ) -> Wait:
@@ -156,3 +170,68 @@ class StepContext:
     def complete(result: Any = None) -> Complete:
         """Finish the session with `result`."""
         return Complete(result)
+
+    # Coordination between sessions (resumable/coordination).
+
+    def _coordination(self) -> StepCoordination:
+        if self.coordination is None:
+            raise AgentDefinitionError("coordination is available only inside a worker's step")
+        return self.coordination
+
+    def shared(self, name: str, default: Any = None) -> Any:
+        """The shared JSON document `name` as committed now (`default` if it was
+        never written), with this step's own pending updates applied. A read
+        is not a lock: to change a document use ``update_shared``."""
+        return self._coordination().shared.get(name, default)
+
+    def update_shared(self, name: str, fn: Callable[[Any], Any]) -> Any:
+        """Change the shared document `name` to ``fn(current)``, atomically, in
+        the transaction that commits this step (or not at all, if the step
+        fails or its lease is lost).
+
+        ``fn`` gets the current value (None if never written) and returns the
+        new one (JSON-serializable). It is applied again at commit, under a row
+        lock, to the value current then, so concurrent updates never lose a
+        write; it must therefore be pure and deterministic (``lambda n: (n or
+        0) + 1``). Returns ``fn`` applied to the value this step sees now: a
+        preview, which another session's commit may overtake.
+        """
+        return self._coordination().shared.update(name, fn)
+
+    @staticmethod
+    def lock(name: str, *, then: str, timeout: float | timedelta | None = None) -> Wait:
+        """Suspend until this session holds the lock `name`, then run `then`
+        (``ctx.wake.kind == "lock"``; ``"timeout"`` if `timeout` passed first).
+        Waiters are served in FIFO order and hold no worker. The lock is held
+        until ``ctx.release(name)`` commits or the session finishes (completes,
+        fails, is cancelled or dead-lettered). Take several locks in ascending
+        name order only."""
+        return Wait(conditions=(Lock(name, 1, timeout),), then=then)
+
+    @staticmethod
+    def semaphore(
+        name: str, permits: int, *, then: str, timeout: float | timedelta | None = None
+    ) -> Wait:
+        """Like ``lock``, but `permits` sessions may hold `name` at once (the
+        first request's `permits` defines the semaphore)."""
+        return Wait(conditions=(Lock(name, permits, timeout),), then=then)
+
+    def fence(self, name: str) -> int:
+        """The fencing token of the lock `name` this session holds: pass it to
+        every write the lock protects, so the external system can reject a
+        write with a lower token than it has seen (a paused worker's late
+        write). Larger for each new holder, and for each new run (lease
+        epoch) of the same holder."""
+        return self._coordination().fence(name)
+
+    def release(self, name: str) -> None:
+        """Release the lock `name` when this step commits."""
+        self._coordination().release(name)
+
+    def spawn(self, agent: str, input: Any = None) -> uuid.UUID:
+        """Start a child session of `agent` with `input` when this step commits;
+        its id, at once. The id is derived from this session, step and the
+        call's index, so a replay of this step starts no child twice. Wait for
+        children with ``ctx.wait(Children(ids), then=...)``; cancelling this
+        session cancels them."""
+        return self._coordination().spawns.spawn(agent, input)

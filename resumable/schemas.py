@@ -213,6 +213,9 @@ class Session(Record):
         default=None, description="The session this one was forked from."
     )
     forked_at: int | None = Field(default=None, description="The origin's checkpoint it forked at.")
+    parent_id: uuid.UUID | None = Field(
+        default=None, description="The session whose step spawned this one (ctx.spawn)."
+    )
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
@@ -247,6 +250,7 @@ class Session(Record):
             started_version=row.started_version,
             forked_from=row.forked_from,
             forked_at=row.forked_at_seq,
+            parent_id=row.parent_id,
             created_at=row.created_at,
             updated_at=row.updated_at,
             finished_at=row.finished_at,

@@ -21,13 +21,17 @@ passes first, the ``then`` step runs with ``ctx.wake.kind == "timeout"``.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from resumable.errors import WaitDefinitionError
 
-WakeKind = Literal["callback", "signal", "timer", "poll", "timeout", "poll_check"]
+WakeKind = Literal[
+    "callback", "signal", "timer", "poll", "timeout", "poll_check", "lock", "children"
+]
 
 
 def _seconds(value: float | timedelta | None) -> float | None:
@@ -92,10 +96,55 @@ class Poll:
 
 
 @dataclass(frozen=True)
+class Lock:
+    """Wait until this session holds the lock `name` (a semaphore when
+    ``permits`` > 1: that many sessions may hold it at once). Requests are
+    granted in FIFO order; the ``then`` step finds ``ctx.wake.kind == "lock"``
+    and gets its fencing token from ``ctx.fence(name)``. See
+    ``resumable/coordination/locks.py``."""
+
+    name: str
+    permits: int = 1
+    timeout: float | timedelta | None = None
+
+
+@dataclass(frozen=True)
+class Children:
+    """Wait until child sessions (ids from ``ctx.spawn``) finish: ``need`` is
+    ``"all"``, ``"any"`` or a number. The ``then`` step finds
+    ``ctx.wake.kind == "children"`` and ``ctx.wake.payload`` as
+    ``{"results": {id: result}, "failures": {id: {"status", "error"}}}``.
+
+    ``on_failure``: ``"inform"`` (default) counts a dead-lettered child as
+    finished and reports it in ``failures``; ``"wait"`` keeps the parent
+    waiting while the child's dead letter is open, so retrying the child from
+    the dead-letter queue lets the parent continue with its result (a
+    discarded dead letter then counts as a failure)."""
+
+    ids: Sequence[uuid.UUID | str]
+    need: int | Literal["all", "any"] = "all"
+    on_failure: Literal["inform", "wait"] = "inform"
+    timeout: float | timedelta | None = None
+
+    def spec(self) -> dict[str, Any]:
+        ids = [str(i) for i in self.ids]
+        if not ids:
+            raise WaitDefinitionError("Children(...) needs at least one child id")
+        need = len(ids) if self.need == "all" else 1 if self.need == "any" else self.need
+        if not isinstance(need, int) or not 1 <= need <= len(ids):
+            raise WaitDefinitionError(
+                f"Children(need=...) must be 'all', 'any' or 1..{len(ids)}, got {self.need!r}"
+            )
+        if self.on_failure not in ("inform", "wait"):
+            raise WaitDefinitionError("Children(on_failure=...) must be 'inform' or 'wait'")
+        return {"ids": ids, "need": need, "on_failure": self.on_failure}
+
+
+@dataclass(frozen=True)
 class Wait:
     """A step's outcome: suspend until one condition fires, then run ``then``."""
 
-    conditions: tuple[Callback | Signal | Timer | Poll, ...]
+    conditions: tuple[Callback | Signal | Timer | Poll | Lock | Children, ...]
     then: str
     timeout: float | timedelta | None = None
 
@@ -127,6 +176,16 @@ class Wait:
                     raise WaitDefinitionError("Poll(every=...) must be positive")
                 spec["poll"] = {"check": condition.check, "args": condition.args, "every": every}
                 due.append(now + timedelta(seconds=every))
+            elif isinstance(condition, Lock):
+                if "lock" in spec:
+                    raise WaitDefinitionError("a wait can hold at most one Lock")
+                if not isinstance(condition.permits, int) or condition.permits < 1:
+                    raise WaitDefinitionError("Lock(permits=...) must be a positive integer")
+                spec["lock"] = {"name": condition.name, "permits": condition.permits}
+            elif isinstance(condition, Children):
+                if "children" in spec:
+                    raise WaitDefinitionError("a wait can hold at most one Children")
+                spec["children"] = condition.spec()
             else:
                 raise WaitDefinitionError(f"cannot wait on {condition!r}")
         if timers:

@@ -113,7 +113,8 @@ def truncate_all(database: Database) -> None:
         conn.execute(
             "TRUNCATE sessions, checkpoints, audit_events, tool_execution_cache, callbacks, "
             "deliveries, agents, workers, dead_letters, alerts, archived_sessions, "
-            "finished_session_counts, session_conditions CASCADE"
+            "finished_session_counts, session_conditions, "
+            "shared_documents, shared_versions, coordination_locks CASCADE"
         )
 
 

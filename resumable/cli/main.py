@@ -7,6 +7,7 @@ import click
 
 from resumable.cli import db, processes, services, sessions
 from resumable.cli.dlq import dlq
+from resumable.cli.shared import shared
 from resumable.cli.support import ErrorGroup
 from resumable.logs import configure_logging
 from resumable.settings import load_settings
@@ -42,6 +43,7 @@ for command in (
     sessions.sessions,
     sessions.reconcile,
     dlq,
+    shared,
     services.services,
 ):
     main.add_command(command)

@@ -96,6 +96,7 @@ def sessions() -> None:
 @sessions.command("list")
 @click.option("--status", type=click.Choice(STATUSES), default=None)
 @click.option("--agent", default=None)
+@click.option("--parent", default=None, help="Only the children this session spawned (ID).")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option(
     "--hung",
@@ -126,6 +127,7 @@ def sessions_list(
     settings: Settings,
     status: str | None,
     agent: str | None,
+    parent: str | None,
     limit: int,
     hung: bool,
     hung_after: float,
@@ -146,14 +148,23 @@ def sessions_list(
             cursor=cursor,
             hung_after=hung_after if hung else None,
             unserved=unserved,
+            parent=None if parent is None else resolve_session(c.db, parent),
         )
     if as_json:
         click.echo(page.model_dump_json())
         return
-    columns = ["session_id", "agent", "status", "step", "seq", "updated_at"]
+    columns = ["session_id", "agent", "status", "step", "seq", "updated_at", "parent"]
     table = Table(*columns, *(["why"] if blocked else []))
     for r in page.items:
-        row = [str(r.session_id), r.agent, r.status, r.step or "", str(r.seq), str(r.updated_at)]
+        row = [
+            str(r.session_id),
+            r.agent,
+            r.status,
+            r.step or "",
+            str(r.seq),
+            str(r.updated_at),
+            str(r.parent_id)[:8] if r.parent_id else "",
+        ]
         if blocked:
             reason = r.blocked_reason or {}
             row.append(f"{reason.get('kind', '?')}: {reason.get('message', '')}")

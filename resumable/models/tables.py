@@ -81,6 +81,9 @@ class SessionRow(SQLModel, table=True):
             "status",
             postgresql_where=sa.text(f"status NOT IN ({_TERMINAL})"),
         ),
+        sa.Index(
+            "ix_sessions_parent_id", "parent_id", postgresql_where=sa.text("parent_id IS NOT NULL")
+        ),
     )
 
     id: uuid.UUID = Field(primary_key=True)
@@ -144,6 +147,8 @@ class SessionRow(SQLModel, table=True):
     # Added in migration 0009: the W3C trace context (traceparent, tracestate)
     # captured at start; every span of the session joins that trace.
     trace_context: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
+    # Added in migration 0010: the session whose step spawned this one.
+    parent_id: uuid.UUID | None = Field(default=None, sa_column=sa.Column(sa.Uuid, nullable=True))
 
 
 class CheckpointRow(SQLModel, table=True):
@@ -516,3 +521,76 @@ class SessionConditionRow(SQLModel, table=True):
     detail: dict[str, Any] = Field(sa_column=_jsonb(nullable=False))
     opened_at: datetime = Field(sa_column=_timestamp(default_now=True))
     resolved_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+
+
+class SharedDocumentRow(SQLModel, table=True):
+    """A named JSON document shared by sessions (``ctx.shared`` reads it,
+    ``ctx.update_shared`` changes it in the transaction of the step that asked).
+    ``version`` counts committed updates; 0 means never written."""
+
+    __tablename__ = "shared_documents"
+
+    name: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    value: Any = Field(default=None, sa_column=_jsonb())
+    version: int = Field(
+        default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0")
+    )
+    updated_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    updated_by: uuid.UUID | None = Field(default=None, sa_column=sa.Column(sa.Uuid, nullable=True))
+
+
+class SharedVersionRow(SQLModel, table=True):
+    """Append-only history of a shared document: each committed value and the
+    session, step and sequence number that wrote it (no foreign key: the
+    history outlives sessions removed by retention)."""
+
+    __tablename__ = "shared_versions"
+
+    name: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    version: int = Field(sa_column=sa.Column(sa.BigInteger, primary_key=True))
+    value: Any = Field(default=None, sa_column=_jsonb())
+    session_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, nullable=False))
+    seq: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    step: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    created_at: datetime = Field(sa_column=_timestamp(default_now=True))
+
+
+class LockRow(SQLModel, table=True):
+    """A named lock or semaphore: how many sessions may hold it at once and
+    the last fencing token it issued (tokens only grow)."""
+
+    __tablename__ = "coordination_locks"
+
+    name: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    permits: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    fence: int = Field(
+        default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0")
+    )
+
+
+class LockRequestRow(SQLModel, table=True):
+    """A session's place at a lock: ``waiting`` in FIFO order of ``id``, then
+    ``held`` with a fencing token issued for the lease epoch that asked for it
+    (re-issued, larger, when another epoch of the session asks again)."""
+
+    __tablename__ = "coordination_lock_requests"
+    __table_args__ = (
+        sa.CheckConstraint("status IN ('waiting','held')", name="status"),
+        sa.UniqueConstraint("name", "session_id"),
+        sa.Index("ix_coordination_lock_requests_session_id", "session_id"),
+    )
+
+    id: int | None = Field(
+        default=None, sa_column=sa.Column(sa.BigInteger, sa.Identity(), primary_key=True)
+    )
+    name: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    session_id: uuid.UUID = Field(
+        sa_column=sa.Column(
+            sa.Uuid, sa.ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False
+        )
+    )
+    status: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    token: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
+    token_epoch: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
+    requested_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    granted_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))

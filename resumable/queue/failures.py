@@ -31,6 +31,7 @@ from psycopg.rows import class_row
 
 from resumable import serialization
 from resumable.agent import Agent
+from resumable.coordination import children
 from resumable.errors import ResumableError, StepTimeoutError
 from resumable.models import failure_queries
 from resumable.models.database import Database
@@ -327,6 +328,7 @@ class FailureHandler:
             )
         if row is None:
             return RunOutcome.LEASE_LOST
+        children.session_finished(self.db, self.broker, self.settings, held.session_id)
         logger.error(
             "session dead-lettered (dead letter %s) at step %s: %s: %s",
             row.dead_letter_id,

@@ -30,6 +30,8 @@ from resumable import serialization
 from resumable.agent import Agent, AgentRegistry, Complete, Next, version_label
 from resumable.checkpoints import CheckpointRecord, EventSourced
 from resumable.context import StepContext
+from resumable.coordination.shared import CoordinationError
+from resumable.coordination.step import StepCoordination
 from resumable.errors import (
     InvalidStepResultError,
     LeaseLostError,
@@ -300,7 +302,10 @@ class SessionRunner:
             next_limit = None
             if status is SessionStatus.RUNNING and step.decision.next_step is not None:
                 next_limit = agent.policy(step.decision.next_step).time_limit
-            committed = self._commit(claim, step, status, events, next_limit)
+            try:
+                committed = self._commit(claim, step, status, events, next_limit)
+            except CoordinationError as exc:  # rolled back: nothing of the step committed
+                return self.failures.step_failed(held, agent, exc, cursor)
             if committed is None and (
                 fewer := fewer_calls(
                     self.db, claim.session_id, step.ctx.seq, step.name, step.tools.made
@@ -314,6 +319,10 @@ class SessionRunner:
                     extra={"action": "lease_lost"},
                 )
                 return RunOutcome.LEASE_LOST
+            if step.ctx.coordination is not None:  # grants the commit made possible
+                step.ctx.coordination.after_commit(
+                    self.broker, self.settings, status, step.decision.wait
+                )
             decision = step.decision
             if decision.done:
                 logger.info(
@@ -406,6 +415,7 @@ class SessionRunner:
             else None,
             version=claim.started_version,
             patches=agent.patches,
+            coordination=StepCoordination(self.db, claim.session_id, claim.epoch, cursor, seq + 1),
         )
         step_started = time.monotonic()
         decision = self._interpret(agent, step_fn(ctx))
@@ -500,7 +510,9 @@ class SessionRunner:
     ) -> int | None:
         """Commit a step's outcome; the new sequence number, or None if fenced out."""
         wait = step.decision.wait
-        with self.db.connection() as conn:
+        coordination = step.ctx.coordination
+        assert coordination is not None
+        with self.db.connection() as conn, coordination.transaction(conn, wait):
             row = (
                 conn.cursor(row_factory=class_row(CommittedStep))
                 .execute(
@@ -535,6 +547,8 @@ class SessionRunner:
                 )
                 .fetchone()
             )
+            if row is not None:
+                coordination.write(conn, row.step_seq, wait)  # same transaction, if it has any
         return None if row is None else row.step_seq
 
 

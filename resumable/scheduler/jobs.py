@@ -15,6 +15,7 @@ import dramatiq
 
 from resumable import tracing
 from resumable.agent import AgentRegistry
+from resumable.coordination import children, locks
 from resumable.inbox import Inbox
 from resumable.models import failure_queries, wait_queries
 from resumable.models.database import Database
@@ -105,6 +106,15 @@ class SchedulerJobs:
         )
         return report.total
 
+    def grant_locks(self) -> int:
+        """Locks with waiters whose grant was missed (a worker died between
+        a release and the grant) or whose holder finished without releasing."""
+        return locks.grant_waiting(self.db, self.broker, self.settings)
+
+    def wake_parents(self) -> int:
+        """Parents whose children finished but whose wake-up was missed."""
+        return children.wake_waiting_parents(self.db, self.broker, self.settings)
+
     @property
     def jobs(self) -> list[Callable[[], object]]:
         return [
@@ -113,6 +123,8 @@ class SchedulerJobs:
             self.wake_stranded,
             self.reconcile,
             self.lingering,
+            self.grant_locks,
+            self.wake_parents,
             self.deliver_alerts,
             self.retention,
         ]

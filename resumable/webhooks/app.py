@@ -34,6 +34,7 @@ from resumable.webhooks import (
     health_routes,
     metrics_routes,
     session_routes,
+    shared_routes,
 )
 from resumable.webhooks.auth import BearerAuth, accepted_tokens, auth_middleware
 from resumable.webhooks.console.app import WithConsole, build_console
@@ -56,6 +57,7 @@ ROUTES: tuple[BaseRoute, ...] = (
     *dead_letter_routes.routes,
     *health_routes.routes,
     *metrics_routes.routes,
+    *shared_routes.routes,
 )
 
 

@@ -280,6 +280,7 @@ class _Query(BaseModel):
 class ListSessions(_Query):
     status: SessionStatus | None = None
     agent: Name | None = None
+    parent: uuid.UUID | None = Field(default=None, description="Only this session's children.")
     limit: Annotated[int, Field(ge=1, le=200, description="Sessions per page."), Digits] = 50
     cursor: SessionCursor | None = None
 

@@ -168,7 +168,11 @@ async def list_sessions(request: Request) -> Response:
     query = parse_query(ListSessions, request.query_params)
     page = await run_in_threadpool(
         lambda: state.client.page_sessions(
-            status=query.status, agent=query.agent, limit=query.limit, cursor=query.cursor
+            status=query.status,
+            agent=query.agent,
+            limit=query.limit,
+            cursor=query.cursor,
+            parent=query.parent,
         )
     )
     return json_answer(page)

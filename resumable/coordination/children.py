@@ -1,0 +1,118 @@
+"""Child sessions: a step spawns them, a later step waits for them.
+
+``ctx.spawn(agent, input)`` returns the child's id at once; the child is
+created in the parent step's commit transaction (so a failed step spawns
+nothing) and enqueued after it. The id is a UUID derived from the parent,
+the step's sequence number and the call's index in the step, so a replayed
+step finds the children it made and creates none twice.
+
+``return ctx.wait(Children(ids), then=...)`` suspends the parent. Whenever a
+child finishes (completes, is dead-lettered, cancelled) the parent is
+checked and woken once enough have, with their results and failures in
+``ctx.wake.payload``. The check also runs right after the parent suspends
+(children may all have finished already) and from the scheduler (a worker
+that died between a child's commit and its check). Cancelling a parent
+cancels its unfinished children, and theirs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import dramatiq
+import psycopg
+
+from resumable import serialization
+from resumable.coordination import locks
+from resumable.coordination.shared import CoordinationError
+from resumable.models import coordination_queries as queries
+from resumable.models.database import Database
+from resumable.queue.broker import enqueue_session
+from resumable.settings import Settings
+
+#: Namespace of child-session ids (uuid5 of parent, step sequence, call index).
+CHILD_NAMESPACE = uuid.UUID("4f2b9c1e-7d3a-5e8f-9a6b-0c1d2e3f4a5b")
+
+
+def child_id(parent_id: uuid.UUID, seq: int, index: int) -> uuid.UUID:
+    return uuid.uuid5(CHILD_NAMESPACE, f"{parent_id}:{seq}:{index}")
+
+
+class Spawns:
+    """The children one step asks for, created when it commits."""
+
+    def __init__(self, parent_id: uuid.UUID, seq: int) -> None:
+        self.parent_id = parent_id
+        self.seq = seq
+        self.children: list[dict[str, Any]] = []
+
+    def spawn(self, agent: str, input: Any) -> uuid.UUID:
+        if not isinstance(agent, str) or not agent:
+            raise CoordinationError("spawn needs an agent name")
+        new_id = child_id(self.parent_id, self.seq, len(self.children))
+        serialization.dumps(input, f"input of child {new_id}")
+        self.children.append({"id": str(new_id), "agent": agent, "input": input})
+        return new_id
+
+    def write(self, conn: psycopg.Connection[Any]) -> None:
+        """Inside the step's commit transaction."""
+        if self.children:
+            conn.execute(
+                queries.SPAWN_CHILDREN,
+                {
+                    "parent_id": self.parent_id,
+                    "children": serialization.dumps(self.children, "children"),
+                },
+            )
+
+    def enqueue(self, broker: dramatiq.Broker, settings: Settings) -> None:
+        """After the commit (a lost message is the reconciler's to resend)."""
+        for child in self.children:
+            enqueue_session(broker, settings, uuid.UUID(child["id"]))
+
+
+def wake_parent(
+    db: Database,
+    broker: dramatiq.Broker,
+    settings: Settings,
+    *,
+    parent_id: uuid.UUID | None = None,
+    child_id: uuid.UUID | None = None,
+) -> bool:
+    """Wake the parent (named, or of `child_id`) if enough of its children finished."""
+    with db.connection() as conn:
+        row = conn.execute(
+            queries.WAKE_PARENT, {"parent_id": parent_id, "child_id": child_id}
+        ).fetchone()
+    if row is None:
+        return False
+    enqueue_session(broker, settings, uuid.UUID(str(row["id"])))
+    return True
+
+
+def session_finished(
+    db: Database, broker: dramatiq.Broker, settings: Settings, session_id: uuid.UUID
+) -> None:
+    """A session completed, failed for good or was cancelled: its locks go to
+    the next waiters and its parent (if any) may wake."""
+    locks.release_all(db, broker, settings, session_id)
+    wake_parent(db, broker, settings, child_id=session_id)
+
+
+def wake_waiting_parents(db: Database, broker: dramatiq.Broker, settings: Settings) -> int:
+    """The scheduler's backstop for parents whose wake-up was missed."""
+    with db.connection() as conn:
+        parents = [
+            uuid.UUID(str(row["id"]))
+            for row in conn.execute(queries.WAITING_PARENTS, {"limit": 500})
+        ]
+    return sum(wake_parent(db, broker, settings, parent_id=p) for p in parents)
+
+
+def unfinished_children(db: Database, parent_id: uuid.UUID) -> list[uuid.UUID]:
+    with db.connection() as conn:
+        return [
+            uuid.UUID(str(row["id"]))
+            for row in conn.execute(queries.UNFINISHED_CHILDREN, {"parent_id": parent_id})
+        ]

@@ -1,0 +1,294 @@
+"""The statements of shared state, locks and semaphores (see
+``resumable/coordination``). Shared-document writes run inside the step's
+commit transaction, after ``COMMIT_STEP`` succeeded, so they commit with the
+step or not at all; the row locks they take are held only until that commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SharedDocument:
+    """A shared document as stored: its value, version (0: never written) and
+    who wrote it last."""
+
+    name: str
+    value: Any
+    version: int
+    updated_at: datetime
+    updated_by: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class SharedVersion:
+    """One committed value of a shared document and the step that wrote it."""
+
+    name: str
+    version: int
+    value: Any
+    session_id: uuid.UUID
+    seq: int
+    step: str
+    created_at: datetime
+
+
+READ_SHARED = """
+SELECT name, value, version, updated_at, updated_by FROM shared_documents WHERE name = %(name)s
+"""
+
+SHARED_HISTORY = """
+SELECT name, version, value, session_id, seq, step, created_at FROM shared_versions
+WHERE name = %(name)s AND (%(before)s::bigint IS NULL OR version < %(before)s::bigint)
+ORDER BY version DESC
+LIMIT %(limit)s
+"""
+
+# Make sure every document the step updates has a row (a statement of its
+# own: a data-modifying CTE's rows are invisible to the rest of its statement),
+ENSURE_SHARED = """
+INSERT INTO shared_documents (name, value, version)
+SELECT n, NULL, 0 FROM unnest(%(names)s::text[]) AS n ORDER BY n
+ON CONFLICT (name) DO NOTHING
+"""
+
+# then lock them all in name order (one global order, so two steps updating
+# the same documents cannot deadlock). Both run inside the commit transaction,
+# after COMMIT_STEP: the locks last only until that commit.
+LOCK_SHARED = """
+SELECT name, value, version FROM shared_documents
+WHERE name = ANY(%(names)s::text[])
+ORDER BY name
+FOR UPDATE
+"""
+
+# The new values, their history rows and one audit event each, in one statement.
+WRITE_SHARED = """
+WITH d AS (
+    SELECT * FROM jsonb_to_recordset(%(docs)s::jsonb) AS d(name text, value jsonb, version bigint)
+), u AS (
+    UPDATE shared_documents SET value = d.value, version = d.version, updated_at = now(),
+                                updated_by = %(session_id)s
+    FROM d WHERE shared_documents.name = d.name
+), h AS (
+    INSERT INTO shared_versions (name, version, value, session_id, seq, step)
+    SELECT d.name, d.version, d.value, %(session_id)s, %(seq)s, %(step)s FROM d
+)
+INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+SELECT %(session_id)s, %(seq)s, %(step)s, 'shared_updated',
+       jsonb_build_object('name', d.name, 'version', d.version)
+FROM d
+"""
+
+
+# -- locks and semaphores ------------------------------------------------------------
+
+# Locks this session holds at or after `name` in name order: acquiring `name`
+# then could deadlock with a session taking them the other way round.
+HELD_AT_OR_AFTER = """
+SELECT name FROM coordination_lock_requests
+WHERE session_id = %(session_id)s AND status = 'held' AND name >= %(name)s
+ORDER BY name LIMIT 1
+"""
+
+# A request joins the lock's FIFO queue (its permits are fixed by first use),
+# in the transaction that suspends the session on it.
+REQUEST_LOCK = """
+WITH l AS (
+    INSERT INTO coordination_locks (name, permits) VALUES (%(name)s, %(permits)s)
+    ON CONFLICT (name) DO NOTHING
+)
+INSERT INTO coordination_lock_requests (name, session_id, status)
+VALUES (%(name)s, %(session_id)s, 'waiting')
+ON CONFLICT (name, session_id) DO NOTHING
+"""
+
+RELEASE_LOCK = """
+DELETE FROM coordination_lock_requests
+WHERE name = %(name)s AND session_id = %(session_id)s AND status = 'held'
+RETURNING name
+"""
+
+# Everything a finished session held or waited for.
+RELEASE_ALL = """
+DELETE FROM coordination_lock_requests WHERE session_id = %(session_id)s RETURNING name
+"""
+
+# The lock row, locked: grants of one lock happen one at a time.
+LOCK_ROW = """
+SELECT permits, fence FROM coordination_locks WHERE name = %(name)s FOR UPDATE
+"""
+
+# Requests that no longer count: their session finished (completed, failed,
+# cancelled: a dead letter is failed), or a waiting session is no longer
+# suspended on this lock (its wait timed out, or it was woken otherwise).
+DROP_STALE_REQUESTS = """
+DELETE FROM coordination_lock_requests r USING sessions s
+WHERE r.name = %(name)s AND s.id = r.session_id
+  AND (s.status IN ('completed', 'failed', 'cancelled')
+       OR (r.status = 'waiting'
+           AND NOT (s.status = 'suspended' AND s.wait -> 'lock' ->> 'name' = %(name)s)))
+"""
+
+HELD_COUNT = """
+SELECT count(*) AS held FROM coordination_lock_requests
+WHERE name = %(name)s AND status = 'held'
+"""
+
+# Grant the oldest waiting requests the free permits, each with the next
+# fencing token, and wake their sessions (guarded by status = 'suspended').
+GRANT = """
+WITH next AS (
+    SELECT id, session_id, row_number() OVER (ORDER BY id) AS k
+    FROM coordination_lock_requests
+    WHERE name = %(name)s AND status = 'waiting'
+    ORDER BY id
+    LIMIT %(free)s
+), g AS (
+    UPDATE coordination_lock_requests r
+    SET status = 'held', token = %(fence)s + next.k, token_epoch = NULL, granted_at = now()
+    FROM next WHERE r.id = next.id
+    RETURNING r.session_id, r.token
+), l AS (
+    UPDATE coordination_locks SET fence = %(fence)s + (SELECT count(*) FROM g)
+    WHERE name = %(name)s
+), s AS (
+    UPDATE sessions SET
+        status = 'pending',
+        wake = jsonb_build_object('kind', 'lock', 'topic', %(name)s::text,
+                                  'payload', jsonb_build_object('name', %(name)s::text,
+                                                                'token', g.token)),
+        wake_at = NULL,
+        updated_at = now()
+    FROM g
+    WHERE sessions.id = g.session_id AND sessions.status = 'suspended'
+    RETURNING sessions.id, sessions.step_seq, sessions.cursor, g.token
+), c AS (
+    UPDATE callbacks SET status = 'closed', closed_at = now()
+    FROM s WHERE callbacks.session_id = s.id AND callbacks.status = 'open'
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT id, step_seq, cursor, 'resumed',
+           jsonb_build_object('by', 'lock', 'name', %(name)s::text, 'token', token)
+    FROM s
+)
+SELECT id FROM s
+"""
+
+# The holder's request, if this epoch of the session still owns its lease.
+HELD_BY = """
+SELECT r.id, r.token, r.token_epoch
+FROM coordination_lock_requests r JOIN sessions s ON s.id = r.session_id
+WHERE r.name = %(name)s AND r.session_id = %(session_id)s AND r.status = 'held'
+  AND s.lease_epoch = %(epoch)s AND s.status = 'running'
+FOR UPDATE OF r
+"""
+
+# A new run of the holder (another lease epoch) gets a new, larger token: the
+# previous run's token is stale from now on.
+REISSUE_TOKEN = """
+WITH l AS (
+    UPDATE coordination_locks SET fence = fence + 1 WHERE name = %(name)s RETURNING fence
+)
+UPDATE coordination_lock_requests SET token = (SELECT fence FROM l), token_epoch = %(epoch)s
+WHERE id = %(id)s
+RETURNING token
+"""
+
+CLAIM_TOKEN = """
+UPDATE coordination_lock_requests SET token_epoch = %(epoch)s WHERE id = %(id)s
+"""
+
+LOCKS_WITH_WAITERS = """
+SELECT DISTINCT name FROM coordination_lock_requests WHERE status = 'waiting' LIMIT %(limit)s
+"""
+
+
+# -- child sessions ------------------------------------------------------------------
+
+# Children spawned by a step, created in its commit transaction. Their ids are
+# deterministic (parent, step sequence, call index), so a replayed step finds
+# them and creates nothing twice.
+SPAWN_CHILDREN = """
+WITH s AS (
+    INSERT INTO sessions (id, agent, status, cursor, state, input, parent_id)
+    SELECT (c ->> 'id')::uuid, c ->> 'agent', 'pending', NULL, '{}'::jsonb, c -> 'input',
+           %(parent_id)s
+    FROM jsonb_array_elements(%(children)s::jsonb) AS c
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id, agent
+)
+INSERT INTO audit_events (session_id, event_type, payload)
+SELECT id, 'session_created', jsonb_build_object('agent', agent, 'parent_id', %(parent_id)s::text)
+FROM s
+"""
+
+# Wake the parent suspended on its children once enough of them finished: all,
+# any or N (``need``). A failed child counts when the wait's ``on_failure`` is
+# ``inform``, or (``wait``) once its dead letter is no longer open: retried,
+# it runs again and counts when it ends; discarded, it counts as a failure.
+# The parent row is locked, so concurrent finishing children wake it once.
+WAKE_PARENT = """
+WITH p AS (
+    SELECT id, wait FROM sessions
+    WHERE id = coalesce(%(parent_id)s::uuid,
+                        (SELECT parent_id FROM sessions WHERE id = %(child_id)s::uuid))
+      AND status = 'suspended' AND wait ? 'children'
+    FOR UPDATE
+), kids AS (
+    SELECT jsonb_array_elements_text(p.wait -> 'children' -> 'ids')::uuid AS id FROM p
+), done AS (
+    SELECT c.id, c.status, c.result, c.error FROM sessions c JOIN kids ON c.id = kids.id
+    WHERE c.status IN ('completed', 'cancelled')
+       OR (c.status = 'failed'
+           AND ((SELECT wait -> 'children' ->> 'on_failure' FROM p) = 'inform'
+                OR NOT EXISTS (SELECT 1 FROM dead_letters d
+                               WHERE d.session_id = c.id AND d.status = 'open')))
+), ready AS (
+    SELECT p.id FROM p
+    WHERE (SELECT count(*) FROM done) >= (p.wait -> 'children' ->> 'need')::int
+), s AS (
+    UPDATE sessions SET
+        status = 'pending',
+        wake = jsonb_build_object(
+            'kind', 'children',
+            'payload', jsonb_build_object(
+                'results', (SELECT coalesce(jsonb_object_agg(id::text, result)
+                                            FILTER (WHERE status = 'completed'), '{}'::jsonb)
+                            FROM done),
+                'failures', (SELECT coalesce(jsonb_object_agg(
+                                 id::text, jsonb_build_object('status', status, 'error', error))
+                                 FILTER (WHERE status <> 'completed'), '{}'::jsonb)
+                             FROM done))),
+        wake_at = NULL,
+        updated_at = now()
+    FROM ready
+    WHERE sessions.id = ready.id AND sessions.status = 'suspended'
+    RETURNING sessions.id, sessions.step_seq, sessions.cursor
+), c AS (
+    UPDATE callbacks SET status = 'closed', closed_at = now()
+    FROM s WHERE callbacks.session_id = s.id AND callbacks.status = 'open'
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT id, step_seq, cursor, 'resumed',
+           jsonb_build_object('by', 'children', 'finished', (SELECT count(*) FROM done))
+    FROM s
+)
+SELECT id FROM s
+"""
+
+# Parents waiting on children, for the scheduler's backstop (a child that
+# finished while its worker died before waking the parent, a discarded dead letter).
+WAITING_PARENTS = """
+SELECT id FROM sessions WHERE status = 'suspended' AND wait ? 'children'
+ORDER BY updated_at LIMIT %(limit)s
+"""
+
+UNFINISHED_CHILDREN = """
+SELECT id FROM sessions
+WHERE parent_id = %(parent_id)s AND status NOT IN ('completed', 'failed', 'cancelled')
+"""

@@ -1,0 +1,113 @@
+"""Child sessions: fan-out and fan-in under SIGKILLs, the dead-letter
+policies, and cancelling a parent."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+from resumable.client import Client
+from resumable.models.database import Database
+from resumable.settings import Settings
+from tests.conftest import LocalDeployment, run_cli, wait_until
+from tests.fake_api import FakeAPI
+
+AGENTS = "tests.coordination_agents"
+
+
+def _events(client: Client, session_id: uuid.UUID, kind: str) -> list[dict[str, object]]:
+    return [e.payload for e in client.events(session_id) if e.type == kind]
+
+
+def test_fan_out_of_200_children_and_fan_in_under_sigkills(
+    client: Client, db: Database, reconciler: None, deployment: LocalDeployment
+) -> None:
+    workers = [deployment.worker(AGENTS), deployment.worker(AGENTS)]
+    with FakeAPI() as api:
+        parent = client.start("planner", {"children": 200, "child": {"api": api.url}})
+        kills = 0
+        deadline = time.monotonic() + 120
+        while client.get(parent).status != "completed":
+            assert time.monotonic() < deadline, client.get(parent)
+            time.sleep(2.0)
+            if kills < 3 and client.get(parent).status != "completed":
+                deployment.kill(workers.pop(0))
+                kills += 1
+                workers.append(deployment.worker(AGENTS))
+        effects, calls = api.effect_count(), api.total_calls()
+
+    assert kills >= 1, "finished before any worker was killed: nothing was tested"
+    assert client.get(parent).result == {"results": 200, "failures": [], "sum": sum(range(200))}
+    # The parent resumed once, and its fan-in step committed once.
+    assert len(_events(client, parent, "resumed")) == 1
+    fan_ins = [e for e in client.events(parent) if e.type == "step_completed"]
+    assert [e.step for e in fan_ins] == ["fan_out", "fan_in"]
+    # Each child was created once and its side effect happened once.
+    children = client.page_sessions(parent=parent, limit=500).items
+    assert len(children) == 200 and all(c.parent_id == parent for c in children)
+    assert all(c.status == "completed" and c.seq == 1 for c in children)
+    assert effects == 200
+    assert calls >= 200
+
+
+def test_a_dead_lettered_child_holds_the_parent_until_it_is_retried(
+    client: Client, tmp_path: Path, deployment: LocalDeployment
+) -> None:
+    deployment.worker(AGENTS)
+    flag = tmp_path / "fail"
+    flag.touch()
+    parent = client.start(
+        "planner", {"children": 3, "on_failure": "wait", "child": {"fail_while": str(flag)}}
+    )
+    wait_until(lambda: len(client.dead_letters().items) == 1, what="child 0's dead letter")
+    letter = client.dead_letters().items[0]
+    wait_until(
+        lambda: (
+            len([c for c in client.page_sessions(parent=parent).items if c.status == "completed"])
+            == 2
+        ),
+        what="the other children",
+    )
+    assert client.get(parent).status == "suspended"  # policy "wait": still waiting
+
+    flag.unlink()
+    client.retry_dead_letter(letter.dead_letter_id, actor="test")
+    wait_until(lambda: client.get(parent).status == "completed", what="the parent")
+    assert client.get(parent).result == {"results": 3, "failures": [], "sum": 3}
+
+
+def test_a_dead_lettered_child_informs_the_parent_by_default(
+    client: Client, tmp_path: Path, deployment: LocalDeployment
+) -> None:
+    deployment.worker(AGENTS)
+    flag = tmp_path / "fail"
+    flag.touch()
+    parent = client.start("planner", {"children": 3, "child": {"fail_while": str(flag)}})
+    wait_until(lambda: client.get(parent).status == "completed", what="the parent")
+    assert client.get(parent).result == {"results": 2, "failures": ["failed"], "sum": 3}
+
+
+def test_cancelling_a_parent_cancels_its_children(
+    client: Client, settings: Settings, deployment: LocalDeployment
+) -> None:
+    deployment.worker(AGENTS)
+    parent = client.start("planner", {"children": 3, "child": {"wait_signal": True}})
+
+    def children_waiting() -> bool:
+        kids = client.page_sessions(parent=parent).items
+        return len(kids) == 3 and all(c.status == "suspended" for c in kids)
+
+    wait_until(children_waiting, what="three waiting children")
+    client.cancel(parent, actor="test")
+    kids = client.page_sessions(parent=parent).items
+    assert {c.status for c in kids} == {"cancelled"}
+    assert client.get(parent).status == "cancelled"
+    listed = run_cli(settings, "sessions", "list", "--parent", str(parent)[:8], "--json")
+    assert listed.returncode == 0, listed.stderr
+    page = json.loads(listed.stdout)
+    assert sorted(item["session_id"] for item in page["items"]) == sorted(
+        str(c.session_id) for c in kids
+    )
+    assert {item["parent_id"] for item in page["items"]} == {str(parent)}
