@@ -11,11 +11,10 @@ messages to be acked. Tokens are hints (the list is trimmed; a stale token
 only costs one empty fetch), and the message itself is still stored and
 acknowledged by dramatiq's own scripts.
 
-Sending costs one Redis round trip however many messages go at once: each
-message is stored by dramatiq's own ``dispatch`` script (same message format,
-same arguments as ``RedisBroker.enqueue``), and the wake-up tokens follow in
-the same pipeline. Redis runs a connection's commands in order, so a token is
-never visible before the message it announces. A scheduler waking thousands
+Sending costs one Redis round trip however many messages go at once: the
+messages (dramatiq's own encoding, stored where its scripts look for them)
+and their wake-up tokens go in one MULTI/EXEC, so a token is never visible
+before the message it announces. A scheduler waking thousands
 of due timers therefore sends them at the workers' pace, not one round trip
 (or two) per session.
 
@@ -35,7 +34,6 @@ from typing import Any
 
 import redis
 from dramatiq.broker import MessageProxy
-from dramatiq.common import current_millis
 from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
 from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
@@ -72,64 +70,38 @@ class WakingRedisBroker(RedisBroker):
     def enqueue_many(self, messages: Sequence[Message[Any]]) -> list[Message[Any]]:
         """Enqueue immediate messages and their wake-up tokens in one round trip.
 
-        Each message is stored exactly as ``RedisBroker.enqueue`` stores it
-        (a fresh ``redis_message_id``, the ``dispatch`` script's ``enqueue``
-        command, the before/after enqueue middleware hooks)."""
+        Each message gets a fresh ``redis_message_id`` and the before/after
+        enqueue middleware hooks, as ``RedisBroker.enqueue`` does, and is stored
+        where dramatiq's ``dispatch`` script stores it: its encoded body in the
+        ``<namespace>:<queue>.msgs`` hash under that id, the id pushed on the
+        ``<namespace>:<queue>`` list (what the script's ``enqueue`` command does;
+        its other work, a heartbeat for this sender and a maintenance lottery,
+        is for consumers). One MULTI/EXEC per call: a message's id is never on
+        the list without its body, and a token never precedes its message."""
         prepared = [
             message.copy(options={"redis_message_id": str(uuid.uuid4())}) for message in messages
         ]
+        if not prepared:
+            return []
         for message in prepared:
             self.emit_before("enqueue", message, None)
-        pending = list(range(len(prepared)))
-        for _ in range(2):  # a second pass only after Redis forgot the script
-            pending = self._send(prepared, pending)
-            if not pending:
-                break
-        else:
-            raise redis.exceptions.NoScriptError("dramatiq's dispatch script would not load")
+        by_queue: dict[str, list[Message[Any]]] = {}
+        for message in prepared:
+            by_queue.setdefault(message.queue_name, []).append(message)
+        pipe = self.client.pipeline(transaction=True)
+        for queue_name, queued in by_queue.items():
+            ids = [message.options["redis_message_id"] for message in queued]
+            key = f"{self.namespace}:{queue_name}"
+            pipe.hset(f"{key}.msgs", mapping=dict(zip(ids, (m.encode() for m in queued), strict=True)))
+            pipe.rpush(key, *ids)
+        for queue_name, queued in by_queue.items():
+            token_key = wakeup_key(self.namespace, queue_name)
+            pipe.lpush(token_key, *([b"1"] * min(len(queued), _MAX_TOKENS)))
+            pipe.ltrim(token_key, 0, _MAX_TOKENS - 1)
+        pipe.execute()
         for message in prepared:
             self.emit_after("enqueue", message, None)
         return prepared
-
-    def _send(self, messages: list[Message[Any]], indexes: list[int]) -> list[int]:
-        """Send messages[i] for i in `indexes` plus their tokens in one
-        pipeline; return the indexes Redis refused for an unknown script."""
-        script = self.scripts["dispatch"]
-        pipe = self.client.pipeline(transaction=False)
-        tokens: dict[str, int] = {}
-        for i in indexes:
-            message = messages[i]
-            args = [
-                "enqueue",
-                current_millis(),
-                message.queue_name,
-                self.broker_id,
-                self.heartbeat_timeout,
-                self.dead_message_ttl,
-                self._should_do_maintenance("enqueue"),
-                self._max_unpack_size(),  # type: ignore[no-untyped-call]
-                message.options["redis_message_id"],
-                message.encode(),
-            ]
-            pipe.evalsha(script.sha, 1, self.namespace, *args)
-            tokens[message.queue_name] = tokens.get(message.queue_name, 0) + 1
-        for queue_name, count in tokens.items():
-            key = wakeup_key(self.namespace, queue_name)
-            pipe.lpush(key, *([b"1"] * min(count, _MAX_TOKENS)))
-            pipe.ltrim(key, 0, _MAX_TOKENS - 1)
-        results = pipe.execute(raise_on_error=False)
-        unknown: list[int] = []
-        for i, result in zip(indexes, results, strict=False):
-            if isinstance(result, redis.exceptions.NoScriptError):
-                unknown.append(i)
-            elif isinstance(result, Exception):
-                raise result
-        for result in results[len(indexes) :]:
-            if isinstance(result, Exception):
-                raise result
-        if unknown:
-            script.sha = self.client.script_load(script.script)
-        return unknown
 
     def wake(self, queue_name: str, tokens: int) -> None:
         """Wake up to `tokens` idle consumers of the queue (in any process)."""

@@ -5,6 +5,7 @@ dramatiq's own message format, once per session however many schedulers run."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import Counter
 
@@ -48,7 +49,6 @@ def _suspend_due(db: Database, count: int, kind: str) -> list[uuid.UUID]:
 def test_a_batch_is_stored_as_dramatiq_messages_with_a_token_each(
     client: Client, settings: Settings, redis_client: redis.Redis
 ) -> None:
-    redis_client.script_load(client.broker.scripts["dispatch"].script)  # else tokens go twice
     ids = [uuid.uuid4() for _ in range(3)]
     assert enqueue_sessions(client.broker, settings, ids) == 3
     queued = _queued(redis_client, settings)
@@ -58,15 +58,24 @@ def test_a_batch_is_stored_as_dramatiq_messages_with_a_token_each(
     assert redis_client.llen(wakeup_key("resumable", settings.queue_name)) == 3
 
 
-def test_sending_survives_redis_forgetting_dramatiqs_script(
+def test_dramatiqs_own_consumer_fetches_and_acks_a_batch(
     client: Client, settings: Settings, redis_client: redis.Redis
 ) -> None:
-    """A restarted Redis has no scripts cached: the send loads it and goes on."""
-    enqueue_sessions(client.broker, settings, [uuid.uuid4()])
-    redis_client.script_flush()
-    later = [uuid.uuid4() for _ in range(2)]
-    enqueue_sessions(client.broker, settings, later)
-    assert [m.args[0] for m in _queued(redis_client, settings)][1:] == [str(i) for i in later]
+    """The batch is stored where dramatiq's fetch and ack scripts look."""
+    ids = [str(uuid.uuid4()) for _ in range(5)]
+    enqueue_sessions(client.broker, settings, ids)
+    consumer = client.broker.consume(settings.queue_name, prefetch=10, timeout=100)
+    fetched = []
+    deadline = time.monotonic() + 10
+    while len(fetched) < len(ids) and time.monotonic() < deadline:
+        message = next(consumer)
+        if message is not None:
+            fetched.append(message)
+            consumer.ack(message)
+    consumer.close()
+    assert [m.args[0] for m in fetched] == ids
+    assert _queued(redis_client, settings) == []
+    assert redis_client.hlen(f"resumable:{settings.queue_name}.msgs") == 0
 
 
 def test_two_schedulers_wake_a_burst_of_due_timers_once_each(
