@@ -45,17 +45,28 @@ class SchedulerJobs:
     def wake_due(self) -> dict[str, int]:
         """Resume sessions whose timer, deadline or next poll check has come."""
         counts: dict[str, int] = {}
+        began = time.monotonic()
+        sending = 0.0
         while True:
             with self.db.connection() as conn:
                 rows = conn.execute(wait_queries.WAKE_DUE, {"limit": self.batch}).fetchall()
+            sent = time.monotonic()
             enqueue_sessions(self.broker, self.settings, [_session_id(row) for row in rows])
+            sending += time.monotonic() - sent
             for row in rows:
                 kind = str(row["kind"])
                 counts[kind] = counts.get(kind, 0) + 1
             if len(rows) < self.batch:
                 break
         if counts:
-            logger.info("woke due sessions: %s", counts, extra={"action": "wake_due"})
+            elapsed = time.monotonic() - began
+            logger.info(
+                "woke due sessions: %s in %.3f s (%.3f s sending)",
+                counts,
+                elapsed,
+                sending,
+                extra={"action": "wake_due"},
+            )
         return counts
 
     def wake_due_retries(self) -> int:
