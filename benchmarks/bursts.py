@@ -85,7 +85,7 @@ def step_rate(args: argparse.Namespace, services: Services, conn: Any) -> float:
         ids=ids,
     )
     first, last = started_and_finished(conn, STEPS_AGENT)
-    return args.step_sessions * args.steps / (last - first)
+    return float(args.step_sessions * args.steps / (last - first))
 
 
 # The ideal scheduler, for comparison: the benchmark itself wakes every
@@ -166,19 +166,17 @@ def run(args: argparse.Namespace, services: Services) -> None:
         f"# {args.workers} workers x {args.threads} threads, {args.schedulers} scheduler(s)"
         f" every {args.interval:g} s"
     )
-    with BenchDeployment(services, log_dir, env) as deployment, harness.connect(
-        services.pg_url
-    ) as conn:
+    with (
+        BenchDeployment(services, log_dir, env) as deployment,
+        harness.connect(services.pg_url) as conn,
+    ):
         for index in range(args.schedulers):
             deployment.processes.scheduler(name=f"scheduler-{index}").wait_ready(
                 harness.START_TIMEOUT
             )
         deployment.start_workers(args.workers, "benchmarks.burst_agent")
         rate = step_rate(args, services, conn)
-        print(
-            f"step rate: {args.step_sessions} sessions x {args.steps} steps:"
-            f" {rate:,.0f} steps/s"
-        )
+        print(f"step rate: {args.step_sessions} sessions x {args.steps} steps: {rate:,.0f} steps/s")
         print(
             f"{'burst':<14}{'woken in':>10}{'resumed in':>12}{'wakes/s':>9}"
             f"{'direct':>9}{'x direct':>10}{'N/steps/s':>11}{'ratio':>7}"

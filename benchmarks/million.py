@@ -16,8 +16,9 @@ runs; statements that change rows run in a transaction that is rolled back, so
 each run sees the same data), the shared buffers its execution touched are
 counted (``EXPLAIN (ANALYZE, BUFFERS)``: the work done, which unlike the time
 does not depend on what else the machine runs), its plan's scans of
-``sessions`` are named, and the ratio of the two sizes is printed. The ``/metrics`` scrape is timed too, by calling the web
-process's own collector as it stands.
+``sessions`` are named, and the ratio of the two sizes is printed. The
+``/metrics`` scrape is timed too, by calling the web process's own collector as
+it stands.
 
 ``DATABASE_URL`` is used when set; otherwise an embedded server runs under
 ``--home`` (default ``.resumable/bench-million``). The tables are truncated:
@@ -163,9 +164,7 @@ class Periodic:
 
 PERIODIC = [
     Periodic("wake_due (timers, deadlines, polls)", wait_queries.WAKE_DUE, {"limit": 500}, True),
-    Periodic(
-        "wake_due_retries", failure_queries.WAKE_DUE_RETRIES, {"limit": 500}, True
-    ),
+    Periodic("wake_due_retries", failure_queries.WAKE_DUE_RETRIES, {"limit": 500}, True),
     Periodic(
         "wake_due_compensations", failure_queries.WAKE_DUE_COMPENSATIONS, {"limit": 500}, True
     ),

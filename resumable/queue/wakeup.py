@@ -92,7 +92,9 @@ class WakingRedisBroker(RedisBroker):
         for queue_name, queued in by_queue.items():
             ids = [message.options["redis_message_id"] for message in queued]
             key = f"{self.namespace}:{queue_name}"
-            pipe.hset(f"{key}.msgs", mapping=dict(zip(ids, (m.encode() for m in queued), strict=True)))
+            pipe.hset(
+                f"{key}.msgs", mapping=dict(zip(ids, (m.encode() for m in queued), strict=True))
+            )
             pipe.rpush(key, *ids)
         for queue_name, queued in by_queue.items():
             token_key = wakeup_key(self.namespace, queue_name)

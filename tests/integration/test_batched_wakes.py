@@ -10,6 +10,7 @@ import uuid
 from collections import Counter
 
 import redis
+from dramatiq.broker import MessageProxy
 from dramatiq.message import Message
 
 from resumable.client import Client
@@ -25,7 +26,7 @@ def _queued(redis_client: redis.Redis, settings: Settings) -> list[Message[None]
     key = f"resumable:{settings.queue_name}"
     ids = redis_client.lrange(key, 0, -1)
     stored = redis_client.hmget(f"{key}.msgs", ids) if ids else []
-    return [Message.decode(data) for data in stored if data is not None]
+    return [Message.decode(data) for data in stored if isinstance(data, bytes)]
 
 
 def _suspend_due(db: Database, count: int, kind: str) -> list[uuid.UUID]:
@@ -65,7 +66,7 @@ def test_dramatiqs_own_consumer_fetches_and_acks_a_batch(
     ids = [str(uuid.uuid4()) for _ in range(5)]
     enqueue_sessions(client.broker, settings, ids)
     consumer = client.broker.consume(settings.queue_name, prefetch=10, timeout=100)
-    fetched = []
+    fetched: list[MessageProxy] = []
     deadline = time.monotonic() + 10
     while len(fetched) < len(ids) and time.monotonic() < deadline:
         message = next(consumer)

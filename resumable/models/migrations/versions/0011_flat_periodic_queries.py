@@ -31,9 +31,7 @@ _ = sqlmodel
 
 
 def upgrade() -> None:
-    op.create_index(
-        "ix_sessions_uncompacted", "sessions", [sa.text("(step_seq - compacted_to)")]
-    )
+    op.create_index("ix_sessions_uncompacted", "sessions", [sa.text("(step_seq - compacted_to)")])
     op.create_index("ix_deliveries_session_id", "deliveries", ["session_id"])
     op.create_index("ix_dead_letters_session_id", "dead_letters", ["session_id"])
 
