@@ -73,19 +73,21 @@ DEAD_WORKER = "bench-dead"
 LIVE_SET = f"""
 INSERT INTO agents (name, steps, checks) VALUES ('{AGENT}', '["a"]', '[]');
 INSERT INTO workers (id, agents, expires_at)
-VALUES ('{LIVE_WORKER}', '["{AGENT}"]', now() + interval '1 hour'),
+VALUES ('{LIVE_WORKER}', '["{AGENT}"]', now() + interval '1 day'),
        ('{DEAD_WORKER}', '["{AGENT}"]', now() - interval '1 hour');
+-- Every time below is hours from now, so nothing falls due (or stops being
+-- due) while the million rows load.
 -- suspended on timers: 50 due now, 250 later; 50 polls due, 50 later
 INSERT INTO sessions (id, agent, status, cursor, state, wait, wake_at, updated_at)
 SELECT gen_random_uuid(), '{AGENT}', 'suspended', 'a', '{{}}',
-       jsonb_build_object('then', 'a', 'timer_at', now() + (i - 50) * interval '1 minute'),
-       now() + (i - 50) * interval '1 minute', now() - interval '1 hour'
+       jsonb_build_object('then', 'a', 'timer_at', now() + (i - 50.5) * interval '1 hour'),
+       now() + (i - 50.5) * interval '1 hour', now() - interval '1 hour'
 FROM generate_series(1, 300) AS i;
 INSERT INTO sessions (id, agent, status, cursor, state, wait, wake_at, updated_at)
 SELECT gen_random_uuid(), '{AGENT}', 'suspended', 'a', '{{}}',
        jsonb_build_object('then', 'a', 'poll', jsonb_build_object('check', 'c', 'args', '{{}}',
                           'every', 60)),
-       now() + (i - 50) * interval '1 minute', now() - interval '1 hour'
+       now() + (i - 50.5) * interval '1 hour', now() - interval '1 hour'
 FROM generate_series(1, 100) AS i;
 -- suspended on callbacks, 20 of them with a delivery no one woke them for
 INSERT INTO sessions (id, agent, status, cursor, state, wait, updated_at)
@@ -101,13 +103,13 @@ FROM sessions WHERE wait ? 'callbacks' LIMIT 20;
 INSERT INTO sessions (id, agent, status, cursor, state, updated_at, lease_owner,
                       lease_expires_at, lease_epoch, step_started_at, wake_at)
 SELECT gen_random_uuid(), '{AGENT}', st, 'a', '{{}}',
-       now() - (i % 2) * interval '1 hour',
+       now() - (i % 2) * interval '3 hours',
        CASE WHEN st = 'running' THEN
            CASE WHEN i % 10 = 0 THEN '{DEAD_WORKER}' ELSE '{LIVE_WORKER}' END END,
-       CASE WHEN st = 'running' THEN now() + interval '1 minute' END, 1,
+       CASE WHEN st = 'running' THEN now() + interval '1 day' END, 1,
        CASE WHEN st = 'running' THEN now() END,
        CASE WHEN st IN ('retrying', 'compensating')
-            THEN now() + (i % 2 * 2 - 1) * interval '1 minute' END
+            THEN now() + (i % 2 * 2 - 1) * interval '1 hour' END
 FROM generate_series(1, 40) AS i,
      unnest(ARRAY['pending', 'running', 'retrying', 'compensating', 'blocked']) AS st;
 INSERT INTO alerts (kind, payload, status, next_attempt_at)
@@ -169,7 +171,7 @@ PERIODIC = [
         "wake_due_compensations", failure_queries.WAKE_DUE_COMPENSATIONS, {"limit": 500}, True
     ),
     Periodic("wake_stranded", wait_queries.STRANDED_DELIVERIES, {"limit": 500}, False),
-    Periodic("reconcile", session_queries.RECONCILE, {"grace": 30.0, "limit": 500}, True),
+    Periodic("reconcile", session_queries.RECONCILE, {"grace": 3600.0, "limit": 500}, True),
     Periodic("reconcile: dead workers", step_queries.ORPHANED_SESSIONS, {}, True),
     Periodic(
         "compaction candidates",
@@ -184,7 +186,7 @@ PERIODIC = [
         True,
     ),
     Periodic("alerts due", alert_queries.TAKE_DUE_ALERTS, {"limit": 100}, True),
-    Periodic("hung sessions", step_queries.HUNG_SESSIONS, {"after": 600.0, "limit": 100}, False),
+    Periodic("hung sessions", step_queries.HUNG_SESSIONS, {"after": 86400.0, "limit": 100}, False),
 ]
 
 
