@@ -1,9 +1,13 @@
 """Recording inbound events: callbacks from external systems and signals.
 
-A delivery is committed before it is acknowledged, deduplicated by the
-sender's id, and only then offered to the session: the wake-up is a separate
-statement after the commit, so that it either sees the session suspended or
-the worker, suspending later, sees the delivery (see ``wait_queries``).
+A delivery is committed before it is acknowledged and deduplicated by the
+sender's id. It is offered to the session in the same transaction, with the
+session row locked from the start: the wake either sees the session
+suspended, or the worker, whose suspension waits for this commit, sees the
+delivery when it has suspended (see ``wait_queries``). The statements go in
+two round trips (psycopg's pipeline mode: the locks and lookups, then the
+insert, the wake and the commit), so a callback costs one commit and the
+session's queue message one Redis round trip.
 """
 
 from __future__ import annotations
@@ -66,27 +70,34 @@ class Inbox:
         with self.db.connection() as conn:
             woke = conn.execute(wait_queries.WAKE_FROM_DELIVERIES, {"id": session_id}).fetchone()
         if woke is not None:
-            try:
-                enqueue_session(self.broker, self.settings, session_id)
-            except Exception:
-                # The wake-up is committed (the session is pending): the
-                # scheduler's reconciler sends the message once Redis is back.
-                logger.warning(
-                    "session %s woken but not enqueued; the reconciler will",
-                    session_id,
-                    exc_info=True,
-                    extra={"action": "enqueue_failed", "session_id": str(session_id)},
-                )
+            self.enqueue(session_id)
         return woke is not None
+
+    def enqueue(self, session_id: uuid.UUID) -> None:
+        """Send the woken session's queue message (after the wake committed)."""
+        try:
+            enqueue_session(self.broker, self.settings, session_id)
+        except Exception:
+            # The wake-up is committed (the session is pending): the
+            # scheduler's reconciler sends the message once Redis is back.
+            logger.warning(
+                "session %s woken but not enqueued; the reconciler will",
+                session_id,
+                exc_info=True,
+                extra={"action": "enqueue_failed", "session_id": str(session_id)},
+            )
 
     def callback(self, token: str, payload: Any, dedupe_key: str | None) -> Receipt:
         encoded = serialization.dumps(payload, "callback payload")
-        with self.db.connection() as conn, conn.transaction():
-            target = conn.execute(wait_queries.LOCK_CALLBACK, {"token": token}).fetchone()
+        with self.db.connection() as conn, conn.pipeline(), conn.transaction():
+            conn.execute(wait_queries.LOCK_SESSION_OF_CALLBACK, {"token": token})
+            locked = conn.execute(wait_queries.LOCK_CALLBACK, {"token": token})
+            delivered = conn.execute(wait_queries.CALLBACK_DELIVERY, {"token": token})
+            target = locked.fetchone()
             if target is None:
                 return Receipt(Verdict.UNKNOWN, "no callback with this token")
             session_id = uuid.UUID(str(target["session_id"]))
-            previous = conn.execute(wait_queries.CALLBACK_DELIVERY, {"token": token}).fetchone()
+            previous = delivered.fetchone()
             if previous is not None and dedupe_key and previous["dedupe_key"] == dedupe_key:
                 return _repeat(previous, payload, session_id, "delivery")
             reason = _closed_reason(target, already_delivered=previous is not None)
@@ -104,7 +115,7 @@ class Inbox:
                     },
                 )
                 return Receipt(Verdict.CLOSED, reason, session_id)
-            row = conn.execute(
+            inserted = conn.execute(
                 wait_queries.INSERT_CALLBACK_DELIVERY,
                 {
                     "session_id": session_id,
@@ -115,10 +126,15 @@ class Inbox:
                     "step_seq": target["step_seq"],
                     "step": target["cursor"],
                 },
-            ).fetchone()
-            assert row is not None
-            delivery_id = int(row["id"])  # type: ignore[call-overload]
-        woke = self.wake(session_id)
+            )
+            woken = conn.execute(wait_queries.WAKE_FROM_DELIVERIES, {"id": session_id})
+        # Committed: the pipeline and the transaction ended together.
+        row = inserted.fetchone()
+        assert row is not None
+        delivery_id = int(row["id"])  # type: ignore[call-overload]
+        woke = woken.fetchone() is not None
+        if woke:
+            self.enqueue(session_id)
         return Receipt(Verdict.ACCEPTED, "callback accepted", session_id, delivery_id, woke)
 
     def signal(
@@ -179,8 +195,13 @@ class Inbox:
                     return Receipt(Verdict.DUPLICATE, "signal already received", session_id)
                 return _repeat(previous, payload, session_id, "signal")
             delivery_id = int(row["id"])  # type: ignore[call-overload]
-        woke = self.wake(session_id)
-        return Receipt(Verdict.ACCEPTED, "signal accepted", session_id, delivery_id, woke)
+            # The session row is locked since LOCK_SESSION_FOR_SIGNAL: see wait_queries.
+            woke = conn.execute(wait_queries.WAKE_FROM_DELIVERIES, {"id": session_id}).fetchone()
+        if woke is not None:
+            self.enqueue(session_id)
+        return Receipt(
+            Verdict.ACCEPTED, "signal accepted", session_id, delivery_id, woke is not None
+        )
 
 
 def _repeat(previous: dict[str, Any], payload: Any, session_id: uuid.UUID, what: str) -> Receipt:

@@ -84,6 +84,8 @@ class SessionRow(SQLModel, table=True):
         sa.Index(
             "ix_sessions_parent_id", "parent_id", postgresql_where=sa.text("parent_id IS NOT NULL")
         ),
+        # Migration 0011: compaction candidates without reading every session.
+        sa.Index("ix_sessions_uncompacted", sa.text("(step_seq - compacted_to)")),
     )
 
     id: uuid.UUID = Field(primary_key=True)
@@ -313,6 +315,8 @@ class DeliveryRow(SQLModel, table=True):
             "id",
             postgresql_where=sa.text("status = 'pending'"),
         ),
+        # Migration 0011: retention's cascading delete finds them by session.
+        sa.Index("ix_deliveries_session_id", "session_id"),
     )
 
     id: int | None = Field(
@@ -407,6 +411,8 @@ class DeadLetterRow(SQLModel, table=True):
             postgresql_where=sa.text("status = 'open'"),
         ),
         sa.Index("ix_dead_letters_status_failed_at", "status", "failed_at"),
+        # Migration 0011: retention's cascading delete finds them by session.
+        sa.Index("ix_dead_letters_session_id", "session_id"),
     )
 
     id: int | None = Field(

@@ -28,8 +28,9 @@ SELECT (SELECT count(*) FROM owner) AS owned,
 """
 
 # Wake a suspended session with its oldest pending delivery that the wait names.
-# Run after every delivery commits and after every suspension commits: whichever
-# runs second sees the other's committed row, so no wake-up is lost.
+# Run in the transaction that stores a delivery (with the session row locked,
+# see below) and after every suspension commits: whichever runs second sees the
+# other's committed row, so no wake-up is lost.
 WAKE_FROM_DELIVERIES = """
 WITH d AS (
     SELECT d.id, d.kind, d.topic, d.payload
@@ -126,6 +127,21 @@ RETURNING id
 """
 
 # -- inbound deliveries (run inside one transaction by the receiver) -----------------
+#
+# The receiver locks the session row first (as every writer of a session and
+# its callbacks does: sessions, then callbacks), stores the delivery and runs
+# WAKE_FROM_DELIVERIES before it commits. Holding the lock is what makes the
+# wake in the same transaction safe: a worker's suspension either committed
+# before the lock was granted (the wake statement, with a newer snapshot, sees
+# the session suspended) or waits for this commit (and the worker's own wake
+# statement after it sees the delivery). NO KEY UPDATE, not SHARE: two
+# deliveries for one session queue up instead of deadlocking on the upgrade.
+
+LOCK_SESSION_OF_CALLBACK = """
+SELECT id FROM sessions
+WHERE id = (SELECT session_id FROM callbacks WHERE token = %(token)s)
+FOR NO KEY UPDATE
+"""
 
 LOCK_CALLBACK = """
 SELECT c.token, c.session_id, c.topic, c.status AS callback_status,
@@ -159,7 +175,7 @@ SELECT id FROM d
 """
 
 LOCK_SESSION_FOR_SIGNAL = """
-SELECT id, status, step_seq, cursor FROM sessions WHERE id = %(session_id)s FOR SHARE
+SELECT id, status, step_seq, cursor FROM sessions WHERE id = %(session_id)s FOR NO KEY UPDATE
 """
 
 INSERT_SIGNAL_DELIVERY = """

@@ -11,6 +11,7 @@ Idle consumers block on a wake-up list instead of polling (``wakeup.py``).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 
 import dramatiq
 
@@ -46,3 +47,24 @@ def enqueue_session(
     broker: dramatiq.Broker, settings: Settings, session_id: uuid.UUID | str
 ) -> None:
     broker.enqueue(session_message(settings, session_id))
+
+
+# Sessions per Redis pipeline: large enough that a burst of due timers costs a
+# round trip per few hundred sessions, small enough to keep each request short.
+ENQUEUE_CHUNK = 500
+
+
+def enqueue_sessions(
+    broker: dramatiq.Broker, settings: Settings, session_ids: Iterable[uuid.UUID | str]
+) -> int:
+    """Enqueue a "run" message for each session, a Redis round trip per
+    ``ENQUEUE_CHUNK`` sessions (one per session on other brokers); return how
+    many were sent."""
+    messages = [session_message(settings, session_id) for session_id in session_ids]
+    if not isinstance(broker, WakingRedisBroker):
+        for message in messages:
+            broker.enqueue(message)
+        return len(messages)
+    for start in range(0, len(messages), ENQUEUE_CHUNK):
+        broker.enqueue_many(messages[start : start + ENQUEUE_CHUNK])
+    return len(messages)

@@ -11,6 +11,13 @@ messages to be acked. Tokens are hints (the list is trimmed; a stale token
 only costs one empty fetch), and the message itself is still stored and
 acknowledged by dramatiq's own scripts.
 
+Sending costs one Redis round trip however many messages go at once: the
+messages (dramatiq's own encoding, stored where its scripts look for them)
+and their wake-up tokens go in one MULTI/EXEC, so a token is never visible
+before the message it announces. A scheduler waking thousands
+of due timers therefore sends them at the workers' pace, not one round trip
+(or two) per session.
+
 A stopping worker must not take more work: once ``stop_fetching`` is called,
 its consumers fetch nothing (they still heartbeat, so the messages in flight
 are not redelivered elsewhere), and what they had prefetched goes straight
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,10 +62,48 @@ class WakingRedisBroker(RedisBroker):
         self.fetching.clear()
 
     def enqueue(self, message: Message[Any], *, delay: int | None = None) -> Message[Any]:
-        enqueued: Message[Any] = super().enqueue(message, delay=delay)
-        if delay is None:
-            self.wake(message.queue_name, 1)
-        return enqueued
+        if delay is not None:
+            delayed: Message[Any] = super().enqueue(message, delay=delay)
+            return delayed
+        return self.enqueue_many([message])[0]
+
+    def enqueue_many(self, messages: Sequence[Message[Any]]) -> list[Message[Any]]:
+        """Enqueue immediate messages and their wake-up tokens in one round trip.
+
+        Each message gets a fresh ``redis_message_id`` and the before/after
+        enqueue middleware hooks, as ``RedisBroker.enqueue`` does, and is stored
+        where dramatiq's ``dispatch`` script stores it: its encoded body in the
+        ``<namespace>:<queue>.msgs`` hash under that id, the id pushed on the
+        ``<namespace>:<queue>`` list (what the script's ``enqueue`` command does;
+        its other work, a heartbeat for this sender and a maintenance lottery,
+        is for consumers). One MULTI/EXEC per call: a message's id is never on
+        the list without its body, and a token never precedes its message."""
+        prepared = [
+            message.copy(options={"redis_message_id": str(uuid.uuid4())}) for message in messages
+        ]
+        if not prepared:
+            return []
+        for message in prepared:
+            self.emit_before("enqueue", message, None)
+        by_queue: dict[str, list[Message[Any]]] = {}
+        for message in prepared:
+            by_queue.setdefault(message.queue_name, []).append(message)
+        pipe = self.client.pipeline(transaction=True)
+        for queue_name, queued in by_queue.items():
+            ids = [message.options["redis_message_id"] for message in queued]
+            key = f"{self.namespace}:{queue_name}"
+            pipe.hset(
+                f"{key}.msgs", mapping=dict(zip(ids, (m.encode() for m in queued), strict=True))
+            )
+            pipe.rpush(key, *ids)
+        for queue_name, queued in by_queue.items():
+            token_key = wakeup_key(self.namespace, queue_name)
+            pipe.lpush(token_key, *([b"1"] * min(len(queued), _MAX_TOKENS)))
+            pipe.ltrim(token_key, 0, _MAX_TOKENS - 1)
+        pipe.execute()
+        for message in prepared:
+            self.emit_after("enqueue", message, None)
+        return prepared
 
     def wake(self, queue_name: str, tokens: int) -> None:
         """Wake up to `tokens` idle consumers of the queue (in any process)."""

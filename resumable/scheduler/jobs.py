@@ -1,7 +1,12 @@
 """The scheduler's periodic jobs. Each is safe to run from several scheduler
 processes at once: rows are claimed with ``FOR UPDATE SKIP LOCKED`` and every
 wake-up is guarded by ``status = 'suspended'``, so a due session is resumed
-once however many schedulers see it."""
+once however many schedulers see it.
+
+Each batch of woken sessions is committed first and then enqueued in one
+Redis round trip (``enqueue_sessions``), so a burst of due timers reaches the
+workers as fast as they can run it; a batch whose enqueue fails is left to
+the reconciler, as every "enqueue after commit" is."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import dramatiq
 
@@ -19,7 +25,7 @@ from resumable.coordination import children, locks
 from resumable.inbox import Inbox
 from resumable.models import failure_queries, wait_queries
 from resumable.models.database import Database
-from resumable.queue.broker import enqueue_session
+from resumable.queue.broker import enqueue_sessions
 from resumable.scheduler.alerts import AlertSender, sync_lingering
 from resumable.scheduler.reconcile import reconcile
 from resumable.scheduler.retention import compact_histories, retire_old_sessions
@@ -41,35 +47,48 @@ class SchedulerJobs:
     def wake_due(self) -> dict[str, int]:
         """Resume sessions whose timer, deadline or next poll check has come."""
         counts: dict[str, int] = {}
+        began = time.monotonic()
+        sending = 0.0
         while True:
             with self.db.connection() as conn:
                 rows = conn.execute(wait_queries.WAKE_DUE, {"limit": self.batch}).fetchall()
+            sent = time.monotonic()
+            enqueue_sessions(self.broker, self.settings, [_session_id(row) for row in rows])
+            sending += time.monotonic() - sent
             for row in rows:
-                enqueue_session(self.broker, self.settings, uuid.UUID(str(row["id"])))
                 kind = str(row["kind"])
                 counts[kind] = counts.get(kind, 0) + 1
             tracing.woken(self.db, rows)
             if len(rows) < self.batch:
                 break
         if counts:
-            logger.info("woke due sessions: %s", counts, extra={"action": "wake_due"})
+            elapsed = time.monotonic() - began
+            logger.info(
+                "woke due sessions: %s in %.3f s (%.3f s sending)",
+                counts,
+                elapsed,
+                sending,
+                extra={"action": "wake_due"},
+            )
         return counts
 
     def wake_due_retries(self) -> int:
         """Failed attempts whose retry time has come (if the delayed queue
         message was lost, this is what brings them back)."""
         woke = 0
-        with self.db.connection() as conn:
-            retries = conn.execute(
-                failure_queries.WAKE_DUE_RETRIES, {"limit": self.batch}
-            ).fetchall()
-            compensations = conn.execute(
-                failure_queries.WAKE_DUE_COMPENSATIONS, {"limit": self.batch}
-            ).fetchall()
-        for row in [*retries, *compensations]:
-            enqueue_session(self.broker, self.settings, uuid.UUID(str(row["id"])))
-            woke += 1
-        return woke
+        while True:
+            with self.db.connection() as conn:
+                retries = conn.execute(
+                    failure_queries.WAKE_DUE_RETRIES, {"limit": self.batch}
+                ).fetchall()
+                compensations = conn.execute(
+                    failure_queries.WAKE_DUE_COMPENSATIONS, {"limit": self.batch}
+                ).fetchall()
+            woke += enqueue_sessions(
+                self.broker, self.settings, [_session_id(row) for row in [*retries, *compensations]]
+            )
+            if len(retries) < self.batch and len(compensations) < self.batch:
+                return woke
 
     def retention(self) -> int:
         """Housekeeping, at most once a `retention_interval` (it scans sessions)."""
@@ -94,7 +113,7 @@ class SchedulerJobs:
         with self.db.connection() as conn:
             rows = conn.execute(wait_queries.STRANDED_DELIVERIES, {"limit": self.batch}).fetchall()
         inbox = Inbox(self.settings, self.db, self.broker)
-        woke = sum(inbox.wake(uuid.UUID(str(row["id"]))) for row in rows)
+        woke = sum(inbox.wake(_session_id(row)) for row in rows)
         if woke:
             logger.warning("woke %d sessions with stranded deliveries", woke)
         return woke
@@ -128,3 +147,7 @@ class SchedulerJobs:
             self.deliver_alerts,
             self.retention,
         ]
+
+
+def _session_id(row: dict[str, Any]) -> uuid.UUID:
+    return uuid.UUID(str(row["id"]))

@@ -23,7 +23,7 @@ from dramatiq.brokers.redis import RedisBroker
 from resumable.models import session_queries, step_queries
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
-from resumable.queue.broker import NAMESPACE, enqueue_session
+from resumable.queue.broker import NAMESPACE, enqueue_sessions
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -88,14 +88,12 @@ def reconcile(
             ).fetchall()
             orphans = conn.execute(step_queries.ORPHANED_SESSIONS).fetchall()
         for row in rows:
-            session_id = uuid.UUID(str(row["id"]))
-            enqueue_session(broker, settings, session_id)
             found = report.pending if row["status"] == SessionStatus.PENDING else report.expired
-            found.append(session_id)
-        for row in orphans:
-            session_id = uuid.UUID(str(row["id"]))
-            enqueue_session(broker, settings, session_id)
-            report.orphaned.append(session_id)
+            found.append(uuid.UUID(str(row["id"])))
+        report.orphaned = [uuid.UUID(str(row["id"])) for row in orphans]
+        # One Redis round trip per few hundred sessions (a Redis that lost its
+        # keys can mean a hundred thousand of them).
+        enqueue_sessions(broker, settings, [*report.pending, *report.expired, *report.orphaned])
     except BaseException:
         if report.broker_reset:
             # Not done: let the next pass see the reset again (the database may be

@@ -1,0 +1,232 @@
+"""How fast does a burst of due timers (or poll checks) resume, against the
+workers' own step rate?
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bursts.py [--sizes 1000,10000 --kinds timer,poll
+                                           --workers 2 --threads 8 --schedulers 1]
+
+A real deployment: ``--schedulers`` ``resumable scheduler`` processes (several
+are safe: each due session is handed out once) and ``--workers`` ``resumable
+worker`` processes running ``benchmarks/burst_agent.py``.
+
+1. Step rate, the yardstick measured in the same run: ``--step-sessions``
+   sessions of a counting agent run ``--steps`` steps each; steps/s from the
+   first start until the last completed (database clock).
+2. For each kind and size N: N sessions start and suspend on a timer (or a poll
+   check) an hour away; once all are suspended, one UPDATE makes every one due
+   at the same instant T (the database's clock). Reported: the time from T until
+   the last of them completed (``max(finished_at) - T``), wakes/s, and that time
+   against N / steps/s: the target is at most 1.3.
+
+The scheduler's interval (``--interval``, default 0.1 s) is part of what is
+measured: the first scan after T finds the burst.
+
+``DATABASE_URL``/``REDIS_URL`` are used when set; otherwise embedded servers run
+under ``--home`` (default ``.resumable/bench-bursts``). The tables are truncated
+and Redis is flushed: never point this at a database you care about.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import harness
+from benchmarks.burst_agent import POLL_AGENT, STEPS_AGENT, TIMER_AGENT
+from benchmarks.harness import BenchDeployment, Services
+from benchmarks.report import add_deployment, bench_parser, command_line, machine, parse
+from resumable.queue.broker import enqueue_sessions
+
+TARGET_RATIO = 1.3
+AGENTS = {"timer": TIMER_AGENT, "poll": POLL_AGENT}
+TABLES = ("sessions", "checkpoints", "audit_events", "callbacks", "deliveries")
+
+# Every suspended session of the agent falls due now: its timer (or its next
+# poll check) and the wake time the scheduler scans for.
+MAKE_DUE = """
+WITH t AS (SELECT clock_timestamp() AS at)
+UPDATE sessions SET
+    wake_at = t.at,
+    wait = CASE WHEN wait ? 'timer_at' THEN jsonb_set(wait, '{timer_at}', to_jsonb(t.at))
+                ELSE wait END
+FROM t
+WHERE agent = %s AND status = 'suspended'
+RETURNING t.at
+"""
+
+
+def started_and_finished(conn: Any, agent: str) -> tuple[float, float]:
+    row = conn.execute(
+        "SELECT extract(epoch FROM min(created_at)), extract(epoch FROM max(finished_at))"
+        f" FROM sessions {harness.BENCH_TAG} WHERE agent = %s",
+        [agent],
+    ).fetchone()
+    return float(row[0]), float(row[1])
+
+
+def step_rate(args: argparse.Namespace, services: Services, conn: Any) -> float:
+    """The workers' steps/s on the counting agent, measured now."""
+    with harness.bench_client(services.settings(), pool_size=8) as client:
+        ids = harness.start_sessions(
+            client, STEPS_AGENT, [{"steps": args.steps}] * args.step_sessions, threads=8
+        )
+    harness.wait_sessions(
+        conn,
+        lambda c: c["completed"] >= len(ids),
+        what="the counting sessions",
+        timeout=args.timeout,
+        ids=ids,
+    )
+    first, last = started_and_finished(conn, STEPS_AGENT)
+    return float(args.step_sessions * args.steps / (last - first))
+
+
+# The ideal scheduler, for comparison: the benchmark itself wakes every
+# suspended session of the agent in one statement and enqueues them at once,
+# so only the workers' cost per resumed session remains.
+WAKE_ALL = """
+UPDATE sessions SET status = 'pending', wake_at = NULL, updated_at = now(),
+    wake = jsonb_build_object('kind', CASE WHEN wait ? 'poll' THEN 'poll_check' ELSE 'timer' END)
+WHERE agent = %s AND status = 'suspended'
+RETURNING id, extract(epoch FROM clock_timestamp())
+"""
+
+
+def last_woken(conn: Any, agent: str) -> float:
+    """When the last `resumed` audit event of the agent's sessions was written
+    (by the scheduler for a timer, by the worker after a poll check)."""
+    row = conn.execute(
+        "SELECT extract(epoch FROM max(e.created_at)) FROM audit_events e"
+        f" JOIN sessions s ON s.id = e.session_id {harness.BENCH_TAG}"
+        " WHERE s.agent = %s AND e.event_type = 'resumed'",
+        [agent],
+    ).fetchone()
+    return float(row[0])
+
+
+def burst(
+    args: argparse.Namespace, services: Services, conn: Any, kind: str, size: int, direct: bool
+) -> tuple[float, float]:
+    """Suspend `size` sessions, make them all due at once (or, `direct`, wake and
+    enqueue them all from here); (seconds until the last was woken, seconds
+    until the last completed)."""
+    agent = AGENTS[kind]
+    conn.execute(f"DELETE FROM sessions {harness.BENCH_TAG} WHERE agent = %s", [agent])
+    with harness.bench_client(services.settings(), pool_size=8) as client:
+        ids = harness.start_sessions(client, agent, [None] * size, threads=8)
+    harness.wait_sessions(
+        conn,
+        lambda c: c["suspended"] >= size,
+        what=f"{size} sessions to suspend",
+        timeout=args.timeout,
+        ids=ids,
+        interval=0.1,
+    )
+    if direct:
+        rows = conn.execute(WAKE_ALL, [agent]).fetchall()
+        due_at = float(rows[0][1])
+        with harness.bench_client(services.settings(), pool_size=1) as client:
+            enqueue_sessions(client.broker, client.settings, [row[0] for row in rows])
+        woken = time.time() - due_at  # the database's clock is this machine's
+    else:
+        rows = conn.execute(MAKE_DUE, [agent]).fetchall()
+        due_at = rows[0][0].timestamp()
+    assert len(rows) == size, (len(rows), size)
+    harness.wait_sessions(
+        conn,
+        lambda c: c["completed"] >= size,
+        what=f"{size} due {kind}s to resume",
+        timeout=args.timeout,
+        ids=ids,
+        interval=0.02,
+    )
+    _, last = started_and_finished(conn, agent)
+    if not direct:
+        woken = last_woken(conn, agent) - due_at
+    return woken, last - due_at
+
+
+def run(args: argparse.Namespace, services: Services) -> None:
+    log_dir = harness.log_dir_for(services.home)
+    harness.reset_data(services.pg_url, services.redis_url, TABLES, vacuum=("sessions",))
+    env = {
+        **harness.worker_env(args.threads),
+        "RESUMABLE_SCHEDULER_INTERVAL_SECONDS": str(args.interval),
+    }
+    print(f"# {command_line()}")
+    print(f"# {machine()}; {services.where}")
+    print(
+        f"# {args.workers} workers x {args.threads} threads, {args.schedulers} scheduler(s)"
+        f" every {args.interval:g} s"
+    )
+    with (
+        BenchDeployment(services, log_dir, env) as deployment,
+        harness.connect(services.pg_url) as conn,
+    ):
+        for index in range(args.schedulers):
+            deployment.processes.scheduler(name=f"scheduler-{index}").wait_ready(
+                harness.START_TIMEOUT
+            )
+        deployment.start_workers(args.workers, "benchmarks.burst_agent")
+        rate = step_rate(args, services, conn)
+        print(f"step rate: {args.step_sessions} sessions x {args.steps} steps: {rate:,.0f} steps/s")
+        print(
+            f"{'burst':<14}{'woken in':>10}{'resumed in':>12}{'wakes/s':>9}"
+            f"{'direct':>9}{'x direct':>10}{'N/steps/s':>11}{'ratio':>7}"
+        )
+        worst = 0.0
+        for kind in args.kinds:
+            for size in args.sizes:
+                deployment.check_alive()
+                woken, elapsed = burst(args, services, conn, kind, size, direct=False)
+                _, ideal = burst(args, services, conn, kind, size, direct=True)
+                floor = size / rate
+                ratio = elapsed / floor
+                worst = max(worst, ratio)
+                print(
+                    f"{f'{size:,} {kind}s':<14}{woken:>9.2f}s{elapsed:>11.2f}s"
+                    f"{size / elapsed:>9,.0f}{ideal:>8.2f}s{elapsed / ideal:>10.2f}"
+                    f"{floor:>10.2f}s{ratio:>7.2f}"
+                )
+        verdict = "PASS" if worst <= TARGET_RATIO else "MISS"
+        print(f"target: every burst within {TARGET_RATIO:g}x N / steps/s: {verdict} ({worst:.2f})")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = bench_parser(__doc__, "bench-bursts", timeout=300.0)
+    add_deployment(parser, threads=8)
+    parser.add_argument("--sizes", default="1000,10000", help="burst sizes, comma-separated")
+    parser.add_argument("--kinds", default="timer,poll", help="timer and/or poll")
+    parser.add_argument("--schedulers", type=int, default=1, help="scheduler processes")
+    parser.add_argument("--interval", type=float, default=0.1, help="scheduler interval, s")
+    parser.add_argument("--step-sessions", type=int, default=500, help="step-rate sessions")
+    parser.add_argument("--steps", type=int, default=20, help="steps per step-rate session")
+    args = parse(parser, argv, ["workers", "threads", "schedulers", "step_sessions", "steps"])
+    try:
+        args.sizes = [int(size) for size in str(args.sizes).split(",")]
+    except ValueError:
+        parser.error("--sizes must be comma-separated integers")
+    args.kinds = [kind.strip() for kind in str(args.kinds).split(",")]
+    if any(size < 1 for size in args.sizes):
+        parser.error("--sizes must be at least 1")
+    if any(kind not in AGENTS for kind in args.kinds):
+        parser.error(f"--kinds must name some of {', '.join(AGENTS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with harness.bench_services(args.home) as services:
+        run(args, services)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

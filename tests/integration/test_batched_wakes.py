@@ -1,0 +1,108 @@
+"""Waking many sessions at once: the scheduler commits a batch of due wake-ups
+and sends their queue messages and wake-up tokens in one Redis round trip, in
+dramatiq's own message format, once per session however many schedulers run."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+
+import redis
+from dramatiq.broker import MessageProxy
+from dramatiq.message import Message
+
+from resumable.client import Client
+from resumable.models.database import Database
+from resumable.queue.broker import SESSION_ACTOR, enqueue_sessions
+from resumable.queue.wakeup import wakeup_key
+from resumable.scheduler.jobs import SchedulerJobs
+from resumable.settings import Settings
+
+
+def _queued(redis_client: redis.Redis, settings: Settings) -> list[Message[None]]:
+    """Every message waiting on the session queue, decoded as a worker would."""
+    key = f"resumable:{settings.queue_name}"
+    ids = redis_client.lrange(key, 0, -1)
+    stored = redis_client.hmget(f"{key}.msgs", ids) if ids else []
+    return [Message.decode(data) for data in stored if isinstance(data, bytes)]
+
+
+def _suspend_due(db: Database, count: int, kind: str) -> list[uuid.UUID]:
+    """`count` sessions suspended on a timer (or a retry) that is already due."""
+    ids = [uuid.uuid4() for _ in range(count)]
+    status, wait = ("suspended", '{"timer_at": "2000-01-01T00:00:00+00:00"}')
+    if kind == "retry":
+        status, wait = "retrying", "null"
+    with db.connection() as conn:
+        conn.execute(
+            """
+            INSERT INTO sessions (id, agent, status, state, wait, wake_at)
+            SELECT u, 'nap', %(status)s, '{}'::jsonb, %(wait)s::jsonb, now() - interval '1 s'
+            FROM unnest(%(ids)s::uuid[]) AS u
+            """,
+            {"ids": ids, "status": status, "wait": wait},
+        )
+    return ids
+
+
+def test_a_batch_is_stored_as_dramatiq_messages_with_a_token_each(
+    client: Client, settings: Settings, redis_client: redis.Redis
+) -> None:
+    ids = [uuid.uuid4() for _ in range(3)]
+    assert enqueue_sessions(client.broker, settings, ids) == 3
+    queued = _queued(redis_client, settings)
+    assert [m.args for m in queued] == [(str(i),) for i in ids]
+    assert {m.actor_name for m in queued} == {SESSION_ACTOR}
+    assert len({m.options["redis_message_id"] for m in queued}) == 3
+    assert redis_client.llen(wakeup_key("resumable", settings.queue_name)) == 3
+
+
+def test_dramatiqs_own_consumer_fetches_and_acks_a_batch(
+    client: Client, settings: Settings, redis_client: redis.Redis
+) -> None:
+    """The batch is stored where dramatiq's fetch and ack scripts look."""
+    ids = [str(uuid.uuid4()) for _ in range(5)]
+    enqueue_sessions(client.broker, settings, ids)
+    consumer = client.broker.consume(settings.queue_name, prefetch=10, timeout=100)
+    fetched: list[MessageProxy] = []
+    deadline = time.monotonic() + 10
+    while len(fetched) < len(ids) and time.monotonic() < deadline:
+        message = next(consumer)
+        if message is not None:
+            fetched.append(message)
+            consumer.ack(message)
+    consumer.close()
+    assert [m.args[0] for m in fetched] == ids
+    assert _queued(redis_client, settings) == []
+    assert redis_client.hlen(f"resumable:{settings.queue_name}.msgs") == 0
+
+
+def test_two_schedulers_wake_a_burst_of_due_timers_once_each(
+    client: Client, settings: Settings, db: Database, redis_client: redis.Redis
+) -> None:
+    ids = _suspend_due(db, 1_200, "timer")
+    schedulers = [SchedulerJobs(settings, db, client.broker, batch=100) for _ in range(2)]
+    counts: list[dict[str, int]] = []
+    threads = [threading.Thread(target=lambda s=s: counts.append(s.wake_due())) for s in schedulers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sum(c.get("timer", 0) for c in counts) == len(ids)
+    sent = Counter(m.args[0] for m in _queued(redis_client, settings))
+    assert sent == Counter(str(i) for i in ids)  # every one, none twice
+    with db.connection() as conn:
+        pending = conn.execute("SELECT count(*) AS n FROM sessions WHERE status = 'pending'")
+        assert pending.fetchone() == {"n": len(ids)}
+
+
+def test_due_retries_beyond_one_batch_are_all_woken(
+    client: Client, settings: Settings, db: Database, redis_client: redis.Redis
+) -> None:
+    ids = _suspend_due(db, 250, "retry")
+    assert SchedulerJobs(settings, db, client.broker, batch=100).wake_due_retries() == len(ids)
+    assert Counter(m.args[0] for m in _queued(redis_client, settings)) == Counter(
+        str(i) for i in ids
+    )
