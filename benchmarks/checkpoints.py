@@ -16,7 +16,8 @@ with real ``resumable worker`` subprocesses (``--workers`` x ``--threads``):
    in parallel; steps/s from the first ``Client.start`` until all completed.
 2. History growth: one session of ``--steps`` steps. It suspends on a signal after
    step ``--pause-at``; on the quiet system the latest state is loaded as recovery
-   reads it (``SELECT state FROM sessions WHERE id = ...``), then it is signalled
+   reads it (``SELECT state, state_patch FROM sessions WHERE id = ...``, the patch
+   applied), then it is signalled
    on, and after its last step the latest state is loaded again (also alternating
    with a session of run 1, whose history is short, so that drift on the machine
    falls on both alike), and the state at ``--old-seq`` is rebuilt from the
@@ -81,6 +82,7 @@ from benchmarks.report import (
     percentile,
     verdict,
 )
+from resumable import live_state
 from resumable.agent import AgentRegistry
 from resumable.checkpoints import EventSourced, Incremental, Reducer, rebuild
 from resumable.client import Client
@@ -118,7 +120,7 @@ SELECT count(*) AS rows,
                     + coalesce(octet_length(events::text), 0)), 0)::bigint AS text
 FROM checkpoints WHERE session_id = ANY(%(ids)s)
 """
-LOAD_LATEST = "SELECT state FROM sessions WHERE id = %(id)s"
+LOAD_LATEST = "SELECT state, state_patch FROM sessions WHERE id = %(id)s"
 LOAD_CHAIN = """
 SELECT seq, kind, state, patch, events FROM checkpoints
 WHERE session_id = %(id)s AND seq <= %(seq)s
@@ -270,8 +272,8 @@ def timed(reps: int, action: Callable[[], Any], warmup: int = 5) -> tuple[list[f
 
 
 def load_latest(conn: DictConnection, session_id: uuid.UUID) -> dict[str, Any]:
-    state: dict[str, Any] = one(conn, LOAD_LATEST, {"id": session_id})["state"]
-    return state
+    row = one(conn, LOAD_LATEST, {"id": session_id})
+    return live_state.apply(row["state"], row["state_patch"])
 
 
 def time_latest(conn: DictConnection, session_id: uuid.UUID, reps: int) -> Timing:

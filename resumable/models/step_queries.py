@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from resumable import live_state
 from resumable.models.agent_queries import AGENT_SERVED, WORKER_OF_LEASE_OWNER
 from resumable.models.status import SessionStatus
 
@@ -33,9 +34,14 @@ class ClaimedSession:
     attempts: int
     error: dict[str, Any] | None
     history_rebase: bool
+    # Not yet folded into `state` (see resumable/live_state.py); applied here,
+    # so `state` is the live state.
+    state_patch: list[Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", SessionStatus(self.status))
+        if self.state_patch:
+            object.__setattr__(self, "state", live_state.apply(self.state, self.state_patch))
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,7 @@ WITH old AS (
     RETURNING sessions.id, sessions.agent, sessions.cursor, sessions.state, sessions.input,
               sessions.step_seq, sessions.lease_epoch, sessions.wait, sessions.wake,
               sessions.status, sessions.attempts, sessions.error, sessions.history_rebase,
+              sessions.state_patch,
               old.status AS previous_status, old.lease_owner AS previous_owner
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
@@ -133,7 +140,7 @@ WITH old AS (
     FROM s
 )
 SELECT id AS session_id, agent, cursor, state, input, step_seq, lease_epoch AS epoch, wait,
-       wake, status, attempts, error, history_rebase
+       wake, status, attempts, error, history_rebase, state_patch
 FROM s
 """
 
@@ -214,7 +221,11 @@ WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
 COMMIT_STEP = """
 WITH s AS (
     UPDATE sessions SET
-        state = %(state)s::jsonb,
+        -- NULL state: the step appends its patch; the stored state is kept
+        -- as it is (PostgreSQL does not rewrite an unchanged TOASTed value).
+        state = coalesce(%(state)s::jsonb, state),
+        state_patch = CASE WHEN %(state)s::jsonb IS NULL
+                           THEN coalesce(state_patch, '[]'::jsonb) || %(state_patch)s::jsonb END,
         cursor = %(cursor)s,
         status = %(status)s,
         result = %(result)s::jsonb,

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
+from resumable.live_state import install_orm_hooks
 from resumable.models.status import SagaOutcome, SessionStatus, ToolCallStatus, sql_values
 
 # Deterministic constraint names, so the schema built by the migrations and
@@ -117,6 +118,10 @@ class SessionRow(SQLModel, table=True):
     # Added in migration 0007: why the session is `blocked` (what was recorded,
     # what the code asked for, the status to go back to); NULL otherwise.
     blocked_reason: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
+    # Added in migration 0012: the JSON Patch from `state` to the live state,
+    # appended by incremental steps so they need not rewrite a large state;
+    # NULL when `state` is the live state (see resumable/live_state.py).
+    state_patch: list[Any] | None = Field(default=None, sa_column=_jsonb())
 
 
 class CheckpointRow(SQLModel, table=True):
@@ -413,3 +418,7 @@ class ArchivedSessionRow(SQLModel, table=True):
     finished_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
     archived_at: datetime = Field(sa_column=_timestamp(default_now=True))
     document: dict[str, Any] = Field(sa_column=_jsonb(nullable=False))
+
+
+# Rows of `sessions` read through SQLModel carry the live state (state_patch applied).
+install_orm_hooks(SessionRow)
