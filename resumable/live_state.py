@@ -155,8 +155,9 @@ def _diff(old: Any, new: Any, path: str, ops: list[dict[str, Any]]) -> None:
         return
     if type(old) is list and isinstance(new, list):
         common = min(len(old), len(new))
-        for index in range(common):
-            _diff(old[index], new[index], f"{path}/{index}", ops)
+        for index, (old_item, new_item) in enumerate(zip(old, new, strict=False)):
+            if not old_item == new_item:  # noqa: SIM201 (the old item's __eq__ decides)
+                _diff(old_item, new_item, f"{path}/{index}", ops)
         ops.extend({"op": "add", "path": f"{path}/-", "value": v} for v in new[common:])
         ops.extend(
             {"op": "remove", "path": f"{path}/{i}"} for i in range(len(old) - 1, common - 1, -1)

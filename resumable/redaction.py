@@ -31,12 +31,14 @@ DEFAULT_KEYS = (
     "credentials",
 )
 
+_MAX_VERDICTS = 10_000  # keys remembered per redactor (dict keys that are data stay bounded)
 _MIN_SCRUB_LENGTH = 6  # shorter "secrets" would scrub ordinary words out of messages
 
 
 class Redactor:
     def __init__(self, keys: Iterable[str] = DEFAULT_KEYS) -> None:
         self._names = tuple(_normal(k) for k in keys if k.strip())
+        self._verdicts: dict[str, bool] = {}
         # A secret key ends with a name and then the closing quote in JSON.
         self._needles = tuple(
             {f'{name}"' for name in self._names}
@@ -50,8 +52,14 @@ class Redactor:
         return any(needle in lowered for needle in self._needles)
 
     def is_secret_key(self, key: str) -> bool:
-        normal = _normal(key)
-        return any(normal == name or normal.endswith("_" + name) for name in self._names)
+        # A state repeats the same few keys thousands of times: decide each once.
+        known = self._verdicts.get(key)
+        if known is None:
+            normal = _normal(key)
+            known = any(normal == name or normal.endswith("_" + name) for name in self._names)
+            if len(self._verdicts) < _MAX_VERDICTS:
+                self._verdicts[key] = known
+        return known
 
     def redact(self, value: Any, found: set[str] | None = None) -> Any:
         """A copy of `value` with secret keys' values replaced (the same object

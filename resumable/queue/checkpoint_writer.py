@@ -55,14 +55,15 @@ class CheckpointWriter:
         self.strategy = strategy
         self.redactor = redactor
         self.secrets: set[str] = set()
-        redactor.redact(live_state, self.secrets)
+        encoded = _encode(live_state)
+        if redactor.might_match(encoded):  # collect the secrets error texts must not show
+            redactor.redact(live_state, self.secrets)
         self._force_snapshot = rebase
         self._previous: Any = None
         self._full_bytes = 0
         self._patch_bytes = 0
         if isinstance(strategy, Incremental):
             # A private copy: the next step mutates the live state in place.
-            encoded = _encode(live_state)
             self._previous = live_state_copy(encoded)
             self._full_bytes = len(encoded)
             self._patch_bytes = len(json.dumps(pending_patch)) if pending_patch else 0
