@@ -216,30 +216,24 @@ WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
 
 # A step's outcome: new state, cursor and status, the wait it suspends on (if
 # any), a checkpoint row, the audit events, and the consumption of the delivery
-# that woke it, in one statement. No row back means the epoch moved on (another
+# that woke it, in one statement. With a NULL state the step appends its patch
+# instead (resumable/live_state.py): the stored state is left as it is, and
+# PostgreSQL does not rewrite an unchanged TOASTed value. (Keep the SET list
+# short: tests find this statement in pg_stat_activity, cut at 1024 bytes.) No row back means the epoch moved on (another
 # worker owns the session) or the step was already committed; nothing was written.
 COMMIT_STEP = """
 WITH s AS (
     UPDATE sessions SET
-        -- NULL state: the step appends its patch; the stored state is kept
-        -- as it is (PostgreSQL does not rewrite an unchanged TOASTed value).
         state = coalesce(%(state)s::jsonb, state),
-        state_patch = CASE WHEN %(state)s::jsonb IS NULL
-                           THEN coalesce(state_patch, '[]'::jsonb) || %(state_patch)s::jsonb END,
-        cursor = %(cursor)s,
-        status = %(status)s,
-        result = %(result)s::jsonb,
-        step_seq = step_seq + 1,
-        attempts = 0,
-        error = NULL,
-        history_rebase = false,
-        wait = %(wait)s::jsonb,
-        wake = NULL,
-        wake_at = %(wake_at)s::timestamptz,
-        lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,
-        lease_expires_at = CASE WHEN %(release)s THEN NULL
-                                ELSE now() + make_interval(secs => %(lease_seconds)s) END,
-        step_started_at = CASE WHEN %(release)s THEN NULL ELSE now() END,
+        state_patch = CASE WHEN %(state)s IS NULL
+                           THEN coalesce(state_patch, '[]') || %(state_patch)s::jsonb END,
+        cursor = %(cursor)s, status = %(status)s, result = %(result)s::jsonb,
+        step_seq = step_seq + 1, attempts = 0, error = NULL, history_rebase = false,
+        wait = %(wait)s::jsonb, wake = NULL, wake_at = %(wake_at)s::timestamptz,
+        lease_owner = CASE WHEN NOT %(release)s THEN lease_owner END,
+        lease_expires_at = CASE WHEN NOT %(release)s
+                                THEN now() + make_interval(secs => %(lease_seconds)s) END,
+        step_started_at = CASE WHEN NOT %(release)s THEN now() END,
         step_deadline = CASE WHEN NOT %(release)s
                              THEN now() + make_interval(secs => %(next_time_limit)s) END,
         finished_at = CASE WHEN %(status)s = 'completed' THEN now() END,

@@ -13,6 +13,7 @@ session is re-enqueued at once: see ``shutdown.py``).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -481,7 +482,8 @@ class SessionRunner:
                         "lease_seconds": self.settings.lease_seconds,
                         "next_time_limit": next_time_limit,
                         "step": step.name,
-                        "events": serialization.dumps(events, "audit events"),
+                        # Built here from validated parts: encoded without a second walk.
+                        "events": json.dumps(events, ensure_ascii=False, separators=(",", ":")),
                         "kind": history.kind,
                         # NULL: the checkpoint takes the live state (nothing was redacted).
                         "history_state": None
