@@ -218,9 +218,10 @@ WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
 # any), a checkpoint row, the audit events, and the consumption of the delivery
 # that woke it, in one statement. With a NULL state the step appends its patch
 # instead (resumable/live_state.py): the stored state is left as it is, and
-# PostgreSQL does not rewrite an unchanged TOASTed value. (Keep the SET list
-# short: tests find this statement in pg_stat_activity, cut at 1024 bytes.) No row back means the epoch moved on (another
-# worker owns the session) or the step was already committed; nothing was written.
+# PostgreSQL does not rewrite an unchanged TOASTed value. No row back means the
+# epoch moved on (another worker owns the session) or the step was already
+# committed; nothing was written. (Keep the SET list short: a test finds the
+# checkpoint insert in pg_stat_activity, which cuts a query at 1024 bytes.)
 COMMIT_STEP = """
 WITH s AS (
     UPDATE sessions SET
