@@ -3,10 +3,13 @@ tests/integration/test_live_state.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from resumable import Agent, Complete, StepContext
 from resumable.checkpoints import Incremental
+from resumable.errors import PermanentError
+from resumable.retries import RetryPolicy
 from tests.agents import hold_while_flagged
 
 patched = Agent("live_patched", checkpoints=Incremental(snapshot_every=50))
@@ -34,3 +37,21 @@ def grow(ctx: StepContext) -> str | Complete:
     if ctx.seq >= int(ctx.input["steps"]):
         return Complete({"n": ctx.seq})
     return "grow"
+
+
+fragile = Agent(
+    "live_fragile", checkpoints=Incremental(snapshot_every=50), retry=RetryPolicy(max_attempts=1)
+)
+
+
+@fragile.step
+def note(ctx: StepContext) -> str | Complete:
+    """Steps 1-3 change the state; step 4 fails until the flag file exists."""
+    if ctx.seq == 1:
+        ctx.state["padding"] = "x" * 4000
+    if ctx.seq >= 4:
+        if not Path(ctx.input["flag"]).exists():
+            raise PermanentError("the flag is not set")
+        return Complete({"notes": ctx.state["notes"], "patched": ctx.state.get("patched")})
+    ctx.state.setdefault("notes", []).append(ctx.seq)
+    return "note"

@@ -52,3 +52,26 @@ def test_sigkill_with_a_pending_patch_resumes_from_the_exact_state(
     events = [e.type for e in client.events(session_id)]
     assert "lease_recovered" in events
     assert events.count("step_completed") == 9
+
+
+def test_a_dead_letter_retry_patches_the_live_state_and_folds_the_pending_patch(
+    client: Client, tmp_path: Path, deployment: LocalDeployment
+) -> None:
+    deployment.worker(AGENTS)
+    flag = tmp_path / "flag"
+    session_id = client.start("live_fragile", {"flag": str(flag)})
+    wait_until(lambda: client.get(session_id).status == "failed", what="the dead letter")
+    seq, patch = _row(client, session_id)
+    assert seq == 3 and isinstance(patch, list) and patch, "steps 2-3 appended patches"
+    assert client.get(session_id).state["notes"] == [1, 2, 3]
+
+    [letter] = client.dead_letters().items
+    flag.touch()
+    client.retry_dead_letter(
+        letter.dead_letter_id,
+        state_patch=[{"op": "add", "path": "/patched", "value": "by ops"}],
+        actor="test",
+    )
+    wait_until(lambda: client.get(session_id).status == "completed", what="the retried session")
+    assert client.get(session_id).result == {"notes": [1, 2, 3], "patched": "by ops"}
+    assert _row(client, session_id)[1] is None
