@@ -63,7 +63,7 @@ def test_a_dead_letter_retry_patches_the_live_state_and_folds_the_pending_patch(
     wait_until(lambda: client.get(session_id).status == "failed", what="the dead letter")
     seq, patch = _row(client, session_id)
     assert seq == 3 and isinstance(patch, list) and patch, "steps 2-3 appended patches"
-    assert client.get(session_id).state["notes"] == [1, 2, 3]
+    assert (client.get(session_id).state or {}).get("notes") == [1, 2, 3]
 
     [letter] = client.dead_letters().items
     flag.touch()
