@@ -63,14 +63,14 @@ def _encoded_length(value: Any) -> int:
 
 
 def _text(rng: random.Random, length: int) -> str:
-    """Words from a fixed vocabulary, `length` characters."""
-    words: list[str] = []
-    total = -1
-    while total < length:
-        word = rng.choices(_WORDS, cum_weights=_ZIPF)[0]
-        words.append(word)
-        total += len(word) + 1
-    return " ".join(words)[:length]
+    """Words from a fixed vocabulary, `length` characters. Drawn in batches (one
+    `choices` call each), so building a 1 MB state costs the agent ~10x less
+    CPU than word by word, which would otherwise weigh on the CPU per step."""
+    text = ""
+    while len(text) < length:
+        words = rng.choices(_WORDS, cum_weights=_ZIPF, k=length // 4 + 1)
+        text = f"{text} {' '.join(words)}" if text else " ".join(words)
+    return text[:length]
 
 
 def item_text_length(size: int) -> int:
