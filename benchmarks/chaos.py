@@ -50,7 +50,7 @@ import redis
 if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.chaos_agent import AGENT_NAME
+from benchmarks.chaos_agent import AGENT_NAME, INCREMENTAL_AGENT_NAME
 from benchmarks.harness import (
     ROOT,
     BenchDeployment,
@@ -273,8 +273,13 @@ def run_chaos(args: argparse.Namespace, services: Services, log_dir: Path) -> Ou
         started = time.monotonic()
         for index in range(args.sessions):
             client.start(
-                AGENT_NAME,
-                {"ledger": f"{ledger.url}/effects", "steps": args.steps, "work_ms": args.work_ms},
+                INCREMENTAL_AGENT_NAME if args.incremental else AGENT_NAME,
+                {
+                    "ledger": f"{ledger.url}/effects",
+                    "steps": args.steps,
+                    "work_ms": args.work_ms,
+                    "padding": 4096 if args.incremental else 0,
+                },
                 session_id=uuid.UUID(int=index + 1),
             )
         chaos = threading.Thread(
@@ -414,6 +419,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--recovery-rounds", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--incremental",
+        action="store_true",
+        help="run the agent with incremental checkpoints (steps append patches to the row)",
+    )
     parser.add_argument("--home", type=Path, default=ROOT / ".resumable" / "bench")
     return parser.parse_args(argv)
 

@@ -15,10 +15,19 @@ import urllib.request
 from typing import Any
 
 from resumable import Agent, Complete, StepContext
+from resumable.checkpoints import Incremental
 
 AGENT_NAME = "chaos"
+INCREMENTAL_AGENT_NAME = "chaos_incremental"
 
 chaos = Agent(AGENT_NAME, description="Benchmark agent: one ledger call per step.")
+# The same steps with incremental checkpoints and a padded state, so most steps
+# append a patch to the session row instead of rewriting it (chaos.py --incremental).
+chaos_incremental = Agent(
+    INCREMENTAL_AGENT_NAME,
+    checkpoints=Incremental(snapshot_every=5),
+    description="Benchmark agent: one ledger call per step, incremental checkpoints.",
+)
 
 
 def record_effect(url: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
@@ -41,9 +50,10 @@ def announce(url: str, body: dict[str, Any]) -> None:
         pass
 
 
-@chaos.step
 def work(ctx: StepContext) -> str | Complete:
     n = int(ctx.state.get("n", 0)) + 1
+    if ctx.input.get("padding"):
+        ctx.state.setdefault("padding", "p" * int(ctx.input["padding"]))
     if ctx.input.get("announce"):
         announce(ctx.input["announce"], {"session": str(ctx.session_id), "n": n})
     receipt = ctx.tool(
@@ -55,3 +65,7 @@ def work(ctx: StepContext) -> str | Complete:
     if n >= int(ctx.input["steps"]):
         return Complete({"n": n})
     return "work"
+
+
+chaos.step(work, name="work")
+chaos_incremental.step(work, name="work")

@@ -16,7 +16,8 @@ with real ``resumable worker`` subprocesses (``--workers`` x ``--threads``):
    in parallel; steps/s from the first ``Client.start`` until all completed.
 2. History growth: one session of ``--steps`` steps. It suspends on a signal after
    step ``--pause-at``; on the quiet system the latest state is loaded as recovery
-   reads it (``SELECT state FROM sessions WHERE id = ...``), then it is signalled
+   reads it (``SELECT state, state_patch FROM sessions WHERE id = ...``, the patch
+   applied), then it is signalled
    on, and after its last step the latest state is loaded again (also alternating
    with a session of run 1, whose history is short, so that drift on the machine
    falls on both alike), and the state at ``--old-seq`` is rebuilt from the
@@ -81,6 +82,7 @@ from benchmarks.report import (
     percentile,
     verdict,
 )
+from resumable import live_state
 from resumable.agent import AgentRegistry
 from resumable.checkpoints import EventSourced, Incremental, Reducer, rebuild
 from resumable.client import Client
@@ -118,7 +120,7 @@ SELECT count(*) AS rows,
                     + coalesce(octet_length(events::text), 0)), 0)::bigint AS text
 FROM checkpoints WHERE session_id = ANY(%(ids)s)
 """
-LOAD_LATEST = "SELECT state FROM sessions WHERE id = %(id)s"
+LOAD_LATEST = "SELECT state, state_patch FROM sessions WHERE id = %(id)s"
 LOAD_CHAIN = """
 SELECT seq, kind, state, patch, events FROM checkpoints
 WHERE session_id = %(id)s AND seq <= %(seq)s
@@ -270,8 +272,8 @@ def timed(reps: int, action: Callable[[], Any], warmup: int = 5) -> tuple[list[f
 
 
 def load_latest(conn: DictConnection, session_id: uuid.UUID) -> dict[str, Any]:
-    state: dict[str, Any] = one(conn, LOAD_LATEST, {"id": session_id})["state"]
-    return state
+    row = one(conn, LOAD_LATEST, {"id": session_id})
+    return live_state.apply(row["state"], row["state_patch"])
 
 
 def time_latest(conn: DictConnection, session_id: uuid.UUID, reps: int) -> Timing:
@@ -411,7 +413,14 @@ class Run:
         started = time.monotonic()
         ids = [
             client.start(
-                agent, {"size": size, "seed": seed, "steps": per_session, "pause_at": None}
+                agent,
+                {
+                    "size": size,
+                    "seed": seed,
+                    "steps": per_session,
+                    "pause_at": None,
+                    "change": args.change_bytes or None,
+                },
             )
             for seed in range(args.sessions)
         ]
@@ -434,7 +443,13 @@ class Run:
         relation_before = history_bytes(conn)
         growth = client.start(
             agent,
-            {"size": size, "seed": GROWTH_SEED, "steps": args.steps, "pause_at": args.pause_at},
+            {
+                "size": size,
+                "seed": GROWTH_SEED,
+                "steps": args.steps,
+                "pause_at": args.pause_at,
+                "change": args.change_bytes or None,
+            },
         )
         self.wait_sessions(
             conn,
@@ -494,9 +509,12 @@ class Run:
         against the states computed in this process."""
         args = self.args
         latest = load_latest(conn, session_id)
-        old = agents.expected_state(size, GROWTH_SEED, args.old_seq)
+        old = agents.expected_state(size, GROWTH_SEED, args.old_seq, args.change_bytes or None)
         checks = {
-            "latest state": (latest, agents.expected_state(size, GROWTH_SEED, args.steps)),
+            "latest state": (
+                latest,
+                agents.expected_state(size, GROWTH_SEED, args.steps, args.change_bytes or None),
+            ),
             f"rebuilt state at {args.steps}": (
                 state_at(conn, session_id, args.steps, reducer),
                 latest,
@@ -522,11 +540,11 @@ def kb(value: float) -> str:
     return f"{value / 1024:.1f} KB" if value >= 1024 else f"{value:.0f} B"
 
 
-def describe_size(size: int) -> str:
-    state = agents.build_state(size, GROWTH_SEED)
+def describe_size(size: int, change: int | None) -> str:
+    state = agents.build_state(size, GROWTH_SEED, change)
     encoded = len(json.dumps(state, ensure_ascii=False, separators=(",", ":")))
     items = len(state["memory"])
-    per_step = agents.items_per_step(size)
+    per_step = agents.items_per_step(size, change)
     return (
         f"{encoded:,} B of JSON: {items} memory items of {agents.item_text_length(size)}"
         f" characters, {per_step} rewritten per step (+ counters, a plan tick every"
@@ -558,7 +576,7 @@ def report_size(
     snap_bytes, snap_stored = avg("snapshot", bytes_per_step), avg("snapshot", stored_per_step)
     snap_rate, snap_cpu = avg("snapshot", rate), avg("snapshot", cpu)
     print()
-    print(f"state {kb(size)}: {describe_size(size)}")
+    print(f"state {kb(size)}: {describe_size(size, args.change_bytes or None)}")
     header = (
         f"{'strategy':<18} {'B/step':>8} {'x snap':>6} {'col B/step':>10} {'x snap':>6}"
         f" {'steps/s (rounds)':>24} {'x snap':>6} {'CPU ms/step':>11} {'x snap':>6}"
@@ -677,6 +695,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--old-seq", type=int, default=100, help="the old step to rebuild")
     parser.add_argument("--load-reps", type=int, default=200, help="timed loads per measurement")
+    parser.add_argument(
+        "--change-bytes",
+        type=int,
+        default=0,
+        help="bytes of memory text each step rewrites (default 0: about 2 %% of the state)",
+    )
     args = parse(parser, argv, ("steps", "sessions", "workers", "threads", "rounds", "load_reps"))
     try:
         args.sizes = [int(part) for part in str(args.sizes).split(",") if part.strip()]
@@ -684,6 +708,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--sizes takes integers, e.g. 2048,65536")
     if not args.sizes or min(args.sizes) < 256:
         parser.error("--sizes must be at least 256 bytes each")
+    if args.change_bytes < 0:
+        parser.error("--change-bytes must not be negative")
     if args.sessions > args.steps:
         parser.error("--sessions must not exceed --steps")
     if not 1 <= args.pause_at < args.steps:

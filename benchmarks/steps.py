@@ -418,6 +418,8 @@ def run_raw(
 
 # -- report ------------------------------------------------------------------------------
 
+CPU_TARGET = 0.8  # durable CPU per step within 1/0.8 of the raw one-statement commit's
+
 
 def report(
     args: argparse.Namespace,
@@ -471,6 +473,20 @@ def report(
             f" ({durable.cpu_per_step * 1e3:.3f} vs {raw.cpu_per_step * 1e3:.3f} ms;"
             " steadier when other processes share the CPUs)"
         )
+    for raw in raws:
+        if raw.cpu is None or durable.cpu is None:
+            continue
+        client_ratio = (raw.cpu.clients / raw.steps) / (durable.cpu.clients / durable.steps)
+        print(
+            f"durable / {raw.label:<8} = {client_ratio:.3f} by client CPU per step (workers"
+            f" {durable.cpu.clients / durable.steps * 1e3:.3f} vs raw clients"
+            f" {raw.cpu.clients / raw.steps * 1e3:.3f} ms)"
+        )
+    cte = next((raw for raw in raws if raw.label == "raw-cte"), None)
+    if cte is not None:
+        ratio = cte.cpu_per_step / durable.cpu_per_step
+        verdict = "PASS" if ratio >= CPU_TARGET else "MISS"
+        print(f"target: durable >= {CPU_TARGET} of raw-cte by CPU per step: {ratio:.3f} {verdict}")
     if durable.latencies:
         print(
             f"per-session completion (created_at -> finished_at): "

@@ -31,12 +31,14 @@ DEFAULT_KEYS = (
     "credentials",
 )
 
+_MAX_VERDICTS = 10_000  # keys remembered per redactor (dict keys that are data stay bounded)
 _MIN_SCRUB_LENGTH = 6  # shorter "secrets" would scrub ordinary words out of messages
 
 
 class Redactor:
     def __init__(self, keys: Iterable[str] = DEFAULT_KEYS) -> None:
         self._names = tuple(_normal(k) for k in keys if k.strip())
+        self._verdicts: dict[str, bool] = {}
         # A secret key ends with a name and then the closing quote in JSON.
         self._needles = tuple(
             {f'{name}"' for name in self._names}
@@ -50,8 +52,14 @@ class Redactor:
         return any(needle in lowered for needle in self._needles)
 
     def is_secret_key(self, key: str) -> bool:
-        normal = _normal(key)
-        return any(normal == name or normal.endswith("_" + name) for name in self._names)
+        # A state repeats the same few keys thousands of times: decide each once.
+        known = self._verdicts.get(key)
+        if known is None:
+            normal = _normal(key)
+            known = any(normal == name or normal.endswith("_" + name) for name in self._names)
+            if len(self._verdicts) < _MAX_VERDICTS:
+                self._verdicts[key] = known
+        return known
 
     def redact(self, value: Any, found: set[str] | None = None) -> Any:
         """A copy of `value` with secret keys' values replaced (the same object
@@ -76,6 +84,43 @@ class Redactor:
             return items if changed else value
         return value
 
+    def redact_patch(
+        self, patch: list[dict[str, Any]], found: set[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The JSON Patch `patch` (between two live states) as it applies to
+        their redacted copies: values redacted, and an operation inside a
+        secret key's value becomes one replacing that value with the marker.
+        Proportional to the patch, not to the state it applies to; `patch`
+        itself when nothing in it is secret."""
+        out: list[dict[str, Any]] = []
+        marked: set[str] = set()
+        changed = False
+        for original in patch:
+            op = original
+            tokens = op["path"].split("/")[1:]
+            secret = next(
+                (i for i, token in enumerate(tokens) if self.is_secret_key(_unescape(token))),
+                None,
+            )
+            if secret is None:
+                if "value" in op:
+                    value = self.redact(op["value"], found)
+                    if value is not original["value"]:
+                        op, changed = {**original, "value": value}, True
+                out.append(op)
+                continue
+            changed = True
+            _collect(op.get("value"), found)
+            if secret == len(tokens) - 1:
+                out.append(op if op["op"] == "remove" else {**op, "value": REDACTED})
+                continue
+            # Inside a secret: the history holds the marker there already.
+            path = "/" + "/".join(tokens[: secret + 1])
+            if path not in marked:
+                marked.add(path)
+                out.append({"op": "replace", "path": path, "value": REDACTED})
+        return out if changed else patch
+
     @staticmethod
     def scrub(text: str | None, secrets: Iterable[str]) -> str | None:
         """Remove known secret values from free text."""
@@ -98,6 +143,10 @@ def _collect(value: Any, found: set[str] | None) -> None:
     elif isinstance(value, list):
         for item in value:
             _collect(item, found)
+
+
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
 
 
 def _normal(key: str) -> str:

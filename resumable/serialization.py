@@ -14,7 +14,7 @@ from typing import Any
 from resumable.errors import NotSerializableError
 
 
-def _find_bad_value(value: Any, path: str) -> str | None:
+def find_bad_value(value: Any, path: str) -> str | None:
     """The path of the first value JSON cannot hold, for the error message."""
     if value is None or isinstance(value, bool | int | str):
         return None
@@ -22,7 +22,7 @@ def _find_bad_value(value: Any, path: str) -> str | None:
         return None if math.isfinite(value) else f"{path} (non-finite float {value!r})"
     if isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            found = _find_bad_value(item, f"{path}[{index}]")
+            found = find_bad_value(item, f"{path}[{index}]")
             if found:
                 return found
         return None
@@ -30,7 +30,7 @@ def _find_bad_value(value: Any, path: str) -> str | None:
         for key, item in value.items():
             if not isinstance(key, str):
                 return f"{path} (key {key!r} is not a string)"
-            found = _find_bad_value(item, f"{path}.{key}")
+            found = find_bad_value(item, f"{path}.{key}")
             if found:
                 return found
         return None
@@ -44,7 +44,7 @@ def dumps(value: Any, what: str = "value") -> str:
     key becomes a string, a tuple a list is fine), so that a state read back
     after a crash is exactly the state the step left.
     """
-    bad = _find_bad_value(value, what)
+    bad = find_bad_value(value, what)
     if bad is not None:
         raise NotSerializableError(f"{what} is not JSON-serializable at {bad}")
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
@@ -52,7 +52,7 @@ def dumps(value: Any, what: str = "value") -> str:
 
 def canonical(value: Any, what: str = "value") -> str:
     """Deterministic encoding (sorted keys), used to derive idempotency keys."""
-    bad = _find_bad_value(value, what)
+    bad = find_bad_value(value, what)
     if bad is not None:
         raise NotSerializableError(f"{what} is not JSON-serializable at {bad}")
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))

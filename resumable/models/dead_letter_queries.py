@@ -20,6 +20,7 @@ WITH d AS (
         finished_at = NULL,
         wake_at = NULL,
         state = coalesce(%(state)s::jsonb, sessions.state),
+        state_patch = CASE WHEN %(state)s::jsonb IS NULL THEN sessions.state_patch END,
         history_rebase = sessions.history_rebase OR %(state)s IS NOT NULL,
         updated_at = now()
     FROM d

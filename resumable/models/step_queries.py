@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from resumable import live_state
 from resumable.models.agent_queries import (
     SERVED_ELSEWHERE,
     VERSION_SERVED,
@@ -40,9 +41,14 @@ class ClaimedSession:
     # The agent version that serves the session, and the one it started on.
     version: int = 0
     started_version: int = 0
+    # Not yet folded into `state` (see resumable/live_state.py); applied here,
+    # so `state` is the live state.
+    state_patch: list[Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", SessionStatus(self.status))
+        if self.state_patch:
+            object.__setattr__(self, "state", live_state.apply(self.state, self.state_patch))
 
 
 @dataclass(frozen=True)
@@ -154,6 +160,7 @@ WITH old AS (
               sessions.step_seq, sessions.lease_epoch, sessions.wait, sessions.wake,
               sessions.status, sessions.attempts, sessions.error, sessions.history_rebase,
               sessions.agent_version, sessions.started_version,
+              sessions.state_patch,
               old.status AS previous_status, old.lease_owner AS previous_owner
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
@@ -168,7 +175,8 @@ WITH old AS (
     FROM s
 )
 SELECT id AS session_id, agent, cursor, state, input, step_seq, lease_epoch AS epoch, wait,
-       wake, status, attempts, error, history_rebase, agent_version AS version, started_version
+       wake, status, attempts, error, history_rebase, agent_version AS version, started_version,
+       state_patch
 FROM s
 """
 
@@ -310,26 +318,25 @@ ORDER BY call_index
 
 # A step's outcome: new state, cursor and status, the wait it suspends on (if
 # any), a checkpoint row, the audit events, and the consumption of the delivery
-# that woke it, in one statement. No row back means the epoch moved on (another
-# worker owns the session) or the step was already committed; nothing was written.
+# that woke it, in one statement. With a NULL state the step appends its patch
+# instead (resumable/live_state.py): the stored state is left as it is, and
+# PostgreSQL does not rewrite an unchanged TOASTed value. No row back means the
+# epoch moved on (another worker owns the session) or the step was already
+# committed; nothing was written. (Keep the SET list short: a test finds the
+# checkpoint insert in pg_stat_activity, which cuts a query at 1024 bytes.)
 COMMIT_STEP = """
 WITH s AS (
     UPDATE sessions SET
-        state = %(state)s::jsonb,
-        cursor = %(cursor)s,
-        status = %(status)s,
-        result = %(result)s::jsonb,
-        step_seq = step_seq + 1,
-        attempts = 0,
-        error = NULL,
-        history_rebase = false,
-        wait = %(wait)s::jsonb,
-        wake = NULL,
-        wake_at = %(wake_at)s::timestamptz,
-        lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,
-        lease_expires_at = CASE WHEN %(release)s THEN NULL
-                                ELSE now() + make_interval(secs => %(lease_seconds)s) END,
-        step_started_at = CASE WHEN %(release)s THEN NULL ELSE now() END,
+        state = coalesce(%(state)s::jsonb, state),
+        state_patch = CASE WHEN %(state)s IS NULL
+                           THEN coalesce(state_patch, '[]') || %(state_patch)s::jsonb END,
+        cursor = %(cursor)s, status = %(status)s, result = %(result)s::jsonb,
+        step_seq = step_seq + 1, attempts = 0, error = NULL, history_rebase = false,
+        wait = %(wait)s::jsonb, wake = NULL, wake_at = %(wake_at)s::timestamptz,
+        lease_owner = CASE WHEN NOT %(release)s THEN lease_owner END,
+        lease_expires_at = CASE WHEN NOT %(release)s
+                                THEN now() + make_interval(secs => %(lease_seconds)s) END,
+        step_started_at = CASE WHEN NOT %(release)s THEN now() END,
         step_deadline = CASE WHEN NOT %(release)s
                              THEN now() + make_interval(secs => %(next_time_limit)s) END,
         finished_at = CASE WHEN %(status)s = 'completed' THEN now() END,

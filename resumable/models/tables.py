@@ -12,13 +12,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
+from resumable.live_state import install_orm_hooks
 from resumable.models import metrics_queries
-from resumable.models.status import (
-    SagaOutcome,
-    SessionStatus,
-    ToolCallStatus,
-    sql_values,
-)
+from resumable.models.status import SagaOutcome, SessionStatus, ToolCallStatus, sql_values
 
 # Deterministic constraint names, so the schema built by the migrations and
 # the one built from these models can be compared name for name.
@@ -151,6 +147,10 @@ class SessionRow(SQLModel, table=True):
     trace_context: dict[str, Any] | None = Field(default=None, sa_column=_jsonb())
     # Added in migration 0010: the session whose step spawned this one.
     parent_id: uuid.UUID | None = Field(default=None, sa_column=sa.Column(sa.Uuid, nullable=True))
+    # Added in migration 0012: the JSON Patch from `state` to the live state,
+    # appended by incremental steps so they need not rewrite a large state;
+    # NULL when `state` is the live state (see resumable/live_state.py).
+    state_patch: list[Any] | None = Field(default=None, sa_column=_jsonb())
 
 
 class CheckpointRow(SQLModel, table=True):
@@ -600,3 +600,5 @@ class LockRequestRow(SQLModel, table=True):
     token_epoch: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
     requested_at: datetime = Field(sa_column=_timestamp(default_now=True))
     granted_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+# Rows of `sessions` read through SQLModel carry the live state (state_patch applied).
+install_orm_hooks(SessionRow)

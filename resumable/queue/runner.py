@@ -28,7 +28,7 @@ from psycopg.rows import class_row
 
 from resumable import serialization
 from resumable.agent import Agent, AgentRegistry, Complete, Next, version_label
-from resumable.checkpoints import CheckpointRecord, EventSourced
+from resumable.checkpoints import EventSourced
 from resumable.context import StepContext
 from resumable.coordination.shared import CoordinationError
 from resumable.coordination.step import StepCoordination
@@ -46,7 +46,7 @@ from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.models.step_queries import ClaimableElsewhere, ClaimedSession, CommittedStep
 from resumable.queue.callbacks import CallbackFactory
-from resumable.queue.checkpoint_writer import CheckpointWriter
+from resumable.queue.checkpoint_writer import CheckpointWriter, StepState
 from resumable.queue.failures import FailureHandler, HeldLease
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.observing import observe_divergence, observe_run, observe_step
@@ -73,10 +73,9 @@ class StepRun:
     tools: ToolCalls
     decision: Decision
     wake: Wake | None
-    state: str
+    state: StepState
     result: str
     ms: float
-    history: CheckpointRecord
 
 
 @dataclass(frozen=True)
@@ -260,7 +259,11 @@ class SessionRunner:
         steps_run = 0
         state, seq, attempts = claim.state, claim.step_seq, claim.attempts
         writer = CheckpointWriter(
-            agent.checkpoints, self.redactor, state, rebase=claim.history_rebase
+            agent.checkpoints,
+            self.redactor,
+            state,
+            rebase=claim.history_rebase,
+            pending_patch=claim.state_patch,
         )
         while True:
             held = HeldLease(claim.session_id, claim.epoch, attempts, writer.secrets)
@@ -421,7 +424,6 @@ class SessionRunner:
         decision = self._interpret(agent, step_fn(ctx))
         if not isinstance(ctx.state, dict):
             raise NotSerializableError("state must be a JSON object (a dict)")
-        encoded = serialization.dumps(ctx.state, "state")
         events = ctx.events if isinstance(agent.checkpoints, EventSourced) else None
         return StepRun(
             name=cursor,
@@ -429,10 +431,9 @@ class SessionRunner:
             tools=tools,
             decision=decision,
             wake=wake,
-            state=encoded,
+            state=writer.record(seq + 1, ctx.state, events, finishing=decision.done),
             result=serialization.dumps(decision.result, "result"),
             ms=round((time.monotonic() - step_started) * 1000, 3),
-            history=writer.record(seq + 1, ctx.state, encoded, events),
         )
 
     @staticmethod
@@ -510,6 +511,7 @@ class SessionRunner:
     ) -> int | None:
         """Commit a step's outcome; the new sequence number, or None if fenced out."""
         wait = step.decision.wait
+        history = step.state.history
         coordination = step.ctx.coordination
         assert coordination is not None
         with self.db.connection() as conn, coordination.transaction(conn, wait):
@@ -521,7 +523,8 @@ class SessionRunner:
                         "id": claim.session_id,
                         "epoch": claim.epoch,
                         "expected_seq": step.ctx.seq - 1,
-                        "state": step.state,
+                        "state": step.state.full,
+                        "state_patch": step.state.patch,
                         "cursor": step.decision.next_step,
                         "status": status,
                         "result": step.result,
@@ -533,14 +536,15 @@ class SessionRunner:
                         "lease_seconds": self.settings.lease_seconds,
                         "next_time_limit": next_time_limit,
                         "step": step.name,
-                        "events": serialization.dumps(events, "audit events"),
-                        "kind": step.history.kind,
+                        # Built here from validated parts: encoded without a second walk.
+                        "events": json.dumps(events, ensure_ascii=False, separators=(",", ":")),
+                        "kind": history.kind,
                         # NULL: the checkpoint takes the live state (nothing was redacted).
                         "history_state": None
-                        if step.history.state == step.state
-                        else step.history.state,
-                        "patch": step.history.patch,
-                        "step_events": step.history.events,
+                        if history.state == step.state.full
+                        else history.state,
+                        "patch": history.patch,
+                        "step_events": history.events,
                         "calls_made": step.tools.made,
                     },
                     prepare=True,
