@@ -200,6 +200,7 @@ MIGRATE_SESSION = """
 WITH s AS (
     UPDATE sessions SET
         state = %(state)s::jsonb,
+        state_patch = NULL,  -- the migrated state is the whole live state
         cursor = CASE WHEN EXISTS (
                           SELECT 1 FROM tool_execution_cache t
                           WHERE t.session_id = sessions.id AND t.step_seq = sessions.step_seq + 1
