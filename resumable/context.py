@@ -69,6 +69,8 @@ class StepContext:
         #: step can keep an old session on its old path.
         self.version = version
         self._patches = patches or {}
+        #: Shared documents this step read and the updates it commits.
+        self.coordination = coordination
 
     def patched(self, name: str) -> bool:
         """Whether this session started on code that has patch ``name``
@@ -84,8 +86,6 @@ class StepContext:
                 "Agent(..., patches={...}) with the version that introduced it"
             ) from None
         return self.version >= since
-        #: Shared documents this step read and the updates it commits.
-        self.coordination = coordination
 
     def tool(
         self,
