@@ -298,13 +298,14 @@ class SessionRunner:
             next_limit = None
             if status is SessionStatus.RUNNING and step.decision.next_step is not None:
                 next_limit = agent.policy(step.decision.next_step).time_limit
-            committed = self._commit(claim, step, status, events, next_limit)
-            if committed is None and (
-                fewer := fewer_calls(
+            if seq == claim.step_seq and step.tools.made < claim.recorded_calls:
+                # A replay that made fewer calls than recorded: nothing committed.
+                fewer = fewer_calls(
                     self.db, claim.session_id, step.ctx.seq, step.name, step.tools.made
                 )
-            ):
-                return self._park(claim, fewer)  # the lease is still held: nothing committed
+                if fewer is not None:
+                    return self._park(claim, fewer)
+            committed = self._commit(claim, step, status, events, next_limit)
             if committed is None:
                 logger.warning(
                     "step %s not committed: another worker owns the session",
@@ -526,7 +527,6 @@ class SessionRunner:
                         else step.history.state,
                         "patch": step.history.patch,
                         "step_events": step.history.events,
-                        "calls_made": step.tools.made,
                     },
                     prepare=True,
                 )
