@@ -112,7 +112,8 @@ def truncate_all(database: Database) -> None:
     with database.connection() as conn:
         conn.execute(
             "TRUNCATE sessions, checkpoints, audit_events, tool_execution_cache, callbacks, "
-            "deliveries, agents, workers, dead_letters, alerts, archived_sessions CASCADE"
+            "deliveries, agents, agent_versions, workers, dead_letters, alerts, "
+            "archived_sessions CASCADE"
         )
 
 
