@@ -17,7 +17,10 @@ shared, noisy CPU slows all three alike):
 
 Each round creates fresh pending sessions (outside the timing), with a live
 worker row and an agent in the catalog as in production. Prints the median
-and mean latency per statement and the ratios against ``before``.
+and mean latency per statement as the client sees it (dominated by the
+commit's WAL flush) and, with ``pg_stat_statements``, the server's mean
+execution time of the claim before and today (``first`` and ``resumed``
+together), with the ratios against ``before``.
 
 ``DATABASE_URL`` is used when set; otherwise an embedded server runs under
 ``--home`` (default ``.resumable/bench``). The tables are truncated: never
@@ -37,7 +40,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import harness
+from benchmarks import harness, pg_counters
 from resumable.models import step_queries
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         harness.reset_data(
             services.pg_url, services.redis_url, ["sessions", "workers", "agents"], ["sessions"]
         )
+        stats = pg_counters.enable_pg_stat_statements(
+            services.pg_url, services.home, services.own_database
+        )
+        pg_counters.reset_statements(services.pg_url, stats)
         with harness.connect(services.pg_url) as conn:
             conn.execute(
                 "INSERT INTO agents (name, steps, checks) VALUES (%s, '[\"a\"]', '[]')", (AGENT,)
@@ -148,6 +155,17 @@ def main(argv: list[str] | None = None) -> int:
                         row = conn.execute(statement, params, prepare=True).fetchone()
                         timings[name].append(time.perf_counter() - started)
                         assert row is not None, f"{name}: nothing claimed"
+        # pg_stat_statements keys statements by their parse tree (a comment
+        # does not tell `first` from `resumed`): before, and today's claim.
+        fragments = {
+            "before": "SELECT id, status, lease_owner, lease_epoch FROM sessions",
+            "today": "SELECT id, status, lease_owner, lease_epoch, cursor FROM sessions",
+        }
+        server = {
+            stmt.name: stmt.mean_ms
+            for stmt in pg_counters.read_statements(services.pg_url, stats, fragments)
+            if stmt.name in fragments
+        }
     base = statistics.median(timings["before"])
     base_mean = statistics.mean(timings["before"])
     print(f"claims: {args.rounds} rounds x {args.claims} per statement, interleaved")
@@ -161,6 +179,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:<10} {median * 1000:>10.3f} {mean * 1000:>9.3f} {median / base:>18.3f}"
             f" {mean / base_mean:>16.3f}"
         )
+    if "before" in server:
+        print(f"server-side mean execution ({stats.method}):")
+        for name in ("before", "today"):
+            if name in server:
+                ratio = server[name] / server["before"]
+                print(f"{name:<10} {server[name]:>10.4f} ms {ratio:>8.3f}x before")
+    else:
+        print(f"no server-side times: {stats.note or stats.method}")
     return 0
 
 

@@ -269,8 +269,6 @@ COMMIT_STEP_DEFAULTS: dict[str, Any] = {
     "history_state": None,
     "patch": None,
     "step_events": None,
-    # A replayed step's recorded calls beyond those it made (none for a no-op step).
-    "calls_made": 0,
 }
 
 

@@ -112,8 +112,8 @@ def truncate_all(database: Database) -> None:
     with database.connection() as conn:
         conn.execute(
             "TRUNCATE sessions, checkpoints, audit_events, tool_execution_cache, callbacks, "
-            "deliveries, agents, workers, dead_letters, alerts, archived_sessions, "
-            "finished_session_counts, session_conditions, "
+            "deliveries, agents, agent_versions, workers, dead_letters, alerts, "
+            "archived_sessions, finished_session_counts, session_conditions, "
             "shared_documents, shared_versions, coordination_locks CASCADE"
         )
 

@@ -104,6 +104,20 @@ WHERE EXISTS (SELECT 1 FROM agents a WHERE a.name = u.name)
 """
 
 
+# Of these `agent@version` labels (the versions a starting worker runs or
+# migrates), the ones announced before that no live worker other than %(id)s
+# serves or migrates: their sessions' messages were passed over and dropped.
+UNSERVED_VERSIONS = """
+SELECT split_part(u.label, '@', 1) AS name FROM unnest(%(labels)s::text[]) AS u(label)
+WHERE EXISTS (SELECT 1 FROM agent_versions a WHERE a.agent || '@' || a.version = u.label)
+  AND NOT EXISTS (SELECT 1 FROM workers w
+                  WHERE w.expires_at > now() AND w.id <> %(id)s
+                    AND (w.takes_over ? u.label
+                         OR EXISTS (SELECT 1 FROM jsonb_each_text(w.versions) AS v
+                                    WHERE v.key || '@' || v.value = u.label)))
+"""
+
+
 @dataclass(frozen=True)
 class UnservedAgent:
     """A row of UNSERVED_SESSIONS_BY_AGENT."""

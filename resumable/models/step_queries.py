@@ -44,6 +44,9 @@ class ClaimedSession:
     # Not yet folded into `state` (see resumable/live_state.py); applied here,
     # so `state` is the live state.
     state_patch: list[Any] | None = None
+    # One past the highest call index recorded (not failed, not superseded)
+    # for the step about to run: a replay that makes fewer calls diverged.
+    recorded_calls: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", SessionStatus(self.status))
@@ -161,7 +164,12 @@ WITH old AS (
               sessions.status, sessions.attempts, sessions.error, sessions.history_rebase,
               sessions.agent_version, sessions.started_version,
               sessions.state_patch,
-              old.status AS previous_status, old.lease_owner AS previous_owner
+              old.status AS previous_status, old.lease_owner AS previous_owner,
+              -- The calls recorded for the step about to run (a replay must make
+              -- as many, see RECORDED_BEYOND): one probe of an index.
+              (SELECT coalesce(max(t.call_index) + 1, 0) FROM tool_execution_cache t
+               WHERE t.session_id = sessions.id AND t.step_seq = sessions.step_seq + 1
+                 AND t.superseded_at IS NULL AND t.status <> 'failed') AS recorded_calls
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
     SELECT id, step_seq, cursor,
@@ -176,7 +184,7 @@ WITH old AS (
 )
 SELECT id AS session_id, agent, cursor, state, input, step_seq, lease_epoch AS epoch, wait,
        wake, status, attempts, error, history_rebase, agent_version AS version, started_version,
-       state_patch
+       state_patch, recorded_calls
 FROM s
 """
 
@@ -307,8 +315,8 @@ WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
 
 # The recorded calls of a step beyond the ones its replay made (a replay that
 # made fewer calls than recorded; failed calls, which the tool reported as
-# not done, and superseded ones do not count): asked when COMMIT_STEP wrote
-# nothing, to tell this divergence from a lost lease.
+# not done, and superseded ones do not count): the reason a session is
+# parked when the first step of a run made fewer calls than the claim saw.
 RECORDED_BEYOND = """
 SELECT idempotency_key, call_index, tool, args_hash, request, status FROM tool_execution_cache
 WHERE session_id = %(id)s AND step_seq = %(step_seq)s AND call_index >= %(calls_made)s
@@ -344,11 +352,6 @@ WITH s AS (
         updated_at = now()
     WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
       AND step_seq = %(expected_seq)s
-      -- A replay that made fewer calls than recorded diverged (see RECORDED_BEYOND).
-      AND NOT EXISTS (SELECT 1 FROM tool_execution_cache t
-                      WHERE t.session_id = %(id)s AND t.step_seq = %(expected_seq)s + 1
-                        AND t.call_index >= %(calls_made)s AND t.superseded_at IS NULL
-                        AND t.status <> 'failed')
     RETURNING id, step_seq, state
 ), c AS (
     INSERT INTO checkpoints (session_id, seq, step, next_step, state, kind, patch, events)

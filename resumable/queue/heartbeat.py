@@ -73,10 +73,17 @@ class WorkerHeartbeat:
 
     def announce(self) -> list[str]:
         """Write this worker's row; return the agents no other live worker
-        loaded until now (their waiting sessions need a message)."""
+        loaded until now, or whose version (one this worker runs or migrates)
+        no other live worker served: their waiting sessions need a message."""
         conn = self._connection()
         params = {"id": self.worker_id, "agents": self._agents}
         unserved = [str(row[0]) for row in conn.execute(agent_queries.UNSERVED_AGENTS, params)]
+        labels = [f"{name}@{version}" for name, version in self._versions.items()]
+        labels += self._takes_over
+        versions = {"id": self.worker_id, "labels": labels}
+        for row in conn.execute(agent_queries.UNSERVED_VERSIONS, versions):
+            if str(row[0]) not in unserved:
+                unserved.append(str(row[0]))
         conn.execute(agent_queries.FORGET_DEAD_WORKERS)
         self._announce()
         return unserved

@@ -305,16 +305,17 @@ class SessionRunner:
             next_limit = None
             if status is SessionStatus.RUNNING and step.decision.next_step is not None:
                 next_limit = agent.policy(step.decision.next_step).time_limit
+            if seq == claim.step_seq and step.tools.made < claim.recorded_calls:
+                # A replay that made fewer calls than recorded: nothing committed.
+                fewer = fewer_calls(
+                    self.db, claim.session_id, step.ctx.seq, step.name, step.tools.made
+                )
+                if fewer is not None:
+                    return self._park(claim, fewer)
             try:
                 committed = self._commit(claim, step, status, events, next_limit)
             except CoordinationError as exc:  # rolled back: nothing of the step committed
                 return self.failures.step_failed(held, agent, exc, cursor)
-            if committed is None and (
-                fewer := fewer_calls(
-                    self.db, claim.session_id, step.ctx.seq, step.name, step.tools.made
-                )
-            ):
-                return self._park(claim, fewer)  # the lease is still held: nothing committed
             if committed is None:
                 logger.warning(
                     "step %s not committed: another worker owns the session",
@@ -545,7 +546,6 @@ class SessionRunner:
                         else history.state,
                         "patch": history.patch,
                         "step_events": history.events,
-                        "calls_made": step.tools.made,
                     },
                     prepare=True,
                 )

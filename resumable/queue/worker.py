@@ -176,10 +176,7 @@ def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None
     )
     if settings.worker_prefetch:
         worker.queue_prefetch = settings.worker_prefetch
-    announce_agents(runtime)
-    # Every agent: a session of a version no other live worker serves had its
-    # messages passed over and dropped (the query leaves out the served ones).
-    unserved = runtime.runner.agents
+    unserved = announce_agents(runtime)
     warn_unserved_positions(runtime.db, runtime.runner.registry, runtime.runner.worker_id)
     runtime.heartbeat.start()
     runtime.keeper.start()

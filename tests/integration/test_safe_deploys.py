@@ -213,7 +213,12 @@ def test_changed_arguments_mid_retry_block_and_accept_makes_one_new_call(
                 (sid,),
             ).fetchall()
         trail = [
-            (c["call_index"], c["request"]["args"][1]["nights"], c["status"], c["superseded_by"])
+            (
+                c["call_index"],
+                cast(dict[str, Any], c["request"])["args"][1]["nights"],
+                c["status"],
+                c["superseded_by"],
+            )
             for c in calls
         ]
         assert [(i, n, status, bool(by)) for i, n, status, by in trail] == [
