@@ -372,7 +372,14 @@ class SessionRunner:
             reducer=agent.checkpoints.reducer
             if isinstance(agent.checkpoints, EventSourced)
             else None,
-            coordination=StepCoordination(self.db, claim.session_id, claim.epoch, cursor, seq + 1),
+            coordination=StepCoordination(
+                self.db,
+                claim.session_id,
+                claim.epoch,
+                cursor,
+                seq + 1,
+                idle_timeout=self.settings.lease_seconds,
+            ),
         )
         step_started = time.monotonic()
         decision = self._interpret(agent, step_fn(ctx))
