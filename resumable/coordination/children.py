@@ -101,8 +101,16 @@ def session_finished(
     the next waiters and its parent (if any) may wake. Best effort: what
     fails here the scheduler's backstops (``grant_locks``, ``wake_parents``) redo."""
     try:
-        locks.release_all(db, broker, settings, session_id)
-        wake_parent(db, broker, settings, child_id=session_id)
+        with db.connection() as conn:
+            row = conn.execute(queries.SESSION_FINISHED, {"id": session_id}).fetchone()
+        if row is None:
+            return
+        released = row["names"]
+        names = {str(name) for name in released} if isinstance(released, list) else set()
+        if names:
+            locks.grant_and_wake(db, broker, settings, names)
+        if row["parent_id"] is not None:
+            wake_parent(db, broker, settings, parent_id=uuid.UUID(str(row["parent_id"])))
     except Exception:
         logger.warning(
             "releasing locks or waking the parent failed; the scheduler will",

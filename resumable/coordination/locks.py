@@ -103,21 +103,6 @@ def grant_and_wake(
     return woken
 
 
-def release_all(
-    db: Database, broker: dramatiq.Broker, settings: Settings, session_id: uuid.UUID
-) -> int:
-    """A finished session lets go of every lock it held or waited for, and the
-    next waiters are woken. (If this never runs, a crash right after the
-    session finished, the scheduler's ``grant_waiting`` drops the finished
-    session's requests the next time it runs.)"""
-    with db.connection() as conn:
-        names = {
-            str(row["name"])
-            for row in conn.execute(queries.RELEASE_ALL, {"session_id": session_id})
-        }
-    return grant_and_wake(db, broker, settings, names) if names else 0
-
-
 def grant_waiting(db: Database, broker: dramatiq.Broker, settings: Settings) -> int:
     """The scheduler's backstop: grant every lock that has waiters (a worker
     that died between a release and its grant left them waiting)."""

@@ -63,12 +63,15 @@ class StepCoordination:
     ) -> AbstractContextManager[Any]:
         """A transaction around the step's commit if it writes anything here;
         else nothing (the commit stays one autocommitted statement)."""
-        if self.shared.pending or self.releases or self.spawns.children or _locks(wait):
-            return conn.transaction()
-        return nullcontext()
+        return conn.transaction() if self._writes(wait) else nullcontext()
+
+    def _writes(self, wait: dict[str, Any] | None) -> bool:
+        return bool(self.shared.pending or self.releases or self.spawns.children or _locks(wait))
 
     def write(self, conn: psycopg.Connection[Any], seq: int, wait: dict[str, Any] | None) -> None:
         """Inside ``transaction``, after the step's own commit statement succeeded."""
+        if not self._writes(wait):
+            return  # the plain step path: nothing more
         locks.bound_idle(conn, self.idle_timeout)
         self.shared.write(conn, seq)
         self.spawns.write(conn)
