@@ -17,6 +17,7 @@ cancels its unfinished children, and theirs.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -30,6 +31,8 @@ from resumable.models import coordination_queries as queries
 from resumable.models.database import Database
 from resumable.queue.broker import enqueue_session
 from resumable.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 #: Namespace of child-session ids (uuid5 of parent, step sequence, call index).
 CHILD_NAMESPACE = uuid.UUID("4f2b9c1e-7d3a-5e8f-9a6b-0c1d2e3f4a5b")
@@ -95,9 +98,25 @@ def session_finished(
     db: Database, broker: dramatiq.Broker, settings: Settings, session_id: uuid.UUID
 ) -> None:
     """A session completed, failed for good or was cancelled: its locks go to
-    the next waiters and its parent (if any) may wake."""
-    locks.release_all(db, broker, settings, session_id)
-    wake_parent(db, broker, settings, child_id=session_id)
+    the next waiters and its parent (if any) may wake. Best effort: what
+    fails here the scheduler's backstops (``grant_locks``, ``wake_parents``) redo."""
+    try:
+        with db.connection() as conn:
+            row = conn.execute(queries.SESSION_FINISHED, {"id": session_id}).fetchone()
+        if row is None:
+            return
+        released = row["names"]
+        names = {str(name) for name in released} if isinstance(released, list) else set()
+        if names:
+            locks.grant_and_wake(db, broker, settings, names)
+        if row["parent_id"] is not None:
+            wake_parent(db, broker, settings, parent_id=uuid.UUID(str(row["parent_id"])))
+    except Exception:
+        logger.warning(
+            "releasing locks or waking the parent failed; the scheduler will",
+            exc_info=True,
+            extra={"action": "session_finished_hooks_failed"},
+        )
 
 
 def wake_waiting_parents(db: Database, broker: dramatiq.Broker, settings: Settings) -> int:

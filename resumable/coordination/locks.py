@@ -39,6 +39,18 @@ from resumable.settings import Settings
 logger = logging.getLogger(__name__)
 
 
+def bound_idle(conn: psycopg.Connection[Any], seconds: float) -> None:
+    """Have the server end this transaction if its client goes quiet inside
+    it for longer than `seconds` (a worker paused or partitioned while it
+    holds a lock row or a shared document's row), instead of every other
+    writer of that row waiting for it indefinitely. Called before the
+    transaction takes a contended row lock."""
+    conn.execute(
+        "SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
+        [f"{max(1, int(seconds * 1000))}ms"],
+    )
+
+
 def request(conn: psycopg.Connection[Any], session_id: uuid.UUID, name: str, permits: int) -> None:
     """Queue the session for `name`, inside the transaction that suspends it."""
     check_name(name, "lock")
@@ -60,10 +72,11 @@ def release(conn: psycopg.Connection[Any], session_id: uuid.UUID, name: str) -> 
         raise CoordinationError(f"this session does not hold lock {name!r}")
 
 
-def grant(db: Database, name: str) -> list[uuid.UUID]:
+def grant(db: Database, name: str, idle_timeout: float) -> list[uuid.UUID]:
     """Hand free permits of `name` to the oldest waiters; the sessions woken
     (enqueue them after this returns: the grant is committed)."""
     with db.connection() as conn, conn.transaction():
+        bound_idle(conn, idle_timeout)
         lock = conn.execute(queries.LOCK_ROW, {"name": name}).fetchone()
         if lock is None:
             return []
@@ -84,25 +97,10 @@ def grant_and_wake(
     """Grant each lock and enqueue the sessions it woke; how many woke."""
     woken = 0
     for name in sorted(names):
-        for session_id in grant(db, name):
+        for session_id in grant(db, name, settings.lease_seconds):
             enqueue_session(broker, settings, session_id)
             woken += 1
     return woken
-
-
-def release_all(
-    db: Database, broker: dramatiq.Broker, settings: Settings, session_id: uuid.UUID
-) -> int:
-    """A finished session lets go of every lock it held or waited for, and the
-    next waiters are woken. (If this never runs, a crash right after the
-    session finished, the scheduler's ``grant_waiting`` drops the finished
-    session's requests the next time it runs.)"""
-    with db.connection() as conn:
-        names = {
-            str(row["name"])
-            for row in conn.execute(queries.RELEASE_ALL, {"session_id": session_id})
-        }
-    return grant_and_wake(db, broker, settings, names) if names else 0
 
 
 def grant_waiting(db: Database, broker: dramatiq.Broker, settings: Settings) -> int:
@@ -115,10 +113,11 @@ def grant_waiting(db: Database, broker: dramatiq.Broker, settings: Settings) -> 
     return grant_and_wake(db, broker, settings, names)
 
 
-def fence(db: Database, session_id: uuid.UUID, epoch: int, name: str) -> int:
+def fence(db: Database, session_id: uuid.UUID, epoch: int, name: str, idle_timeout: float) -> int:
     """The fencing token of the lock `name` that this run of the session holds."""
     check_name(name, "lock")
     with db.connection() as conn, conn.transaction():
+        bound_idle(conn, idle_timeout)
         row = conn.execute(
             queries.HELD_BY, {"name": name, "session_id": session_id, "epoch": epoch}
         ).fetchone()

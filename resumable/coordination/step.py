@@ -9,6 +9,7 @@ own short transaction per lock) and wake the next holders.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -22,14 +23,26 @@ from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.settings import Settings
 
+logger = logging.getLogger(__name__)
+
 
 class StepCoordination:
     """The coordination of one step of one session's run (lease epoch)."""
 
     def __init__(
-        self, db: Database, session_id: uuid.UUID, epoch: int, step: str, seq: int
+        self,
+        db: Database,
+        session_id: uuid.UUID,
+        epoch: int,
+        step: str,
+        seq: int,
+        *,
+        idle_timeout: float,
     ) -> None:
         self.db = db
+        #: A commit transaction whose worker goes quiet this long is ended by
+        #: the server (the lease: a worker paused longer is a zombie anyway).
+        self.idle_timeout = idle_timeout
         self.session_id = session_id
         self.epoch = epoch
         self.shared = SharedState(db, session_id, step)
@@ -38,7 +51,7 @@ class StepCoordination:
         self.spawns = children.Spawns(session_id, seq)
 
     def fence(self, name: str) -> int:
-        return locks.fence(self.db, self.session_id, self.epoch, name)
+        return locks.fence(self.db, self.session_id, self.epoch, name, self.idle_timeout)
 
     def release(self, name: str) -> None:
         check_name(name, "lock")
@@ -50,12 +63,16 @@ class StepCoordination:
     ) -> AbstractContextManager[Any]:
         """A transaction around the step's commit if it writes anything here;
         else nothing (the commit stays one autocommitted statement)."""
-        if self.shared.pending or self.releases or self.spawns.children or _locks(wait):
-            return conn.transaction()
-        return nullcontext()
+        return conn.transaction() if self._writes(wait) else nullcontext()
+
+    def _writes(self, wait: dict[str, Any] | None) -> bool:
+        return bool(self.shared.pending or self.releases or self.spawns.children or _locks(wait))
 
     def write(self, conn: psycopg.Connection[Any], seq: int, wait: dict[str, Any] | None) -> None:
         """Inside ``transaction``, after the step's own commit statement succeeded."""
+        if not self._writes(wait):
+            return  # the plain step path: nothing more
+        locks.bound_idle(conn, self.idle_timeout)
         self.shared.write(conn, seq)
         self.spawns.write(conn)
         for name in self.releases:
@@ -72,7 +89,24 @@ class StepCoordination:
     ) -> None:
         """Grants that the commit made possible: released locks go to their
         next waiters, a new request may be granted at once, and a finished
-        session lets go of everything it held."""
+        session lets go of everything it held. Best effort: the step is
+        committed, and what fails here the scheduler's backstops redo."""
+        try:
+            self._after_commit(broker, settings, status, wait)
+        except Exception:
+            logger.warning(
+                "grants or wake-ups after the commit failed; the scheduler will redo them",
+                exc_info=True,
+                extra={"action": "coordination_after_commit_failed"},
+            )
+
+    def _after_commit(
+        self,
+        broker: dramatiq.Broker,
+        settings: Settings,
+        status: SessionStatus,
+        wait: dict[str, Any] | None,
+    ) -> None:
         self.spawns.enqueue(broker, settings)
         names = set(self.releases)
         if _locks(wait):

@@ -113,11 +113,6 @@ WHERE name = %(name)s AND session_id = %(session_id)s AND status = 'held'
 RETURNING name
 """
 
-# Everything a finished session held or waited for.
-RELEASE_ALL = """
-DELETE FROM coordination_lock_requests WHERE session_id = %(session_id)s RETURNING name
-"""
-
 # The lock row, locked: grants of one lock happen one at a time.
 LOCK_ROW = """
 SELECT permits, fence FROM coordination_locks WHERE name = %(name)s FOR UPDATE
@@ -291,4 +286,15 @@ ORDER BY updated_at LIMIT %(limit)s
 UNFINISHED_CHILDREN = """
 SELECT id FROM sessions
 WHERE parent_id = %(parent_id)s AND status NOT IN ('completed', 'failed', 'cancelled')
+"""
+
+# A session finished: let go of its locks (the names, to grant them next) and
+# say whether it has a parent to wake, in one round trip, since every
+# finishing session runs it.
+SESSION_FINISHED = """
+WITH released AS (
+    DELETE FROM coordination_lock_requests WHERE session_id = %(id)s RETURNING name
+)
+SELECT coalesce((SELECT array_agg(DISTINCT name) FROM released), '{}') AS names,
+       (SELECT parent_id FROM sessions WHERE id = %(id)s) AS parent_id
 """

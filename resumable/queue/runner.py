@@ -419,7 +419,14 @@ class SessionRunner:
             else None,
             version=claim.started_version,
             patches=agent.patches,
-            coordination=StepCoordination(self.db, claim.session_id, claim.epoch, cursor, seq + 1),
+            coordination=StepCoordination(
+                self.db,
+                claim.session_id,
+                claim.epoch,
+                cursor,
+                seq + 1,
+                idle_timeout=self.settings.lease_seconds,
+            ),
         )
         step_started = time.monotonic()
         decision = self._interpret(agent, step_fn(ctx))

@@ -33,16 +33,22 @@ def test_contended_counter_under_sigkills_counts_every_committed_step_once(
     sessions, times = 100, 10
     workers = [deployment.worker(AGENTS), deployment.worker(AGENTS)]
     ids = [client.start("shared_incrementer", {"times": times}) for _ in range(sessions)]
-    kills = 0
+
+    def committed() -> int:
+        document = client.shared("counter")
+        return 0 if document is None else document.version
+
+    wait_until(lambda: committed() >= 50, what="the first updates")
+    at_kills: list[int] = []
     deadline = time.monotonic() + 120
     while _statuses(db, ids).get("completed", 0) < sessions:
         assert time.monotonic() < deadline, f"not done: {_statuses(db, ids)}"
-        time.sleep(2.0)
-        if kills < 4:  # a victim every 2 s while work remains, then let it finish
+        if len(at_kills) < 4:  # a victim now and every 2 s while work remains
+            at_kills.append(committed())
             deployment.kill(workers.pop(0))
-            kills += 1
             workers.append(deployment.worker(AGENTS))
-    assert kills >= 2, "the run finished before the workers were killed: nothing was tested"
+        time.sleep(2.0)
+    assert at_kills[0] < sessions * times, "no worker was killed mid-run: nothing was tested"
 
     document = client.shared("counter")
     assert document is not None
