@@ -14,9 +14,11 @@ acknowledged by dramatiq's own scripts.
 Sending costs one Redis round trip however many messages go at once: the
 messages (dramatiq's own encoding, stored where its scripts look for them)
 and their wake-up tokens go in one MULTI/EXEC, so a token is never visible
-before the message it announces. A scheduler waking thousands
-of due timers therefore sends them at the workers' pace, not one round trip
-(or two) per session.
+before the message it announces. A scheduler waking thousands of due timers
+therefore sends them faster than workers run them, not one round trip (or
+two, as dramatiq's script call plus the token did) per session. Enqueues no
+longer take part in dramatiq's maintenance lottery; the consumers' fetches,
+which run it too, still do.
 
 A stopping worker must not take more work: once ``stop_fetching`` is called,
 its consumers fetch nothing (they still heartbeat, so the messages in flight
