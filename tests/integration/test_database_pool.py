@@ -1,0 +1,45 @@
+"""The pool's idle check without psycopg_pool's `reset` hook: a connection
+that sat idle is checked (and replaced when the server dropped it), one in
+steady use is handed out without a round trip."""
+
+from __future__ import annotations
+
+import psycopg
+
+from resumable.models.database import Database, libpq_url
+from resumable.settings import Settings
+
+
+def test_a_connection_dropped_by_the_server_while_idle_is_replaced(settings: Settings) -> None:
+    url = settings.database_url or ""
+    with Database(url, pool_size=1) as db:
+        with db.connection() as conn:
+            pid = conn.info.backend_pid
+        assert id(conn) in db._returned_at, "the return time is noted for the idle check"
+        with psycopg.connect(libpq_url(url), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+        db._IDLE_CHECK_SECONDS = 0.0  # as if it had sat idle past the window
+        with db.connection() as conn:
+            assert conn.execute("SELECT 1 AS one").fetchone() == {"one": 1}
+            assert conn.info.backend_pid != pid
+
+
+def test_a_connection_in_steady_use_is_handed_out_unchecked(settings: Settings) -> None:
+    url = settings.database_url or ""
+    with Database(url, pool_size=1) as db:
+        with db.connection() as conn:
+            pid = conn.info.backend_pid
+        with psycopg.connect(libpq_url(url), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+        db._IDLE_CHECK_SECONDS = 3600.0  # just returned: no check on the way out
+        with db.connection() as conn:
+            # The dead connection comes back unchecked: its first statement fails,
+            # and the pool discards it (a connection in steady use proves itself).
+            try:
+                conn.execute("SELECT 1")
+                raised = False
+            except psycopg.OperationalError:
+                raised = True
+        assert raised
+        with db.connection() as conn:
+            assert conn.execute("SELECT 1 AS one").fetchone() == {"one": 1}
