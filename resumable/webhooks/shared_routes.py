@@ -78,6 +78,7 @@ HISTORY = Operation(
     answers=(
         Answer(200, "A page of versions (empty if never written).", Page[SharedVersion]),
         Answer(400, "`cursor` is not one this API handed out.", codes=("invalid_cursor",)),
+        Answer(404, "No document can have this name.", codes=("shared_document_not_found",)),
     ),
 )
 

@@ -265,6 +265,8 @@ def test_openapi_describes_every_route(api: TestClient) -> None:
         ("/metrics", "GET"),
         ("/readyz", "GET"),
         ("/openapi.json", "GET"),
+        ("/v1/shared/{name}", "GET"),
+        ("/v1/shared/{name}/history", "GET"),
     }
     assert described == expected
     for path, ops in schema["paths"].items():
