@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from resumable import serialization
 from resumable.agent import Complete, Next
@@ -43,6 +44,7 @@ class StepContext:
         logger: logging.Logger,
         has_compensation: Callable[[str], bool],
         reducer: Reducer | None = None,
+        is_async: bool = False,
     ) -> None:
         self.session_id = session_id
         self.agent = agent
@@ -59,7 +61,26 @@ class StepContext:
         self._reducer = reducer
         #: Events emitted by this step (event-sourced agents).
         self.events: list[Any] = []
+        #: The step is an ``async def`` (it may ``await ctx.tool(...)`` an async tool).
+        self.is_async = is_async
 
+    @property
+    def tool_calls(self) -> ToolCalls:
+        """This step's tool calls (the runner reads their counts)."""
+        return self._tools
+
+    @overload
+    def tool(
+        self,
+        name: str,
+        fn: Callable[..., Coroutine[Any, Any, T]],
+        /,
+        *args: Any,
+        compensate: str | None = None,
+        **kwargs: Any,
+    ) -> Awaitable[T]: ...
+
+    @overload
     def tool(
         self,
         name: str,
@@ -68,8 +89,23 @@ class StepContext:
         *args: Any,
         compensate: str | None = None,
         **kwargs: Any,
-    ) -> T:
+    ) -> T: ...
+
+    def tool(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        compensate: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Run a side effect once per logical call and return its result.
+
+        When ``fn`` is a coroutine function (``async def``), this returns an
+        awaitable: ``await ctx.tool(...)`` inside an ``async def`` step. The
+        sync form is unchanged (in an async step a sync tool runs inline, on
+        the event loop: keep it quick, or wrap blocking work as async).
 
         ``fn`` is called with ``args``/``kwargs`` (which must be JSON-serializable)
         plus ``idempotency_key=`` when it accepts that keyword: pass it on to the
@@ -82,8 +118,14 @@ class StepContext:
         """
         if compensate is not None and not self._has_compensation(compensate):
             raise AgentDefinitionError(f"agent {self.agent!r} has no compensation {compensate!r}")
-        result: T = self._tools.call(name, fn, args, kwargs, compensate)
-        return result
+        if inspect.iscoroutinefunction(fn):
+            if not self.is_async:
+                raise AgentDefinitionError(
+                    f"tool {name!r} is async but step {self.step!r} is not: "
+                    "declare the step `async def` and `await ctx.tool(...)`"
+                )
+            return self._tools.acall(name, fn, args, kwargs, compensate)
+        return self._tools.call(name, fn, args, kwargs, compensate)
 
     def emit(self, event: Any) -> None:
         """Record an immutable event and apply it to the state with the
