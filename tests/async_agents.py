@@ -177,3 +177,19 @@ def forgot_async(ctx: StepContext) -> Any:
     if ctx.input.get("tool"):
         return ctx.tool("charge", apost_json, "http://127.0.0.1:9/charge", {})
     return _later()  # a coroutine returned by a sync step
+
+
+# -- many steps (a stop mid-run) --------------------------------------------------------
+
+relay = Agent("async_relay")
+
+
+@relay.step
+async def hop(ctx: StepContext) -> str | Complete:
+    n = ctx.state.get("n", 0) + 1
+    await asyncio.sleep(float(ctx.input.get("sleep", 0.1)))
+    await ctx.tool("charge", apost_json, f"{ctx.input['api']}/charge", {"n": n})
+    ctx.state["n"] = n
+    if n >= int(ctx.input["steps"]):
+        return Complete({"n": n})
+    return "hop"

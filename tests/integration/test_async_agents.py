@@ -80,9 +80,7 @@ def test_sigkill_in_an_async_step_replays_its_tool_calls_without_repeating_them(
         session_id = client.start(
             "async_trip", {"api": api.url, "path": str(path), "gate_dir": str(tmp_path)}
         )
-        wait_until(
-            lambda: list(tmp_path.glob("entered-plan-*")), timeout=30, what="the async step"
-        )
+        wait_until(lambda: list(tmp_path.glob("entered-plan-*")), timeout=30, what="the async step")
         assert api.total_calls() == 3  # charged and quoted, then killed mid-step
         deployment.kill(victim)
         (tmp_path / "hold").unlink()
@@ -185,9 +183,7 @@ def test_a_blocking_call_in_an_async_step_is_reported_and_other_leases_survive(
         blocker = client.start("async_blocker", {**common, "n": 99, "seconds": 5, "block": True})
         wait_until(lambda: len(list(tmp_path.glob("entered-*"))) == 21, what="the blocking run")
         deployment.worker(AGENTS)  # would take over any lease that lapsed (2 s leases)
-        wait_until(
-            lambda: client.count_by_status() == {"completed": 21}, timeout=60, what="all 21"
-        )
+        wait_until(lambda: client.count_by_status() == {"completed": 21}, timeout=60, what="all 21")
         assert api.effect_count() == 21
         assert api.total_calls() == 21
     for session_id in [*waiting, blocker]:
@@ -211,3 +207,37 @@ def test_a_sync_step_returning_a_coroutine_or_calling_an_async_tool_gets_a_clear
     assert "returned a coroutine" in str(returned_error.message)
     assert called_error.code == "agent_definition_error"
     assert "declare the step `async def`" in str(called_error.message)
+
+
+def test_sigterm_hands_back_every_async_run_in_flight(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    steps, sessions = 15, 10
+    with FakeAPI() as api:
+        stopping = deployment.worker(AGENTS)
+        ids = [
+            client.start("async_relay", {"api": api.url, "steps": steps}) for _ in range(sessions)
+        ]
+        wait_until(
+            lambda: all(client.get(i).seq >= 2 for i in ids), what="the runs to be under way"
+        )
+        other = deployment.worker(AGENTS)
+        stopping.signal(signal.SIGTERM)
+        assert stopping.proc.wait(timeout=15) == 0
+        wait_until(
+            lambda: client.count_by_status() == {"completed": sessions},
+            timeout=60,
+            what="the other worker to finish them",
+        )
+        # Every step ran once and every charge was made once: nothing was cut off.
+        assert api.total_calls() == steps * sessions
+        assert api.effect_count() == steps * sessions
+    assert f"{sessions} session(s) handed back mid-run" in stopping.output()
+    for session_id in ids:
+        events = client.events(session_id)
+        committed = Counter(e.seq for e in events if e.type == "step_completed")
+        assert committed == Counter(range(1, steps + 1))
+        released = [e.payload["reason"] for e in events if e.type == "lease_released"]
+        assert released == ["worker stopping"]
+        assert "lease_recovered" not in [e.type for e in events]
+    assert "taken over" not in other.output()
