@@ -84,7 +84,7 @@ class EventLoopThread:
         def run() -> None:
             asyncio.set_event_loop(loop)
             loop.call_soon(ready.set)
-            loop.call_soon(self._tick)
+            loop.call_soon(self._tick, loop)
             loop.run_forever()
 
         self._thread = threading.Thread(target=run, name="resumable-event-loop", daemon=True)
@@ -127,10 +127,10 @@ class EventLoopThread:
 
     # -- the watchdog -----------------------------------------------------------------
 
-    def _tick(self) -> None:
+    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
         self._last_tick = time.monotonic()
-        if self._loop is not None and not self._stop.is_set():
-            self._loop.call_later(_TICK_SECONDS, self._tick)
+        if not self._stop.is_set():
+            loop.call_later(_TICK_SECONDS, self._tick, loop)
 
     def _watch(self) -> None:
         reported = 0.0

@@ -188,8 +188,10 @@ def test_a_blocking_call_in_an_async_step_is_reported_and_other_leases_survive(
         assert api.total_calls() == 21
     for session_id in [*waiting, blocker]:
         assert "lease_recovered" not in [e.type for e in client.events(session_id)]
+    # Detected, and the session and step that blocked the loop are named.
     wait_until(lambda: "event loop has been blocked" in first.output(), what="the warning")
-    assert "wait_or_block" in first.output()
+    warnings = [line for line in first.output().splitlines() if "has been blocked" in line]
+    assert all(f"step 'wait_or_block' of session {blocker}" in line for line in warnings)
 
 
 def test_a_sync_step_returning_a_coroutine_or_calling_an_async_tool_gets_a_clear_error(
