@@ -17,13 +17,20 @@ from resumable.waits import Poll, Wait
 from tests.agents import bump, post_json
 
 
+# One client per event loop (a worker has one): a client per call would load
+# the CA bundle each time, CPU the other sessions on the loop wait for.
+_clients: dict[int, httpx.AsyncClient] = {}
+
+
 async def apost_json(url: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
     """An async tool: POST to the fake external API, passing our key on."""
-    async with httpx.AsyncClient(timeout=10) as http:
-        answer = await http.post(url, json=body, headers={"Idempotency-Key": idempotency_key})
-        answer.raise_for_status()
-        result: dict[str, Any] = answer.json()
-        return result
+    loop = id(asyncio.get_running_loop())
+    if loop not in _clients:
+        _clients[loop] = httpx.AsyncClient(timeout=10)
+    answer = await _clients[loop].post(url, json=body, headers={"Idempotency-Key": idempotency_key})
+    answer.raise_for_status()
+    result: dict[str, Any] = answer.json()
+    return result
 
 
 async def hold_while_flagged(ctx: StepContext, name: str, every: float = 0.02) -> None:

@@ -191,7 +191,7 @@ def test_a_blocking_call_in_an_async_step_is_reported_and_other_leases_survive(
     # Detected, and the session and step that blocked the loop are named.
     wait_until(lambda: "event loop has been blocked" in first.output(), what="the warning")
     warnings = [line for line in first.output().splitlines() if "has been blocked" in line]
-    assert all(f"step 'wait_or_block' of session {blocker}" in line for line in warnings)
+    assert any(f"step 'wait_or_block' of session {blocker}" in line for line in warnings)
 
 
 def test_a_sync_step_returning_a_coroutine_or_calling_an_async_tool_gets_a_clear_error(
