@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 
 from resumable import Agent, Complete, StepContext
+from resumable.checkpoints import EventSourced, Incremental
 from resumable.errors import PermanentError
 from resumable.retries import RetryPolicy
 from resumable.waits import Poll, Wait
-from tests.agents import bump, post_json
-
+from tests.agents import _reduce, bump, post_json, transition
 
 # One client per event loop (a worker has one): a client per call would load
 # the CA bundle each time, CPU the other sessions on the loop wait for.
@@ -200,3 +200,32 @@ async def hop(ctx: StepContext) -> str | Complete:
     if n >= int(ctx.input["steps"]):
         return Complete({"n": n})
     return "hop"
+
+
+# -- every checkpoint strategy, with redaction ---------------------------------------------
+
+
+async def _async_advance(ctx: StepContext) -> str | Complete:
+    """tests.agents' history step, as an async step with an async tool call
+    that carries a secret (redacted in the tool-call record and checkpoints)."""
+    n = ctx.seq
+    secret = ctx.input.get("secret")
+    if ctx.input.get("api"):
+        body = {"n": n, "api_key": secret} if secret else {"n": n}
+        await ctx.tool("charge", apost_json, f"{ctx.input['api']}/charge", body)
+    if secret:
+        ctx.state["credentials"] = {"api_key": secret}
+    if ctx.agent == "async_hist_events":
+        ctx.emit({"n": n})
+    else:
+        transition(ctx.state, n)
+    if n >= int(ctx.input["steps"]):
+        return Complete({"n": n})
+    return "advance"
+
+
+async_hist_snapshot = Agent("async_hist_snapshot")
+async_hist_incremental = Agent("async_hist_incremental", checkpoints=Incremental(snapshot_every=5))
+async_hist_events = Agent("async_hist_events", checkpoints=EventSourced(_reduce, snapshot_every=7))
+for _history_agent in (async_hist_snapshot, async_hist_incremental, async_hist_events):
+    _history_agent.step(name="advance")(_async_advance)

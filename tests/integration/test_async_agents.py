@@ -11,11 +11,15 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import pytest
 
+from resumable.agent import AgentRegistry
 from resumable.client import Client
 from resumable.models.database import Database
+from resumable.time_travel import TimeTravel
 from tests.conftest import LocalDeployment, wait_until
 from tests.fake_api import FakeAPI
+from tests.integration.test_history import recording
 from tests.signing import signed
 
 AGENTS = "tests.async_agents"
@@ -243,3 +247,32 @@ def test_sigterm_hands_back_every_async_run_in_flight(
         assert released == ["worker stopping"]
         assert "lease_recovered" not in [e.type for e in events]
     assert "taken over" not in other.output()
+
+
+@pytest.mark.parametrize(
+    "agent", ["async_hist_snapshot", "async_hist_incremental", "async_hist_events"]
+)
+def test_every_checkpoint_strategy_records_async_steps_with_secrets_redacted(
+    agent: str, client: Client, db: Database, deployment: LocalDeployment
+) -> None:
+    steps, secret = 12, "sk-live-" + uuid.uuid4().hex
+    deployment.worker(AGENTS)
+    # The event-sourced agent changes its state only through events: no secret there.
+    session_input = {"steps": steps, "secret": None if "events" in agent else secret}
+    with FakeAPI() as api:
+        session_id = client.start(agent, {**session_input, "api": api.url})
+        wait_until(lambda: _status(client, session_id) == "completed", what="the session")
+    history = TimeTravel(db, AgentRegistry.from_modules([AGENTS]))
+    for seq, expected in enumerate(recording(steps), start=1):
+        state = history.state_at(session_id, seq).state
+        if "events" not in agent:
+            assert state.pop("credentials") == "[REDACTED]"
+        assert state == expected, seq
+    assert len(history.checkpoints(session_id)) == steps
+    with db.connection() as conn:
+        for table in ("checkpoints", "audit_events", "tool_execution_cache"):
+            row = conn.execute(
+                f"SELECT count(*) AS n FROM {table} t WHERE to_jsonb(t)::text LIKE %s",
+                (f"%{secret}%",),
+            ).fetchone()
+            assert row is not None and row["n"] == 0, table
