@@ -178,6 +178,8 @@ class EventLoopThread:
         self._thread.join(timeout)
         if self._steps is not None:
             self._steps.shutdown(wait=False, cancel_futures=True)
+        if not self._thread.is_alive():
+            loop.close()  # its default executor (the database threads) too
 
 
 def resolve(value: Any, loop: EventLoopThread | None) -> Any:
