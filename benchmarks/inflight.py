@@ -17,7 +17,10 @@ sessions are created first; then ONE ``resumable worker`` runs them:
    threads``.
 
 Wall time is from the first claim to the last completion, both as PostgreSQL
-stamped them. Peak RSS is the worker's ``VmHWM``. Ratios compare steps per
+stamped them. Peak RSS is the worker's ``VmHWM``; its CPU time is counted
+from when it said it was ready (start-up imports excluded): one process
+cannot use more than one core for Python, so CPU per step x steps is a floor
+under the wall time on this machine whatever the limit. Ratios compare steps per
 second against the sync baseline at the smallest thread count, measured in the
 same run. ``--sessions 200 --limits 100`` is a quick, smaller version.
 
@@ -63,7 +66,7 @@ class Result:
     ideal: float
     rss_mb: float
     peak_llm_in_flight: int
-    cpu_seconds: float  # the worker's user + system CPU time over its life
+    cpu_seconds: float  # the worker's user + system CPU time from ready to done
 
     @property
     def steps_per_second(self) -> float:
@@ -78,7 +81,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--delay", type=float, default=1.0, help="seconds the fake LLM takes")
     parser.add_argument("--threads", type=int, default=8, help="worker threads of the async runs")
-    parser.add_argument("--pool", type=int, default=16, help="RESUMABLE_DB_POOL_SIZE (async runs)")
+    parser.add_argument(
+        "--db-threads", type=int, default=8, help="database threads of the event loop"
+    )
     parser.add_argument("--baseline-threads", default="8,64", help="sync baselines' thread counts")
     parser.add_argument(
         "--baseline-sessions",
@@ -86,7 +91,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=0,
         help="sessions of each sync baseline (0: 4 x its threads, at most --sessions)",
     )
-    return report.parse(parser, argv, positive=["sessions", "threads", "pool"])
+    return report.parse(parser, argv, positive=["sessions", "threads", "db_threads"])
 
 
 def phases(args: argparse.Namespace) -> list[Phase]:
@@ -99,7 +104,8 @@ def phases(args: argparse.Namespace) -> list[Phase]:
         env = harness.worker_env(
             args.threads,
             RESUMABLE_MAX_INFLIGHT=str(limit),
-            RESUMABLE_DB_POOL_SIZE=str(args.pool),
+            # What the loop's database threads get (see async_runs.database_threads).
+            RESUMABLE_DB_POOL_SIZE=str(args.threads + 2 + args.db_threads),
         )
         listed.append(Phase(f"async, limit {limit}", ASYNC_AGENT, args.sessions, limit, env))
     return listed
@@ -136,6 +142,7 @@ def run_phase(
     with harness.BenchDeployment(services, log_dir, phase.env) as deployment:
         deployment.start_workers(1, "benchmarks.inflight_agent")
         worker = deployment.workers[0]
+        cpu_at_start = cpu_seconds(worker.pid)  # imports and start-up, not the steps
         with harness.connect(services.pg_url) as conn:
             harness.wait_sessions(
                 conn,
@@ -152,7 +159,7 @@ def run_phase(
             ).fetchone()
         assert row is not None
         rss = peak_rss_mb(worker.pid)
-        cpu = cpu_seconds(worker.pid)
+        cpu = cpu_seconds(worker.pid) - cpu_at_start
     peak = httpx.get(f"{llm_url}/count", timeout=10).json()["peak_in_flight"]
     ideal = STEPS * args.delay * phase.sessions / min(phase.concurrency, phase.sessions)
     return Result(phase, float(row[0]), ideal, rss, int(peak), cpu)
@@ -189,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
                     f"  ideal {result.ideal:7.2f} s  ({result.wall / result.ideal:4.2f}x ideal)"
                     f"  {result.steps_per_second:7.1f} steps/s  peak RSS {result.rss_mb:6.1f} MB"
                     f"  LLM calls in flight at most {result.peak_llm_in_flight}"
-                    f"  worker CPU {result.cpu_seconds:.1f} s"
+                    f"  worker CPU after start {result.cpu_seconds:.1f} s"
                     f" ({1000 * result.cpu_seconds / (phase.sessions * STEPS):.1f} ms/step)"
                     f"  (phase took {time.monotonic() - started:.0f} s)",
                     flush=True,

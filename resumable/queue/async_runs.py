@@ -45,6 +45,12 @@ logger = logging.getLogger(__name__)
 _PERMIT_POLL_SECONDS = 0.2
 
 
+def database_threads(pool_size: int, worker_threads: int) -> int:
+    """Threads the event loop hands its writes to: the pool's connections
+    the worker threads, lease keeper and heartbeat leave (at least 2)."""
+    return max(2, pool_size - worker_threads - 2)
+
+
 class AsyncRuns:
     """The runs of one worker process that are on its event loop."""
 
@@ -55,8 +61,10 @@ class AsyncRuns:
         self._permits = threading.BoundedSemaphore(self.limit)
         self._tasks: dict[asyncio.Task[Any], ActiveRun] = {}
         self.events = EventLoopThread(
-            # The database threads share the process's pool with the worker threads.
-            db_threads=max(2, settings.db_pool_size),
+            # The database threads share the process's pool with the worker
+            # threads, the lease keeper and the heartbeat: sized to what is left,
+            # so that a write never waits for a connection.
+            db_threads=database_threads(settings.db_pool_size, settings.worker_threads),
             step_threads=settings.worker_threads,
             lag_warning_seconds=settings.loop_lag_warning_seconds,
             describe_task=self._describe,
