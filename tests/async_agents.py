@@ -229,3 +229,27 @@ async_hist_incremental = Agent("async_hist_incremental", checkpoints=Incremental
 async_hist_events = Agent("async_hist_events", checkpoints=EventSourced(_reduce, snapshot_every=7))
 for _history_agent in (async_hist_snapshot, async_hist_incremental, async_hist_events):
     _history_agent.step(name="advance")(_async_advance)
+
+
+# -- a slow sync step between async ones ----------------------------------------------------
+
+mixed = Agent("async_mixed")
+
+
+@mixed.step
+async def before_sync(ctx: StepContext) -> str:
+    (Path(ctx.input["gate_dir"]) / f"entered-{ctx.session_id}").touch()
+    await asyncio.sleep(0.05)
+    return "slow_sync"
+
+
+@mixed.step
+def slow_sync(ctx: StepContext) -> str:
+    time.sleep(float(ctx.input["seconds"]))  # fine here: a sync step runs on a thread
+    return "after_sync"
+
+
+@mixed.step
+async def after_sync(ctx: StepContext) -> Complete:
+    await ctx.tool("charge", apost_json, f"{ctx.input['api']}/charge", {"n": ctx.input["n"]})
+    return Complete({"n": ctx.input["n"]})

@@ -276,3 +276,57 @@ def test_every_checkpoint_strategy_records_async_steps_with_secrets_redacted(
                 (f"%{secret}%",),
             ).fetchone()
             assert row is not None and row["n"] == 0, table
+
+
+def test_a_slow_sync_step_met_by_an_async_run_does_not_stall_the_loop(
+    client: Client, tmp_path: Path, deployment: LocalDeployment
+) -> None:
+    worker = deployment.worker(AGENTS, RESUMABLE_LOOP_LAG_WARNING_SECONDS="0.5")
+    with FakeAPI() as api:
+        common = {"api": api.url, "gate_dir": str(tmp_path), "seconds": 2}
+        slow = [client.start("async_mixed", {**common, "n": n}) for n in range(3)]
+        fast = [client.start("async_relay", {"api": api.url, "steps": 10}) for _ in range(3)]
+        wait_until(lambda: client.count_by_status() == {"completed": 6}, timeout=60, what="all six")
+        assert api.effect_count() == 3 + 3 * 10
+    # The sync steps ran on threads: the async sessions went on meanwhile.
+    assert "has been blocked" not in worker.output()
+    for session_id in [*slow, *fast]:
+        assert client.get(session_id).status == "completed"
+
+
+def test_a_full_worker_takes_no_more_messages_than_it_can_run(
+    client: Client, db: Database, tmp_path: Path, deployment: LocalDeployment
+) -> None:
+    """Backpressure: with 5 places on its loop and 2 threads, a worker holds at
+    most 7 sessions (5 running, 2 claimed by threads waiting for a place) and
+    at most its prefetch (2 x threads, unclaimed) besides; the rest stay in
+    the queue, and a second worker takes them."""
+    (tmp_path / "hold").touch()
+    full = deployment.worker(AGENTS, RESUMABLE_WORKER_THREADS="2", RESUMABLE_MAX_INFLIGHT="5")
+    with FakeAPI() as api:
+        common = {"api": api.url, "gate_dir": str(tmp_path)}
+        ids = [client.start("async_crowd", {**common, "n": n}) for n in range(20)]
+        wait_until(lambda: len(list(tmp_path.glob("entered-crowd-*"))) == 5, what="5 places")
+        wait_until(lambda: _held_by(db, full.pid) == 7, what="2 threads waiting for a place")
+        assert len(list(tmp_path.glob("entered-crowd-*"))) == 5
+        deployment.worker(AGENTS)
+
+        def taken_by_the_other() -> bool:
+            assert _held_by(db, full.pid) == 7  # never more, while its places are full
+            return len(list(tmp_path.glob("entered-crowd-*"))) >= 5 + (20 - 7 - 4)
+
+        wait_until(taken_by_the_other, timeout=30, what="the other worker to take the rest")
+        (tmp_path / "hold").unlink()
+        wait_until(lambda: client.count_by_status() == {"completed": 20}, what="all 20")
+        assert api.effect_count() == 20
+    assert len(ids) == 20
+
+
+def _held_by(db: Database, pid: int) -> int:
+    with db.connection() as conn:
+        row = conn.execute(
+            "SELECT count(*) AS n FROM sessions WHERE status = 'running' AND lease_owner LIKE %s",
+            (f"%:{pid}:%",),
+        ).fetchone()
+    assert row is not None
+    return int(str(row["n"]))
