@@ -196,6 +196,8 @@ async def hop(ctx: StepContext) -> str | Complete:
     n = ctx.state.get("n", 0) + 1
     await asyncio.sleep(float(ctx.input.get("sleep", 0.1)))
     await ctx.tool("charge", apost_json, f"{ctx.input['api']}/charge", {"n": n})
+    if ctx.input.get("gate_dir") and n == ctx.input.get("hold_at"):
+        await hold_while_flagged(ctx, "hop")
     ctx.state["n"] = n
     if n >= int(ctx.input["steps"]):
         return Complete({"n": n})

@@ -216,19 +216,22 @@ def test_a_sync_step_returning_a_coroutine_or_calling_an_async_tool_gets_a_clear
 
 
 def test_sigterm_hands_back_every_async_run_in_flight(
-    client: Client, deployment: LocalDeployment
+    client: Client, tmp_path: Path, deployment: LocalDeployment
 ) -> None:
-    steps, sessions = 15, 10
+    steps, sessions = 6, 10
+    (tmp_path / "hold").touch()
     with FakeAPI() as api:
         stopping = deployment.worker(AGENTS)
-        ids = [
-            client.start("async_relay", {"api": api.url, "steps": steps}) for _ in range(sessions)
-        ]
+        common = {"api": api.url, "steps": steps, "hold_at": 3, "gate_dir": str(tmp_path)}
+        ids = [client.start("async_relay", common) for _ in range(sessions)]
         wait_until(
-            lambda: all(client.get(i).seq >= 2 for i in ids), what="the runs to be under way"
+            lambda: len(list(tmp_path.glob("entered-hop-*"))) == sessions,
+            what="every run in the middle of its third step",
         )
         other = deployment.worker(AGENTS)
         stopping.signal(signal.SIGTERM)
+        wait_until(lambda: "received SIGTERM" in stopping.output(), what="the signal")
+        (tmp_path / "hold").unlink()  # the steps in flight finish, then are handed back
         assert stopping.proc.wait(timeout=15) == 0
         wait_until(
             lambda: client.count_by_status() == {"completed": sessions},
