@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import inspect
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -89,6 +90,8 @@ class Agent:
         self._checks: dict[str, CheckFunction] = {}
         self._compensations: dict[str, CompensationFunction] = {}
         self._step_policies: dict[str, RetryPolicy] = {}
+        #: Steps written as ``async def`` (recognised when registered; run on the event loop).
+        self._async_steps: set[str] = set()
         self.retry = retry
         #: How each step's checkpoint row is stored (see resumable/checkpoints.py).
         self.checkpoints: CheckpointStrategy = checkpoints or Snapshot()
@@ -146,6 +149,8 @@ class Agent:
                     )
                 self._aliases[alias] = step_name
             self._steps[step_name] = fn
+            if _is_async(fn, f"step {step_name!r} of agent {self.name!r}"):
+                self._async_steps.add(step_name)
             if retry is not None:
                 self._step_policies[step_name] = retry
             return fn
@@ -171,6 +176,7 @@ class Agent:
                 raise AgentDefinitionError(
                     f"agent {self.name!r} already has a check named {check_name!r}"
                 )
+            _is_async(fn, f"check {check_name!r} of agent {self.name!r}")
             self._checks[check_name] = fn
             return fn
 
@@ -190,6 +196,7 @@ class Agent:
                 raise AgentDefinitionError(
                     f"agent {self.name!r} already has a compensation named {key!r}"
                 )
+            _is_async(fn, f"compensation {key!r} of agent {self.name!r}")
             self._compensations[key] = fn
             return fn
 
@@ -317,6 +324,14 @@ class Agent:
                 f"agent {self.name!r} has no step {name!r} (steps: {', '.join(self._steps)})"
             ) from None
 
+    def is_async_step(self, name: str) -> bool:
+        """Whether step `name` is an ``async def`` (awaited on the worker's event loop)."""
+        return name in self._async_steps
+
+    @property
+    def has_async_steps(self) -> bool:
+        return bool(self._async_steps)
+
     def __repr__(self) -> str:
         return f"Agent({self.label!r}, steps={self.step_names!r})"
 
@@ -350,6 +365,20 @@ def _checked_patches(name: str, version: int, patches: Mapping[str, int]) -> dic
             )
         checked[patch] = since
     return checked
+
+
+def _is_async(fn: Callable[..., Any], what: str) -> bool:
+    """Whether `fn` is a coroutine function, told when it is registered (a
+    step's kind decides where it runs: a thread, or the event loop). An async
+    generator can be neither awaited nor called for a value: refused here."""
+    if inspect.isasyncgenfunction(fn):
+        raise AgentDefinitionError(
+            f"{what} is an async generator; write it as `async def` returning a value"
+        )
+    call = getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
+    return inspect.iscoroutinefunction(fn) or (
+        not inspect.isfunction(fn) and call is not None and inspect.iscoroutinefunction(call)
+    )
 
 
 class AgentRegistry:

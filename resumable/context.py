@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from resumable import serialization
 from resumable.agent import Complete, Next
@@ -48,6 +49,7 @@ class StepContext:
         version: int = 0,
         patches: dict[str, int] | None = None,
         coordination: StepCoordination | None = None,
+        is_async: bool = False,
     ) -> None:
         self.session_id = session_id
         self.agent = agent
@@ -71,6 +73,8 @@ class StepContext:
         self._patches = patches or {}
         #: Shared documents this step read and the updates it commits.
         self.coordination = coordination
+        #: The step is an ``async def`` (it may ``await ctx.tool(...)`` an async tool).
+        self.is_async = is_async
 
     def patched(self, name: str) -> bool:
         """Whether this session started on code that has patch ``name``
@@ -87,6 +91,24 @@ class StepContext:
             ) from None
         return self.version >= since
 
+    @property
+    def tool_calls(self) -> ToolCalls:
+        """This step's tool calls (the runner reads their counts)."""
+        return self._tools
+
+    @overload
+    def tool(
+        self,
+        name: str,
+        fn: Callable[..., Coroutine[Any, Any, T]],
+        /,
+        *args: Any,
+        compensate: str | None = None,
+        fence: str | None = None,
+        **kwargs: Any,
+    ) -> Awaitable[T]: ...
+
+    @overload
     def tool(
         self,
         name: str,
@@ -96,8 +118,24 @@ class StepContext:
         compensate: str | None = None,
         fence: str | None = None,
         **kwargs: Any,
-    ) -> T:
+    ) -> T: ...
+
+    def tool(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        compensate: str | None = None,
+        fence: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Run a side effect once per logical call and return its result.
+
+        When ``fn`` is a coroutine function (``async def``), this returns an
+        awaitable: ``await ctx.tool(...)`` inside an ``async def`` step. The
+        sync form is unchanged (in an async step a sync tool runs inline, on
+        the event loop: keep it quick, or wrap blocking work as async).
 
         ``fn`` is called with ``args``/``kwargs`` (which must be JSON-serializable)
         plus ``idempotency_key=`` when it accepts that keyword: pass it on to the
@@ -114,12 +152,19 @@ class StepContext:
         """
         if compensate is not None and not self._has_compensation(compensate):
             raise AgentDefinitionError(f"agent {self.agent!r} has no compensation {compensate!r}")
+        is_async_tool = inspect.iscoroutinefunction(fn)
+        if is_async_tool and not self.is_async:
+            raise AgentDefinitionError(
+                f"tool {name!r} is async but step {self.step!r} is not: "
+                "declare the step `async def` and `await ctx.tool(...)`"
+            )
         if fence is not None:
             # The token is not part of the call's identity (its idempotency key
             # and recorded arguments): a new run of the session passes a new one.
             fn = functools.partial(fn, fencing_token=self.fence(fence))
-        result: T = self._tools.call(name, fn, args, kwargs, compensate)
-        return result
+        if is_async_tool:
+            return self._tools.acall(name, fn, args, kwargs, compensate)
+        return self._tools.call(name, fn, args, kwargs, compensate)
 
     def emit(self, event: Any) -> None:
         """Record an immutable event and apply it to the state with the

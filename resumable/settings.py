@@ -82,6 +82,20 @@ class Settings(BaseSettings):
         le=100_000,
         description="Messages a worker process prefetches; 0 means twice the thread count.",
     )
+    max_inflight: int = Field(
+        default=500,
+        gt=0,
+        le=100_000,
+        description="Sessions at an `async def` step one worker process runs at once on "
+        "its event loop; a thread waits for a free place before it takes another.",
+    )
+    loop_lag_warning_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        le=_DAY,
+        description="Log which async step blocked a worker's event loop for longer than "
+        "this (a blocking call inside an `async def` step).",
+    )
     heartbeat_timeout_ms: int = Field(
         default=10_000,
         ge=100,

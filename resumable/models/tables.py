@@ -600,5 +600,7 @@ class LockRequestRow(SQLModel, table=True):
     token_epoch: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
     requested_at: datetime = Field(sa_column=_timestamp(default_now=True))
     granted_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+
+
 # Rows of `sessions` read through SQLModel carry the live state (state_patch applied).
 install_orm_hooks(SessionRow)

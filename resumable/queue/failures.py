@@ -14,7 +14,9 @@ letter. A compensation that keeps failing, or fails permanently, stops the
 saga and the dead letter says an operator must step in.
 
 All of it runs on the worker thread that ran the step (a time-out included),
-in the session's log context.
+in the session's log context; for a run on the event loop, on one of the
+loop's database threads. An ``async def`` compensation is awaited on the
+event loop while that thread waits for it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from resumable.models.database import Database
 from resumable.models.failure_queries import DeadLettered, PendingCompensation
 from resumable.models.status import SagaOutcome
 from resumable.queue.broker import session_message
+from resumable.queue.event_loop import EventLoopThread, resolve
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.outcomes import RunOutcome
 from resumable.queue.parking import missing, park
@@ -90,6 +93,8 @@ class FailureHandler:
         self.broker = broker
         self.keeper = keeper
         self.stopping = stopping
+        #: The worker's event loop, for async compensations (set by the runner).
+        self.loop: EventLoopThread | None = None
 
     # -- steps ------------------------------------------------------------------------
 
@@ -205,7 +210,7 @@ class FailureHandler:
             try:
                 fn = agent.get_compensation(name)
                 kwargs = {"idempotency_key": key} if accepts_idempotency_key(fn) else {}
-                fn(call.request, call.response, **kwargs)
+                resolve(fn(call.request, call.response, **kwargs), self.loop)
             except Exception as exc:
                 return self._compensation_failed(held, call, exc, error, policy)
             if not self._fenced(failure_queries.COMPENSATION_DONE, call, held):

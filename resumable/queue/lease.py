@@ -21,8 +21,9 @@ import uuid
 
 from psycopg.rows import class_row
 
-from resumable.models import step_queries
+from resumable.models import lease_queries, step_queries
 from resumable.models.database import Database
+from resumable.models.lease_queries import NotRenewed
 from resumable.models.status import SessionStatus
 from resumable.models.step_queries import Renewal
 
@@ -82,15 +83,26 @@ class LeaseKeeper:
         if not held:
             return
         try:
+            # One statement for every lease: hundreds of async runs in flight
+            # must not make a pass take longer than the lease (lease_queries.py).
             with self._db.connection() as conn:
-                cursor = conn.cursor(row_factory=class_row(Renewal))
-                for session_id, epoch in held:
-                    renewal = cursor.execute(
-                        step_queries.RENEW_LEASE,
-                        {"id": session_id, "epoch": epoch, "lease_seconds": self._lease_seconds},
-                    ).fetchone()
-                    if renewal is None or not renewal.renewed:
-                        self._lost(session_id, epoch, renewal)
+                lost = (
+                    conn.cursor(row_factory=class_row(NotRenewed))
+                    .execute(
+                        lease_queries.RENEW_LEASES,
+                        {
+                            "ids": [session_id for session_id, _ in held],
+                            "epochs": [epoch for _, epoch in held],
+                            "lease_seconds": self._lease_seconds,
+                        },
+                    )
+                    .fetchall()
+                )
+            for row in lost:
+                now = None
+                if row.status is not None and row.epoch is not None:
+                    now = Renewal(False, SessionStatus(row.status), row.epoch, row.owner)
+                self._lost(row.id, row.held_epoch, now)
         except Exception:
             # The database may be briefly unreachable; the next tick retries.
             logger.exception("lease renewal failed", extra={"action": "lease_renewal_failed"})

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from prometheus_client import Histogram
@@ -126,6 +126,32 @@ def observed_tool_call(
             {"resumable.tool": tool, "resumable.tool.idempotency_key": key},
         ):
             result = fn(*args, **kwargs)
+        outcome = "ok"
+        return result
+    except Exception as exc:
+        if metrics is not None:
+            metrics.tool_failures.labels(tool, type(exc).__name__).inc()
+        raise
+    finally:
+        if metrics is not None:
+            metrics.tool_seconds.labels(tool, outcome).observe(time.perf_counter() - started)
+
+
+async def observed_async_tool_call(
+    tool: str, key: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
+) -> Any:
+    """``observed_tool_call`` for an async tool, awaited in its span."""
+    metrics = worker_metrics.served.metrics
+    if metrics is None and not tracing.enabled():
+        return await fn(*args, **kwargs)
+    started = time.perf_counter()
+    outcome = "error"
+    try:
+        with tracing.child_span(
+            f"resumable.tool {tool}",
+            {"resumable.tool": tool, "resumable.tool.idempotency_key": key},
+        ):
+            result = await fn(*args, **kwargs)
         outcome = "ok"
         return result
     except Exception as exc:

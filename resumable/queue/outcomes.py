@@ -26,3 +26,4 @@ class RunOutcome(StrEnum):
     COMPLETED = SessionStatus.COMPLETED.value  # finished with a result
     FAILED = SessionStatus.FAILED.value  # dead-lettered
     BLOCKED = SessionStatus.BLOCKED.value  # replay diverged: parked for an operator
+    ON_LOOP = "on_loop"  # at an async step: the run goes on as a task on the event loop

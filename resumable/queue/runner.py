@@ -13,6 +13,7 @@ session is re-enqueued at once: see ``shutdown.py``).
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -45,6 +46,7 @@ from resumable.models import step_queries
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.models.step_queries import ClaimableElsewhere, ClaimedSession, CommittedStep
+from resumable.queue.async_runs import AsyncRuns
 from resumable.queue.callbacks import CallbackFactory
 from resumable.queue.checkpoint_writer import CheckpointWriter, StepState
 from resumable.queue.failures import FailureHandler, HeldLease
@@ -52,6 +54,7 @@ from resumable.queue.lease import LeaseKeeper
 from resumable.queue.observing import observe_divergence, observe_run, observe_step
 from resumable.queue.outcomes import RunOutcome
 from resumable.queue.parking import fewer_calls, missing, park
+from resumable.queue.positions import RunPosition
 from resumable.queue.shutdown import ActiveRun, Shutdown
 from resumable.queue.takeover import take_over
 from resumable.queue.time_limits import TimeLimit
@@ -117,6 +120,9 @@ class SessionRunner:
             f"{agent.name}@{old}" for agent in registry for old in agent.takes_over
         )
         self._versions_json = json.dumps(self.versions, sort_keys=True)
+        #: Where runs at an ``async def`` step go on (the event loop, started on first use).
+        self.async_runs = AsyncRuns(self)
+        self.failures.loop = self.wakes.loop = self.async_runs.events
 
     def _owner(self) -> str:
         return f"{self.worker_id}:{threading.get_ident()}"
@@ -153,6 +159,7 @@ class SessionRunner:
                     return taken
                 claim = taken
             self.keeper.hold(session_id, claim.epoch)
+            outcome: RunOutcome | None = None
             try:
                 with (
                     log_context(agent=claim.agent, epoch=claim.epoch),
@@ -164,7 +171,8 @@ class SessionRunner:
                     self.shutdown.handed_back()
                 return outcome
             finally:
-                self.keeper.drop(session_id, claim.epoch)
+                if outcome is not RunOutcome.ON_LOOP:  # else the loop task holds it
+                    self.keeper.drop(session_id, claim.epoch)
 
     def _not_claimed(self, session_id: uuid.UUID) -> RunOutcome | ClaimedSession:
         """A message this worker cannot simply claim: a duplicate, a session
@@ -254,101 +262,135 @@ class SessionRunner:
         wake: Wake | None,
         active: ActiveRun,
     ) -> RunOutcome:
-        """Run steps one after the other, each committed before the next starts."""
-        started = time.monotonic()
-        steps_run = 0
-        state, seq, attempts = claim.state, claim.step_seq, claim.attempts
+        """Run steps one after the other, each committed before the next starts.
+        At an ``async def`` step the run goes on as a task on the event loop."""
         writer = CheckpointWriter(
             agent.checkpoints,
             self.redactor,
-            state,
+            claim.state,
             rebase=claim.history_rebase,
             pending_patch=claim.state_patch,
         )
+        position = RunPosition(
+            claim.session_id, claim.epoch, cursor, claim.state, claim.step_seq,
+            claim.attempts, wake, writer,
+        )  # fmt: skip
         while True:
-            held = HeldLease(claim.session_id, claim.epoch, attempts, writer.secrets)
             if self.shutdown.stopping.is_set():
-                return self.failures.hand_back(held, "worker stopping")
-            active.at_step(cursor)
-            limit = TimeLimit(agent.policy(cursor).time_limit)
+                return self.failures.hand_back(position.held(), "worker stopping")
+            if agent.is_async_step(position.cursor):
+                return self.async_runs.hand_off(claim, agent, position, active)
+            active.at_step(position.cursor)
             try:
-                with limit, observe_step(claim, cursor, seq + 1, attempts, wake):
-                    step = self._execute(claim, agent, cursor, seq, state, wake, writer)
-            except LeaseLostError as exc:
-                logger.info(
-                    "lease lost during step %s (%s); stopping",
-                    cursor,
-                    exc,
-                    extra={"action": "lease_lost"},
-                )
-                return RunOutcome.LEASE_LOST
-            except ReplayDivergedError as divergence:
-                # The step's outcome is not committed; nothing more is called.
-                return self._park(claim, divergence)
-            except StepTimeoutError as exc:
-                # Raised into this thread by the time limit: handled here, where
-                # the step ran and its session's log context is set.
-                timeout = StepTimeoutError(limit.message).with_traceback(exc.__traceback__)
-                return self.failures.step_failed(held, agent, timeout, cursor)
-            except Exception as exc:
-                return self.failures.step_failed(held, agent, exc, cursor)
+                step = self.execute_limited(claim, agent, position)
+            except (StepTimeoutError, Exception) as exc:
+                return self.step_error(claim, agent, position, exc)
+            outcome = self.after_step(claim, agent, step, position)
+            if outcome is not None:
+                return outcome
 
-            steps_run += 1
-            out_of_budget = (
-                steps_run >= self.settings.max_steps_per_run
-                or time.monotonic() - started >= self.settings.max_seconds_per_run
+    def execute_limited(
+        self, claim: ClaimedSession, agent: Agent, position: RunPosition
+    ) -> StepRun:
+        """Run a sync step on this thread under its time limit."""
+        limit = TimeLimit(agent.policy(position.cursor).time_limit)
+        observed = observe_step(
+            claim, position.cursor, position.seq + 1, position.attempts, position.wake
+        )
+        try:
+            with limit, observed:
+                return self._execute(
+                    claim,
+                    agent,
+                    position.cursor,
+                    position.seq,
+                    position.state,
+                    position.wake,
+                    position.writer,
+                )
+        except StepTimeoutError as exc:
+            # Raised into this thread by the time limit: handled by the caller,
+            # on the thread where the step ran and its session's log context is set.
+            raise StepTimeoutError(limit.message).with_traceback(exc.__traceback__) from None
+
+    def step_error(
+        self, claim: ClaimedSession, agent: Agent, position: RunPosition, exc: BaseException
+    ) -> RunOutcome:
+        """What a step that raised leaves the session in."""
+        cursor = position.cursor
+        if isinstance(exc, LeaseLostError):
+            logger.info(
+                "lease lost during step %s (%s); stopping",
+                cursor,
+                exc,
+                extra={"action": "lease_lost"},
             )
-            stopping = self.shutdown.stopping.is_set()
-            status, events = self._transition(step, out_of_budget, stopping, steps_run, writer)
-            if status is not SessionStatus.RUNNING:
-                self.keeper.drop(claim.session_id, claim.epoch)  # this commit releases it
-            next_limit = None
-            if status is SessionStatus.RUNNING and step.decision.next_step is not None:
-                next_limit = agent.policy(step.decision.next_step).time_limit
-            if seq == claim.step_seq and step.tools.made < claim.recorded_calls:
-                # A replay that made fewer calls than recorded: nothing committed.
-                fewer = fewer_calls(
-                    self.db, claim.session_id, step.ctx.seq, step.name, step.tools.made
-                )
-                if fewer is not None:
-                    return self._park(claim, fewer)
-            try:
-                committed = self._commit(claim, step, status, events, next_limit)
-            except CoordinationError as exc:  # rolled back: nothing of the step committed
-                return self.failures.step_failed(held, agent, exc, cursor)
-            if committed is None:
-                logger.warning(
-                    "step %s not committed: another worker owns the session",
-                    cursor,
-                    extra={"action": "lease_lost"},
-                )
-                return RunOutcome.LEASE_LOST
-            if step.ctx.coordination is not None:  # grants the commit made possible
-                step.ctx.coordination.after_commit(
-                    self.broker, self.settings, status, step.decision.wait
-                )
-            decision = step.decision
-            if decision.done:
+            return RunOutcome.LEASE_LOST
+        if isinstance(exc, ReplayDivergedError):
+            # The step's outcome is not committed; nothing more is called.
+            return self._park(claim, exc)
+        return self.failures.step_failed(position.held(), agent, exc, cursor)
+
+    def after_step(
+        self, claim: ClaimedSession, agent: Agent, step: StepRun, position: RunPosition
+    ) -> RunOutcome | None:
+        """Commit a step's outcome; how the run ends, or None to go on with the
+        next step (`position` moved on to it)."""
+        cursor, writer = position.cursor, position.writer
+        position.steps_run += 1
+        steps_run = position.steps_run
+        out_of_budget = (
+            steps_run >= self.settings.max_steps_per_run
+            or time.monotonic() - position.started >= self.settings.max_seconds_per_run
+        )
+        stopping = self.shutdown.stopping.is_set()
+        status, events = self._transition(step, out_of_budget, stopping, steps_run, writer)
+        if status is not SessionStatus.RUNNING:
+            self.keeper.drop(claim.session_id, claim.epoch)  # this commit releases it
+        next_limit = None
+        if status is SessionStatus.RUNNING and step.decision.next_step is not None:
+            next_limit = agent.policy(step.decision.next_step).time_limit
+        if position.seq == claim.step_seq and step.tools.made < claim.recorded_calls:
+            # A replay that made fewer calls than recorded: nothing committed.
+            fewer = fewer_calls(self.db, claim.session_id, step.ctx.seq, step.name, step.tools.made)
+            if fewer is not None:
+                return self._park(claim, fewer)
+        try:
+            committed = self._commit(claim, step, status, events, next_limit)
+        except CoordinationError as exc:  # rolled back: nothing of the step committed
+            return self.failures.step_failed(position.held(), agent, exc, cursor)
+        if committed is None:
+            logger.warning(
+                "step %s not committed: another worker owns the session",
+                cursor,
+                extra={"action": "lease_lost"},
+            )
+            return RunOutcome.LEASE_LOST
+        if step.ctx.coordination is not None:  # grants the commit made possible
+            step.ctx.coordination.after_commit(
+                self.broker, self.settings, status, step.decision.wait
+            )
+        decision = step.decision
+        if decision.done:
+            logger.info("session completed after step %s", cursor, extra={"action": "completed"})
+            return RunOutcome.COMPLETED
+        if decision.wait is not None:
+            self.wakes.wake_if_delivered(claim.session_id)
+            return RunOutcome.SUSPENDED
+        if status is SessionStatus.PENDING:
+            self.failures.enqueue_later(claim.session_id, 0.0)
+            if stopping:
                 logger.info(
-                    "session completed after step %s", cursor, extra={"action": "completed"}
+                    "worker stopping: step %s committed, session handed back",
+                    cursor,
+                    extra={"action": "handed_back"},
                 )
-                return RunOutcome.COMPLETED
-            if decision.wait is not None:
-                self.wakes.wake_if_delivered(claim.session_id)
-                return RunOutcome.SUSPENDED
-            if status is SessionStatus.PENDING:
-                self.failures.enqueue_later(claim.session_id, 0.0)
-                if stopping:
-                    logger.info(
-                        "worker stopping: step %s committed, session handed back",
-                        cursor,
-                        extra={"action": "handed_back"},
-                    )
-                    return RunOutcome.HANDED_BACK
-                return RunOutcome.YIELDED
-            assert decision.next_step is not None
-            cursor, state, seq, wake = decision.next_step, step.ctx.state, committed, None
-            attempts = 0
+                return RunOutcome.HANDED_BACK
+            return RunOutcome.YIELDED
+        assert decision.next_step is not None
+        position.cursor, position.state = decision.next_step, step.ctx.state
+        position.seq, position.wake, position.attempts = committed, None, 0
+        return None
 
     @staticmethod
     def _check_code_has(claim: ClaimedSession, agent: Agent, cursor: str) -> None:
@@ -390,7 +432,22 @@ class SessionRunner:
         writer: CheckpointWriter,
     ) -> StepRun:
         """Run one step with no transaction open; validate and encode its outcome."""
-        step_fn = agent.get_step(cursor)
+        ctx = self.step_context(claim, agent, cursor, seq, state, wake, writer)
+        step_started = time.monotonic()
+        outcome = agent.get_step(cursor)(ctx)
+        return self.step_run(agent, ctx, outcome, step_started, writer)
+
+    def step_context(
+        self,
+        claim: ClaimedSession,
+        agent: Agent,
+        cursor: str,
+        seq: int,
+        state: dict[str, Any],
+        wake: Wake | None,
+        writer: CheckpointWriter,
+    ) -> StepContext:
+        """What the step at `cursor` is handed (its tool calls fenced by the lease)."""
         tools = ToolCalls(
             self.db,
             claim.session_id,
@@ -427,9 +484,21 @@ class SessionRunner:
                 seq + 1,
                 idle_timeout=self.settings.lease_seconds,
             ),
+            is_async=agent.is_async_step(cursor),
         )
-        step_started = time.monotonic()
-        decision = self._interpret(agent, step_fn(ctx))
+        return ctx
+
+    def step_run(
+        self,
+        agent: Agent,
+        ctx: StepContext,
+        outcome: object,
+        step_started: float,
+        writer: CheckpointWriter,
+    ) -> StepRun:
+        """A step's return value validated and its state encoded, ready to commit."""
+        cursor, seq, wake, tools = ctx.step, ctx.seq - 1, ctx.wake, ctx.tool_calls
+        decision = self._interpret(agent, outcome)
         if not isinstance(ctx.state, dict):
             raise NotSerializableError("state must be a JSON object (a dict)")
         events = ctx.events if isinstance(agent.checkpoints, EventSourced) else None
@@ -494,6 +563,13 @@ class SessionRunner:
     @staticmethod
     def _interpret(agent: Agent, outcome: object) -> Decision:
         """What a step's return value asks for."""
+        if inspect.isawaitable(outcome):
+            if inspect.iscoroutine(outcome):
+                outcome.close()  # never awaited: closed, so Python does not warn about it
+            raise InvalidStepResultError(
+                "a step returned a coroutine (awaitable) instead of its next step: "
+                "declare the step `async def` if it awaits, or return the value itself"
+            )
         if isinstance(outcome, Complete):
             return Decision(next_step=None, result=outcome.result, done=True)
         if isinstance(outcome, str):

@@ -31,6 +31,8 @@ class ActiveRun:
     thread: str
     step: str | None = None
     step_started: float = field(default_factory=time.monotonic)
+    #: The run went on as a task on the event loop, which ends it (``finish``).
+    detached: bool = False
 
     def at_step(self, step: str | None) -> None:
         self.step = step
@@ -48,17 +50,23 @@ class Shutdown:
 
     @contextmanager
     def tracking(self, session_id: uuid.UUID, epoch: int) -> Iterator[ActiveRun]:
-        """Register the calling thread's run for as long as the block lasts."""
+        """Register the calling thread's run for as long as the block lasts
+        (or, once it is detached onto the event loop, until ``finish``)."""
         thread = threading.current_thread()
         run = ActiveRun(session_id, epoch, thread.name)
         with self._lock:
-            self._runs[threading.get_ident()] = run
+            self._runs[id(run)] = run
         try:
             yield run
         finally:
-            with self._lock:
-                if self._runs.get(threading.get_ident()) is run:
-                    del self._runs[threading.get_ident()]
+            if not run.detached:
+                self.finish(run)
+
+    def finish(self, run: ActiveRun) -> None:
+        """The run is over (called by the loop task a detached run went on in)."""
+        with self._lock:
+            if self._runs.get(id(run)) is run:
+                del self._runs[id(run)]
 
     def handed_back(self) -> None:
         with self._lock:

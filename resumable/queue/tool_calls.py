@@ -15,11 +15,13 @@ tool, so the external API can dedupe on it.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import inspect
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg.rows import class_row
@@ -30,7 +32,7 @@ from resumable.models import tool_call_queries
 from resumable.models.database import Database
 from resumable.models.status import ToolCallStatus
 from resumable.models.tool_call_queries import ToolCallClaim
-from resumable.queue.observing import observed_tool_call
+from resumable.queue.observing import observed_async_tool_call, observed_tool_call
 
 
 def idempotency_key(
@@ -54,6 +56,17 @@ def accepts_idempotency_key(fn: Callable[..., Any]) -> bool:
     return "idempotency_key" in parameters or any(
         p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
     )
+
+
+@dataclass(frozen=True)
+class _Claimed:
+    """A claimed call: its key and the keyword arguments to call the tool with,
+    or the recorded response of a replay."""
+
+    key: str
+    kwargs: dict[str, Any]
+    replayed: bool = False
+    response: Any = None
 
 
 class ToolCalls:
@@ -93,8 +106,56 @@ class ToolCalls:
         kwargs: dict[str, Any],
         compensate: str | None = None,
     ) -> Any:
+        claimed = self._claim(self._take_index(), tool, fn, args, kwargs, compensate)
+        if claimed.replayed:
+            return claimed.response
+        try:
+            result = observed_tool_call(tool, claimed.key, fn, *args, **claimed.kwargs)
+        except Exception as exc:
+            self._failed(tool, claimed.key, exc)
+            raise
+        return self._completed(tool, claimed.key, result)
+
+    async def acall(
+        self,
+        tool: str,
+        fn: Callable[..., Awaitable[Any]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        compensate: str | None = None,
+    ) -> Any:
+        """The same call for an async tool, awaited on the event loop; the
+        claim and the record, both short database writes, are handed to the
+        loop's database threads so the loop never waits on PostgreSQL."""
+        # The index is taken before the first await: calls gathered concurrently
+        # get their positions (and keys) in the order they were made, on every replay.
+        index = self._take_index()
+        claimed = await asyncio.to_thread(self._claim, index, tool, fn, args, kwargs, compensate)
+        if claimed.replayed:
+            return claimed.response
+        try:
+            result = await observed_async_tool_call(tool, claimed.key, fn, *args, **claimed.kwargs)
+        except Exception as exc:
+            await asyncio.to_thread(self._failed, tool, claimed.key, exc)
+            raise
+        return await asyncio.to_thread(self._completed, tool, claimed.key, result)
+
+    def _take_index(self) -> int:
         index = self._next_index
         self._next_index += 1
+        return index
+
+    def _claim(
+        self,
+        index: int,
+        tool: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        compensate: str | None,
+    ) -> _Claimed:
+        """Claim the call's key under the epoch: a recorded result to replay,
+        or the go-ahead to call the tool (with the key to hand it)."""
         request = serialization.canonical(
             {"args": list(args), "kwargs": kwargs}, f"tool {tool!r} arguments"
         )
@@ -128,21 +189,21 @@ class ToolCalls:
             raise ReplayDivergedError(self._divergence(row, index, tool, request, args, kwargs))
         if row.status is None and row.recorded_status is ToolCallStatus.COMPLETED:
             self.replayed += 1
-            return row.recorded_response
-
+            return _Claimed(key, kwargs, replayed=True, response=row.recorded_response)
         if accepts_idempotency_key(fn):
             kwargs = {**kwargs, "idempotency_key": key}
-        try:
-            result = observed_tool_call(tool, key, fn, *args, **kwargs)
-        except Exception as exc:
-            error = {
-                "type": type(exc).__name__,
-                "message": self._scrub(str(exc)),
-                "traceback": self._scrub(traceback.format_exc()),
-            }
-            if not self._record(tool_call_queries.FAIL_TOOL_CALL, key, error=error):
-                raise LeaseLostError(f"lease lost during tool call {tool!r}") from exc
-            raise
+        return _Claimed(key, kwargs)
+
+    def _failed(self, tool: str, key: str, exc: Exception) -> None:
+        error = {
+            "type": type(exc).__name__,
+            "message": self._scrub(str(exc)),
+            "traceback": self._scrub("".join(traceback.format_exception(exc))),
+        }
+        if not self._record(tool_call_queries.FAIL_TOOL_CALL, key, error=error):
+            raise LeaseLostError(f"lease lost during tool call {tool!r}") from exc
+
+    def _completed(self, tool: str, key: str, result: Any) -> Any:
         serialization.dumps(result, f"result of tool {tool!r}")
         # Recorded redacted: a replay returns secret fields as "[REDACTED]".
         if not self._record(

@@ -22,6 +22,7 @@ from resumable.models import wait_queries
 from resumable.models.database import Database
 from resumable.models.step_queries import ClaimedSession
 from resumable.queue.broker import enqueue_session
+from resumable.queue.event_loop import EventLoopThread, resolve
 from resumable.queue.lease import LeaseKeeper
 from resumable.settings import Settings
 from resumable.waits import Wake
@@ -39,6 +40,8 @@ class Wakes:
         self.db = db
         self.broker = broker
         self.keeper = keeper
+        #: The worker's event loop, for async checks (set by the runner).
+        self.loop: EventLoopThread | None = None
 
     def resolve(self, claim: ClaimedSession, agent: Agent) -> Wake | None:
         """The wake the first step sees; a due poll check runs here first."""
@@ -52,7 +55,7 @@ class Wakes:
         suspending again until the next check."""
         wait = claim.wait or {}
         poll = wait["poll"]
-        value = agent.get_check(poll["check"])(poll["args"])
+        value = resolve(agent.get_check(poll["check"])(poll["args"]), self.loop)
         now = datetime.now(UTC)
         deadline = _parse_time(wait.get("deadline"))
         wake: Wake | None = None

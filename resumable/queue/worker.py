@@ -4,8 +4,9 @@
 broker, agent registry) instead of relying on dramatiq's global broker.
 
 SIGTERM/SIGINT is a hand-back (invariant 9): the consumers stop fetching and
-return what they prefetched to the queue; each thread finishes the step it is
-running, commits it, releases the lease and re-enqueues the session at once.
+return what they prefetched to the queue; each thread, and each run on the
+event loop (``async_runs.py``), finishes the step it is running, commits it,
+releases the lease and re-enqueues the session at once.
 The worker waits for those steps up to ``RESUMABLE_MAX_SECONDS_PER_RUN``
 (how long one run may take anyway). A thread still blocked after that (a step
 stuck in C) is left behind with a line saying so, after its session's lease is
@@ -183,9 +184,10 @@ def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None
     worker.start()
     enqueue_waiting(runtime, unserved)
     logger.info(
-        "worker started: %d threads on queue %r",
+        "worker started: %d threads on queue %r, up to %d async runs in flight",
         settings.worker_threads,
         settings.queue_name,
+        settings.max_inflight,
         extra={"action": "worker_started"},
     )
     try:
@@ -209,6 +211,8 @@ def hand_back_and_stop(runtime: WorkerRuntime, worker: dramatiq.Worker) -> None:
         _leave_behind(runtime, run, still_held(run))
     # Threads that handed back exit within a worker timeout; blocked ones are left.
     worker.stop(timeout=2000)
+    # Async runs still on the loop were released above (or let go on their own).
+    runner.async_runs.events.stop()
     runtime.close()
     logger.info(
         "worker stopped: %d session(s) handed back mid-run, %d queued message(s) returned, "
