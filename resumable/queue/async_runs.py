@@ -29,7 +29,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from resumable.agent import Agent
-from resumable.errors import StepTimeoutError
+from resumable.errors import ReplayDivergedError, StepTimeoutError
 from resumable.models.step_queries import ClaimedSession
 from resumable.queue.event_loop import EventLoopThread
 from resumable.queue.observing import observe_step
@@ -143,7 +143,7 @@ class AsyncRuns:
                     )
             except asyncio.CancelledError:
                 raise
-            except (StepTimeoutError, Exception) as exc:
+            except (StepTimeoutError, ReplayDivergedError, Exception) as exc:
                 return await asyncio.to_thread(runner.step_error, claim, agent, position, exc)
             outcome = await asyncio.to_thread(runner.after_step, claim, agent, step, position)
             if outcome is not None:

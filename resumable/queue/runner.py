@@ -283,7 +283,7 @@ class SessionRunner:
             active.at_step(position.cursor)
             try:
                 step = self.execute_limited(claim, agent, position)
-            except (StepTimeoutError, Exception) as exc:
+            except (StepTimeoutError, ReplayDivergedError, Exception) as exc:
                 return self.step_error(claim, agent, position, exc)
             outcome = self.after_step(claim, agent, step, position)
             if outcome is not None:

@@ -154,6 +154,7 @@ def world(
         "dead_letter_id": str(letter["dead_letter_id"]),
         "seq": "1",
         "topic": "approval",
+        "name": "customer:42",
     }
 
 
@@ -214,7 +215,7 @@ def test_every_route_refuses_hostile_input_without_a_5xx_or_a_change(
 def test_every_route_but_the_public_ones_needs_the_token(app: Starlette, api: TestClient) -> None:
     assert {"/healthz", "/readyz", "/v1/callbacks/{token}"} == PUBLIC_ROUTES
     values = {name: "00000000-0000-0000-0000-000000000000" for name in ("session_id",)}
-    values |= {"token": "t", "dead_letter_id": "1", "seq": "1", "topic": "go"}
+    values |= {"token": "t", "dead_letter_id": "1", "seq": "1", "topic": "go", "name": "doc"}
     for route in routes_of(app):
         for method in methods_of(route):
             path = path_for(route, values)

@@ -34,6 +34,11 @@ class Block:
     def defines_the_agent(self) -> bool:
         return 'Agent("support")' in self.source
 
+    @property
+    def extends_the_agent(self) -> bool:
+        """A block that adds a step to the agent block's `support` (run after it)."""
+        return "@support.step" in self.source and not self.defines_the_agent
+
 
 def _blocks() -> list[Block]:
     readme = (ROOT / "README.md").read_text()
@@ -41,7 +46,11 @@ def _blocks() -> list[Block]:
 
 
 def _runnable() -> list[Block]:
-    return [b for b in _blocks() if b.excerpt_of is None and not b.defines_the_agent]
+    return [
+        b
+        for b in _blocks()
+        if b.excerpt_of is None and not b.defines_the_agent and not b.extends_the_agent
+    ]
 
 
 def _run(block: Block, settings: Settings) -> subprocess.CompletedProcess[str]:
@@ -66,6 +75,7 @@ def test_every_python_block_is_run_or_checked() -> None:
     blocks = _blocks()
     assert sum(b.defines_the_agent for b in blocks) == 1
     assert [b.excerpt_of for b in blocks if b.excerpt_of] == ["examples/fastapi_app.py"]
+    assert sum(b.extends_the_agent for b in blocks) == 1  # the async step
     # The sync client, dead letters, the async client and agent versions.
     assert len(_runnable()) == 4
 
@@ -89,6 +99,16 @@ def test_the_readme_agent_runs_to_completion(
         assert payments.effect_count() == 1
     result = client.get(session_id).result
     assert result is not None and result["receipt"]
+
+
+def test_the_readme_async_step_extends_the_agent_as_an_async_step(settings: Settings) -> None:
+    """The async-step block, run after the agent block's definitions, adds an
+    ``async def`` step the worker will await on its event loop."""
+    [agent] = [b for b in _blocks() if b.defines_the_agent]
+    [extension] = [b for b in _blocks() if b.extends_the_agent]
+    check = "\nassert support.is_async_step('draft') and support.has_async_steps\n"
+    ran = _run(Block(agent.source + "\n" + extension.source + check, None), settings)
+    assert ran.returncode == 0, ran.stderr
 
 
 def failed_with_a_dead_letter(client: Client, db: Database, error_type: str) -> int:

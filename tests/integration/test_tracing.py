@@ -61,10 +61,12 @@ def test_a_session_that_waits_and_survives_a_sigkill_is_one_trace(
         callback = httpx.post(url, content=body, headers=signed_headers(body))
         assert callback.status_code == 202, callback.text
         wait_until((tmp_path / "entered-work-2").exists, what="the work step to start")
+        # The second worker starts while the victim is alive, so it finds the
+        # agent served and enqueues nothing at start: the scheduler's
+        # reconciler is what brings the session back after the kill.
+        deployment.worker(_TRACED, **env)
         deployment.kill(victim)  # SIGKILL mid-step: its open spans are never exported
         (tmp_path / "hold").unlink()
-
-        deployment.worker(_TRACED, **env)
         wait_until(
             lambda: client.get(session_id).status == "completed", timeout=60, what="recovery"
         )
