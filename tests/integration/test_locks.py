@@ -102,7 +102,12 @@ def test_one_lock_fences_a_paused_holder_and_the_ledger_never_sees_two_holders(
             print(ledger.snapshot())
             raise
         paused.signal(signal.SIGCONT)
-        wait_until(lambda: ledger.snapshot()[1], timeout=30, what="the zombie's late write")
+        try:
+            wait_until(lambda: ledger.snapshot()[1], timeout=30, what="the zombie's late write")
+        except AssertionError:
+            print("first token", first_token, "ledger", ledger.snapshot())
+            print([(e.type, e.payload) for e in client.events(victim)])
+            raise
         wait_until(lambda: _all_completed(db, ids), timeout=90, what="all 50 sessions")
         accepted, rejected = ledger.snapshot()
 
