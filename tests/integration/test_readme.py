@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,9 +115,15 @@ def test_the_readme_async_step_extends_the_agent_as_an_async_step(settings: Sett
 def failed_with_a_dead_letter(client: Client, db: Database, error_type: str) -> int:
     """A `support` session that failed for good, with its open dead letter (as
     a worker would leave it; the README's retry block needs one to act on)."""
-    session_id = client.start("support", {"amount": 1})
+    # Written straight in its failed state, never enqueued: a worker of the
+    # test (which does not load `support`) must not claim it first.
+    session_id = uuid.uuid4()
     with db.connection() as conn:
-        conn.execute("UPDATE sessions SET status = 'failed' WHERE id = %s", (session_id,))
+        conn.execute(
+            """INSERT INTO sessions (id, agent, status, cursor, state, input)
+               VALUES (%s, 'support', 'failed', 'charge_customer', '{}', '{"amount": 1}')""",
+            (session_id,),
+        )
         row = conn.execute(
             """INSERT INTO dead_letters (session_id, agent, step, error_code, error_type,
                    error_message, attempts, compensation, status)
