@@ -115,35 +115,26 @@ def observed_tool_call(
     tool: str, key: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
 ) -> Any:
     """Call a tool's function inside its span, timed (the cache's replays are not calls)."""
-    metrics = worker_metrics.served.metrics
-    if metrics is None and not tracing.enabled():
+    if worker_metrics.served.metrics is None and not tracing.enabled():
         return fn(*args, **kwargs)
-    started = time.perf_counter()
-    outcome = "error"
-    try:
-        with tracing.child_span(
-            f"resumable.tool {tool}",
-            {"resumable.tool": tool, "resumable.tool.idempotency_key": key},
-        ):
-            result = fn(*args, **kwargs)
-        outcome = "ok"
-        return result
-    except Exception as exc:
-        if metrics is not None:
-            metrics.tool_failures.labels(tool, type(exc).__name__).inc()
-        raise
-    finally:
-        if metrics is not None:
-            metrics.tool_seconds.labels(tool, outcome).observe(time.perf_counter() - started)
+    with _tool_observed(tool, key):
+        return fn(*args, **kwargs)
 
 
 async def observed_async_tool_call(
     tool: str, key: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
 ) -> Any:
     """``observed_tool_call`` for an async tool, awaited in its span."""
-    metrics = worker_metrics.served.metrics
-    if metrics is None and not tracing.enabled():
+    if worker_metrics.served.metrics is None and not tracing.enabled():
         return await fn(*args, **kwargs)
+    with _tool_observed(tool, key):
+        return await fn(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _tool_observed(tool: str, key: str) -> Iterator[None]:
+    """One tool call's span, duration and failure count (sync or async alike)."""
+    metrics = worker_metrics.served.metrics
     started = time.perf_counter()
     outcome = "error"
     try:
@@ -151,9 +142,8 @@ async def observed_async_tool_call(
             f"resumable.tool {tool}",
             {"resumable.tool": tool, "resumable.tool.idempotency_key": key},
         ):
-            result = await fn(*args, **kwargs)
+            yield
         outcome = "ok"
-        return result
     except Exception as exc:
         if metrics is not None:
             metrics.tool_failures.labels(tool, type(exc).__name__).inc()
