@@ -489,11 +489,13 @@ class Client:
             actor=actor,
             state_patch=state_patch,
             new_id=new_session_id,
-            broker=self.broker,
-            settings=self.settings,
             allow_compensated=allow_compensated,
         )
-        return self.get(fork_id)
+        # Read before it is enqueued: the fork as created, not as a worker
+        # may already have advanced it.
+        fork = self.get(fork_id)
+        enqueue_session(self.broker, self.settings, fork_id)
+        return fork
 
     def dead_letters(
         self,
