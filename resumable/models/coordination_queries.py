@@ -135,14 +135,22 @@ WHERE name = %(name)s AND status = 'held'
 """
 
 # Grant the oldest waiting requests the free permits, each with the next
-# fencing token, and wake their sessions (guarded by status = 'suspended').
+# fencing token, and wake their sessions. The waiters' session rows are locked
+# and re-checked (still suspended on this lock): a wait that timed out, or was
+# cancelled, in the instant before the grant is skipped rather than handed a
+# lock it would never know it holds. A skipped request is dropped as stale by
+# the next grant, and the scheduler's backstop grants what this one left free.
 GRANT = """
-WITH next AS (
-    SELECT id, session_id, row_number() OVER (ORDER BY id) AS k
-    FROM coordination_lock_requests
-    WHERE name = %(name)s AND status = 'waiting'
-    ORDER BY id
+WITH candidates AS (
+    SELECT r.id, r.session_id
+    FROM coordination_lock_requests r JOIN sessions s ON s.id = r.session_id
+    WHERE r.name = %(name)s AND r.status = 'waiting'
+      AND s.status = 'suspended' AND s.wait -> 'lock' ->> 'name' = %(name)s
+    ORDER BY r.id
     LIMIT %(free)s
+    FOR UPDATE OF s
+), next AS (
+    SELECT id, session_id, row_number() OVER (ORDER BY id) AS k FROM candidates
 ), g AS (
     UPDATE coordination_lock_requests r
     SET status = 'held', token = %(fence)s + next.k, token_epoch = NULL, granted_at = now()

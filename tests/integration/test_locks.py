@@ -12,6 +12,7 @@ from typing import Any
 
 from resumable.client import Client
 from resumable.dev.fake_server import FakeServer, Reply, Request
+from resumable.models import wait_queries
 from resumable.models.database import Database
 from tests.conftest import LocalDeployment, wait_until
 
@@ -160,6 +161,58 @@ def test_locks_go_to_the_next_waiter_on_cancel_completion_and_dead_letter(
     e = client.start("lock_holder", {"lock": "x"})  # free again
     wait_until(lambda: holding(e), what="e to hold x")
     assert client.state(e)["token"] > client.get(b).result["token"] > client.state(a)["token"]
+
+
+def test_a_wait_that_times_out_as_the_lock_is_granted_is_skipped_for_the_next_waiter(
+    client: Client, db: Database, deployment: LocalDeployment
+) -> None:
+    """The scheduler's timeout of b's wait holds b's row, uncommitted, while
+    a's cancel grants x: the grant must wait for it, see b no longer waiting
+    and give x to c, not to b (which would hold it without knowing)."""
+    deployment.worker(AGENTS)
+
+    def holding(session_id: uuid.UUID) -> bool:
+        return client.get(session_id).status == "suspended" and "token" in client.state(session_id)
+
+    a = client.start("lock_holder", {"lock": "x"})
+    wait_until(lambda: holding(a), what="a to hold x")
+    b = client.start("lock_holder", {"lock": "x", "timeout": 3600})
+    wait_until(lambda: client.get(b).status == "suspended", what="b to wait")
+    c = client.start("lock_holder", {"lock": "x"})
+    wait_until(lambda: client.get(c).status == "suspended", what="c to wait")
+
+    with db.connection() as timeout_tx, timeout_tx.transaction():
+        # b's deadline passes and the scheduler's statement takes its row.
+        timeout_tx.execute(
+            "UPDATE sessions SET wake_at = now() - interval '1 second', "
+            "wait = jsonb_set(wait, '{deadline}', to_jsonb(now() - interval '1 second')) "
+            "WHERE id = %s",
+            [b],
+        )
+        woken = timeout_tx.execute(wait_queries.WAKE_DUE, {"limit": 10}).fetchall()
+        assert [row["id"] for row in woken] == [b]
+        canceller = threading.Thread(target=client.cancel, args=(a,), kwargs={"actor": "test"})
+        canceller.start()
+        with db.connection() as probe:  # the grant is waiting for b's row
+            wait_until(
+                lambda: (
+                    probe.execute(
+                        "SELECT count(*) AS n FROM pg_stat_activity "
+                        "WHERE wait_event_type = 'Lock' AND query LIKE '%%coordination_lock_requests%%'"
+                    ).fetchone()["n"]  # type: ignore[index]
+                    > 0
+                ),
+                what="the grant to wait for b's row",
+            )
+    canceller.join(timeout=30)
+    assert not canceller.is_alive()
+
+    with db.connection() as conn:
+        held = conn.execute(
+            "SELECT session_id FROM coordination_lock_requests WHERE name = 'x' AND status = 'held'"
+        ).fetchall()
+    assert [row["session_id"] for row in held] == [c]
+    wait_until(lambda: holding(c), what="c to hold x")
 
 
 def test_acquiring_locks_out_of_name_order_fails_the_step(
