@@ -78,9 +78,12 @@ def _hold(ctx: StepContext) -> None:
 
 
 def _held_post(url: str, body: dict[str, Any], gate_dir: str, fencing_token: int) -> Any:
-    """A write that announces itself and waits at the test's gate first."""
+    """A write that announces itself and waits at the test's gate first. The
+    announcement names the token: a run that took over (the first one lost its
+    lease early on a loaded machine) announces itself apart, and the test
+    pauses exactly the run whose token it means to see rejected."""
     gate = Path(gate_dir)
-    (gate / f"entered-{body['session']}").write_text(str(os.getpgrp()))
+    (gate / f"entered-{body['session']}-{fencing_token}").write_text(str(os.getpgrp()))
     deadline = time.monotonic() + 60
     while (gate / "hold").exists() and time.monotonic() < deadline:
         time.sleep(0.02)

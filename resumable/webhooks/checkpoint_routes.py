@@ -136,17 +136,16 @@ async def fork_session(request: Request) -> Response:
     body = parse_body(ForkSession, await json_body(request, empty={}))
 
     def fork() -> Any:
-        fork_id = _history(state).fork(
+        # The client's fork reads the new session before it enqueues it: the
+        # answer is the fork as created, not as a fast worker advanced it.
+        return state.client.fork(
             session_id,
             body.at,
             actor=actor,
             state_patch=patch_as_json(body.state_patch),
-            new_id=body.session_id,
-            broker=state.broker,
-            settings=state.settings,
+            new_session_id=body.session_id,
             allow_compensated=body.allow_compensated,
         )
-        return state.client.get(fork_id)
 
     return json_answer(await run_in_threadpool(fork), 201)
 

@@ -40,7 +40,7 @@ def api(app: Starlette) -> Iterator[TestClient]:
 
 
 def snapshot(db: Database) -> dict[str, str]:
-    """Every table's rows, hashed (`agents` is the workers' heartbeat, not data)."""
+    """Every table's rows, hashed (`agents` and `workers` are the workers' heartbeats, not data)."""
     with db.connection() as conn:
         tables = [
             str(row["table_name"])
@@ -51,7 +51,7 @@ def snapshot(db: Database) -> dict[str, str]:
         ]
         assert "sessions" in tables
         hashes = {}
-        for table in sorted(set(tables) - {"agents", "alembic_version"}):
+        for table in sorted(set(tables) - {"agents", "workers", "alembic_version"}):
             row = conn.execute(
                 f"SELECT count(*) AS n, md5(coalesce(string_agg(t::text, '|' "
                 f"ORDER BY t::text), '')) AS h FROM \"{table}\" t"
@@ -421,6 +421,7 @@ def test_fork_onto_a_taken_session_id_is_409(
         f"/v1/sessions/{source}/fork", json={"at": 1, "session_id": chosen}, headers=AUTH
     )
     assert made.status_code == 201 and made.json()["session_id"] == chosen
+    assert made.json()["status"] == "pending"  # as created, before any worker took it
 
 
 def test_fork_of_a_compensated_saga_is_refused_unless_allowed(
