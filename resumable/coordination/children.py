@@ -110,13 +110,24 @@ def session_finished(
         if names:
             locks.grant_and_wake(db, broker, settings, names)
         if row["parent_id"] is not None:
-            wake_parent(db, broker, settings, parent_id=uuid.UUID(str(row["parent_id"])))
+            parent_id = uuid.UUID(str(row["parent_id"]))
+            if not _parent_still_waiting_for_all(db, parent_id):
+                wake_parent(db, broker, settings, parent_id=parent_id)
     except Exception:
         logger.warning(
             "releasing locks or waking the parent failed; the scheduler will",
             exc_info=True,
             extra={"action": "session_finished_hooks_failed"},
         )
+
+
+def _parent_still_waiting_for_all(db: Database, parent_id: uuid.UUID) -> bool:
+    """Whether the parent certainly cannot wake yet (it waits for all the
+    children it names and one is still running): one index probe, so that
+    fan-in of N children costs N, not N squared."""
+    with db.connection() as conn:
+        row = conn.execute(queries.STILL_WAITING_FOR_ALL, {"parent_id": parent_id}).fetchone()
+    return bool(row and row["waiting"])
 
 
 def wake_waiting_parents(db: Database, broker: dramatiq.Broker, settings: Settings) -> int:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from resumable.models.metrics_queries import TERMINAL
+
 
 @dataclass(frozen=True)
 class SharedDocument:
@@ -282,6 +284,24 @@ WITH p AS (
     FROM s
 )
 SELECT id FROM s
+"""
+
+# Run before WAKE_PARENT when a child finishes: whether the parent waits for
+# all the children it names and one of them is still running, in which case
+# it cannot wake yet. The partial index holds only unfinished children, so
+# this reads about one entry (the ids test is on the parent's own row) and
+# does not lock the parent: only the last child runs the full count. Each
+# child asks after its own commit, so the last one to commit sees the others
+# finished.
+STILL_WAITING_FOR_ALL = f"""
+SELECT EXISTS (
+    SELECT 1 FROM sessions p JOIN sessions c ON c.parent_id = p.id
+    WHERE p.id = %(parent_id)s AND p.status = 'suspended' AND p.wait ? 'children'
+      AND (p.wait -> 'children' ->> 'need')::int
+          >= jsonb_array_length(p.wait -> 'children' -> 'ids')
+      AND c.status NOT IN ({TERMINAL})
+      AND p.wait -> 'children' -> 'ids' ? c.id::text
+) AS waiting
 """
 
 # Parents waiting on children, for the scheduler's backstop (a child that

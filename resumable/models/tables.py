@@ -80,6 +80,12 @@ class SessionRow(SQLModel, table=True):
         sa.Index(
             "ix_sessions_parent_id", "parent_id", postgresql_where=sa.text("parent_id IS NOT NULL")
         ),
+        # Migration 0013: is any child of a parent still running (fan-in, linear).
+        sa.Index(
+            "ix_sessions_unfinished_children",
+            "parent_id",
+            postgresql_where=sa.text(f"parent_id IS NOT NULL AND status NOT IN ({_TERMINAL})"),
+        ),
         # Migration 0011: compaction candidates without reading every session.
         sa.Index("ix_sessions_uncompacted", sa.text("(step_seq - compacted_to)")),
     )

