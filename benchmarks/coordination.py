@@ -205,17 +205,29 @@ def run(args: Any, services: Services, log_dir: Path) -> None:
         with harness.connect(services.pg_url) as conn:
             found = conn.execute(
                 "SELECT (s.result ->> 'token')::bigint, (s.result ->> 'started')::float8, "
-                "extract(epoch FROM e.created_at)::float8 "
+                "extract(epoch FROM e.created_at)::float8, "
+                "extract(epoch FROM g.created_at)::float8 "
                 "FROM sessions s JOIN audit_events e ON e.session_id = s.id "
                 "AND e.event_type = 'step_completed' AND e.step = 'hold' "
+                "JOIN audit_events g ON g.session_id = s.id "
+                "AND g.event_type = 'resumed' AND g.payload ->> 'by' = 'lock' "
                 "WHERE s.id = ANY(%s::uuid[]) ORDER BY 1",
                 [[str(i) for i in ids]],
             ).fetchall()
-        handoffs = [(found[k + 1][1] - found[k][2]) * 1000 for k in range(len(found) - 1)]
+        pairs = list(zip(found, found[1:], strict=False))
+        handoffs = [(after[1] - before[2]) * 1000 for before, after in pairs]
+        # Where it goes: the release commit -> the grant's transaction (the
+        # next holder's `resumed` event), and that -> the next holder's step.
+        to_grant = [(after[3] - before[2]) * 1000 for before, after in pairs]
+        to_step = [(after[1] - after[3]) * 1000 for _, after in pairs]
         print(
             f"  {len(handoffs)} hand-offs in {seconds:.2f} s:"
             f" p50 {percentile(handoffs, 0.5):.1f} ms  p99 {percentile(handoffs, 0.99):.1f} ms"
             f"  mean {statistics.mean(handoffs):.1f} ms"
+        )
+        print(
+            f"  release -> grant p50 {percentile(to_grant, 0.5):.1f} ms;"
+            f" grant -> next holder's step p50 {percentile(to_step, 0.5):.1f} ms"
         )
 
         print(f"\n3. fan-out/fan-in of {args.children} children")
