@@ -36,6 +36,7 @@ and Redis flushed: never point this at a database you care about.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import sys
 import threading
@@ -214,7 +215,7 @@ def run(args: Any, services: Services, log_dir: Path) -> None:
                 "WHERE s.id = ANY(%s::uuid[]) ORDER BY 1",
                 [[str(i) for i in ids]],
             ).fetchall()
-        pairs = list(zip(found, found[1:], strict=False))
+        pairs = list(itertools.pairwise(found))
         handoffs = [(after[1] - before[2]) * 1000 for before, after in pairs]
         # Where it goes: the release commit -> the grant's transaction (the
         # next holder's `resumed` event), and that -> the next holder's step.

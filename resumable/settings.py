@@ -218,7 +218,8 @@ class Settings(BaseSettings):
         gt=0,
         le=36_500,
         description="Delete (or archive) sessions that finished more than this many days "
-        "ago, with their history. Unset: keep everything.",
+        "ago, with their history, and shared documents' versions older than that (each "
+        "document's current version stays). Unset: keep everything.",
     )
     retention_mode: Literal["delete", "archive"] = Field(
         default="delete",

@@ -326,3 +326,21 @@ WITH released AS (
 SELECT coalesce((SELECT array_agg(DISTINCT name) FROM released), '{}') AS names,
        (SELECT parent_id FROM sessions WHERE id = %(id)s) AS parent_id
 """
+
+
+# Retention of shared documents' histories: versions older than the retention
+# age, oldest first, in bounded batches; a document's current version stays
+# (its history always shows who wrote what it holds now).
+RETIRE_SHARED_VERSIONS = """
+WITH old AS (
+    SELECT v.name, v.version FROM shared_versions v
+    WHERE v.created_at < now() - make_interval(secs => %(age_seconds)s)
+      AND NOT EXISTS (SELECT 1 FROM shared_documents d
+                      WHERE d.name = v.name AND d.version = v.version)
+    ORDER BY v.created_at
+    LIMIT %(limit)s
+)
+DELETE FROM shared_versions v USING old
+WHERE v.name = old.name AND v.version = old.version
+RETURNING v.name
+"""

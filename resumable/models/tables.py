@@ -557,6 +557,8 @@ class SharedVersionRow(SQLModel, table=True):
     history outlives sessions removed by retention)."""
 
     __tablename__ = "shared_versions"
+    # Migration 0013: retention finds old versions without reading the history.
+    __table_args__ = (sa.Index("ix_shared_versions_created_at", "created_at"),)
 
     name: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
     version: int = Field(sa_column=sa.Column(sa.BigInteger, primary_key=True))

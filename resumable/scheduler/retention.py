@@ -8,7 +8,7 @@ import uuid
 
 from resumable.agent import AgentRegistry
 from resumable.errors import ResumableError
-from resumable.models import checkpoint_queries
+from resumable.models import checkpoint_queries, coordination_queries
 from resumable.models.database import Database
 from resumable.settings import Settings
 from resumable.time_travel import TimeTravel
@@ -37,6 +37,29 @@ def retire_old_sessions(settings: Settings, db: Database) -> int:
             "archived and delete" if settings.retention_mode == "archive" else "delete",
             len(rows),
             extra={"action": "retention"},
+        )
+    return len(rows) + retire_old_shared_versions(settings, db)
+
+
+def retire_old_shared_versions(settings: Settings, db: Database) -> int:
+    """Delete shared documents' versions older than ``retention_days`` (each
+    document's current version stays): a counter updated on every step would
+    otherwise grow its history without bound."""
+    if settings.retention_days is None:
+        return 0
+    with db.connection() as conn:
+        rows = conn.execute(
+            coordination_queries.RETIRE_SHARED_VERSIONS,
+            {
+                "age_seconds": settings.retention_days * 86400,
+                "limit": 10 * settings.retention_batch,
+            },
+        ).fetchall()
+    if rows:
+        logger.info(
+            "retention deleted %d old versions of shared documents",
+            len(rows),
+            extra={"action": "retention_shared_versions"},
         )
     return len(rows)
 

@@ -201,18 +201,17 @@ def test_a_wait_that_times_out_as_the_lock_is_granted_is_skipped_for_the_next_wa
         assert [row["id"] for row in woken] == [b]
         canceller = threading.Thread(target=client.cancel, args=(a,), kwargs={"actor": "test"})
         canceller.start()
-        with db.connection() as probe:  # the grant is waiting for b's row
-            wait_until(
-                lambda: (
-                    probe.execute(
-                        "SELECT count(*) AS n FROM pg_stat_activity "
-                        "WHERE wait_event_type = 'Lock' "
-                        "AND query LIKE '%coordination_lock_requests%'"
-                    ).fetchone()["n"]  # type: ignore[index]
-                    > 0
-                ),
-                what="the grant to wait for b's row",
-            )
+        with db.connection() as probe:
+
+            def grant_waits() -> bool:
+                row = probe.execute(
+                    "SELECT count(*) AS n FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE '%coordination_lock_requests%'"
+                ).fetchone()
+                return row is not None and int(str(row["n"])) > 0
+
+            wait_until(grant_waits, what="the grant to wait for b's row")
     canceller.join(timeout=30)
     assert not canceller.is_alive()
 

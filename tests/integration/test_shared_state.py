@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 
 from resumable.client import Client
 from resumable.models.database import Database
+from resumable.scheduler.retention import retire_old_shared_versions
 from resumable.settings import Settings
 from tests.conftest import API_TOKEN, LocalDeployment, run_cli, wait_until
 
@@ -125,3 +126,27 @@ def test_a_step_reads_its_own_update_and_later_steps_see_it(
     assert "Traceback" not in missing.stderr
     bad = run_cli(settings, "shared", "history", "x" * 300)
     assert bad.returncode == 1 and "at most 200" in bad.stderr
+
+
+def test_retention_deletes_old_versions_but_never_a_documents_current_one(
+    client: Client, db: Database, deployment: LocalDeployment
+) -> None:
+    deployment.worker(AGENTS)
+    counters = [
+        client.start("shared_incrementer", {"counter": name, "times": 3}) for name in ("a", "b")
+    ]
+    wait_until(
+        lambda: all(client.get(s).status == "completed" for s in counters), what="the counters"
+    )
+    with db.connection() as conn:  # a's whole history is old; b's is recent
+        conn.execute(
+            "UPDATE shared_versions SET created_at = now() - interval '10 days' WHERE name = 'a'"
+        )
+    settings = client.settings.model_copy(update={"retention_days": 7})
+    assert retire_old_shared_versions(settings, db) == 2
+    assert retire_old_shared_versions(settings, db) == 0
+    assert [v.version for v in client.shared_history("a")] == [3]
+    assert [v.version for v in client.shared_history("b")] == [3, 2, 1]
+    assert client.shared("a") is not None and client.shared("a").value == 3  # type: ignore[union-attr]
+    unset = client.settings.model_copy(update={"retention_days": None})
+    assert retire_old_shared_versions(unset, db) == 0
