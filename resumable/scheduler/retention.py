@@ -22,23 +22,22 @@ def retire_old_sessions(settings: Settings, db: Database) -> int:
     dead letter are kept for the operator."""
     if settings.retention_days is None:
         return 0
-    with db.connection() as conn:
-        rows = conn.execute(
-            checkpoint_queries.RETIRE_SESSIONS,
-            {
-                "age_seconds": settings.retention_days * 86400,
-                "limit": settings.retention_batch,
-                "archive": settings.retention_mode == "archive",
-            },
-        ).fetchall()
-    if rows:
+    archive = settings.retention_mode == "archive"
+    retired = _older_than_retention(
+        settings,
+        db,
+        checkpoint_queries.RETIRE_SESSIONS,
+        limit=settings.retention_batch,
+        archive=archive,
+    )
+    if retired:
         logger.info(
             "retention %sd %d finished sessions",
-            "archived and delete" if settings.retention_mode == "archive" else "delete",
-            len(rows),
+            "archived and delete" if archive else "delete",
+            retired,
             extra={"action": "retention"},
         )
-    return len(rows) + retire_old_shared_versions(settings, db)
+    return retired + retire_old_shared_versions(settings, db)
 
 
 def retire_old_shared_versions(settings: Settings, db: Database) -> int:
@@ -47,20 +46,29 @@ def retire_old_shared_versions(settings: Settings, db: Database) -> int:
     otherwise grow its history without bound."""
     if settings.retention_days is None:
         return 0
-    with db.connection() as conn:
-        rows = conn.execute(
-            coordination_queries.RETIRE_SHARED_VERSIONS,
-            {
-                "age_seconds": settings.retention_days * 86400,
-                "limit": 10 * settings.retention_batch,
-            },
-        ).fetchall()
-    if rows:
+    retired = _older_than_retention(
+        settings,
+        db,
+        coordination_queries.RETIRE_SHARED_VERSIONS,
+        limit=10 * settings.retention_batch,
+    )
+    if retired:
         logger.info(
             "retention deleted %d old versions of shared documents",
-            len(rows),
+            retired,
             extra={"action": "retention_shared_versions"},
         )
+    return retired
+
+
+def _older_than_retention(settings: Settings, db: Database, query: str, **params: object) -> int:
+    """Run one retention statement over rows older than ``retention_days``;
+    how many rows it removed."""
+    assert settings.retention_days is not None
+    with db.connection() as conn:
+        rows = conn.execute(
+            query, {"age_seconds": settings.retention_days * 86400, **params}
+        ).fetchall()
     return len(rows)
 
 
