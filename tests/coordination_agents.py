@@ -149,6 +149,10 @@ def hold(ctx: StepContext) -> Any:
         return ctx.complete({"timed_out": True})
     if ctx.input.get("fail"):
         raise RuntimeError("fails while holding the lock")
+    flag = ctx.input.get("fail_once")
+    if flag and not Path(flag).exists():  # dead-lettered once; a retry goes on
+        Path(flag).touch()
+        raise RuntimeError("fails once while holding the lock")
     ctx.state["token"] = ctx.fence(ctx.input["lock"])
     return ctx.wait(Signal("go"), then="finish")
 

@@ -223,6 +223,26 @@ def test_a_wait_that_times_out_as_the_lock_is_granted_is_skipped_for_the_next_wa
     wait_until(lambda: holding(c), what="c to hold x")
 
 
+def test_a_retried_dead_letter_no_longer_holds_its_lock_and_cannot_fence(
+    client: Client, tmp_path: Path, deployment: LocalDeployment
+) -> None:
+    deployment.worker(AGENTS)
+    d = client.start("lock_holder", {"lock": "y", "fail_once": str(tmp_path / "failed")})
+    wait_until(lambda: client.get(d).status == "failed", what="d to be dead-lettered")
+    e = client.start("lock_holder", {"lock": "y"})  # y went free with d's dead letter
+    wait_until(
+        lambda: client.get(e).status == "suspended" and "token" in client.state(e),
+        what="e to hold y",
+    )
+    letter = client.dead_letters().items[0]
+    client.retry_dead_letter(letter.dead_letter_id, actor="test")
+    wait_until(lambda: len(client.dead_letters().items) == 1, what="d's second dead letter")
+    again = client.dead_letters().items[0]
+    assert again.session_id == d and again.error_type == "CoordinationError"
+    assert "does not hold lock 'y'" in str(again.error_message)
+    assert client.get(e).status == "suspended"  # e kept y throughout
+
+
 def test_acquiring_locks_out_of_name_order_fails_the_step(
     client: Client, deployment: LocalDeployment
 ) -> None:
