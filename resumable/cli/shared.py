@@ -8,7 +8,7 @@ import json
 import click
 
 from resumable.cli.support import ErrorGroup, connected
-from resumable.coordination.shared import CoordinationError
+from resumable.coordination.shared import MAX_PAGE, MAX_VERSION, CoordinationError
 from resumable.settings import Settings
 
 
@@ -31,8 +31,13 @@ def shared_show(settings: Settings, name: str) -> None:
 
 @shared.command("history")
 @click.argument("name")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
-@click.option("--before", type=click.IntRange(1), default=None, help="Versions below this one.")
+@click.option("--limit", type=click.IntRange(1, MAX_PAGE), default=20, show_default=True)
+@click.option(
+    "--before",
+    type=click.IntRange(1, MAX_VERSION),
+    default=None,
+    help="Versions below this one.",
+)
 @click.pass_obj
 def shared_history(settings: Settings, name: str, limit: int, before: int | None) -> None:
     """Committed values of NAME, newest first, each with the session and step

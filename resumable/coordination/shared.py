@@ -48,6 +48,11 @@ class SharedUpdateError(CoordinationError):
     code = "shared_update_failed"
 
 
+#: Versions are PostgreSQL bigints; pages are bounded like every other list.
+MAX_VERSION = 2**63 - 1
+MAX_PAGE = 10_000
+
+
 def check_name(name: object, what: str = "shared document") -> str:
     """A name is a non-empty string of printable text, at most 200 characters."""
     if not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH:
@@ -142,6 +147,14 @@ def history(
 ) -> list[SharedVersion]:
     """The document's committed values, newest first, older than version
     `before` when given."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise CoordinationError(f"limit must be a whole number from 1 to {MAX_PAGE}, got {limit!r}")
+    if before is not None and (
+        isinstance(before, bool) or not isinstance(before, int) or not 1 <= before <= MAX_VERSION
+    ):
+        raise CoordinationError(
+            f"before must be a version number from 1 to {MAX_VERSION}, got {before!r}"
+        )
     with db.connection() as conn:
         return (
             conn.cursor(row_factory=class_row(SharedVersion))

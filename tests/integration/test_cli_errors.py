@@ -213,6 +213,23 @@ def test_bytes_that_are_not_utf8_in_input_are_refused(client: Client) -> None:
     assert client.count_by_status() == {}
 
 
+@pytest.mark.parametrize(
+    ("args", "fragment", "code"),
+    [
+        (["history", "doc", "--before", "9" * 25], "'--before'", 2),
+        (["history", "doc", "--limit", "0"], "'--limit'", 2),
+        (["show", "x" * 300], "at most 200 characters", 1),
+        (["show", "tab\there"], "printable text", 1),
+    ],
+)
+def test_shared_commands_refuse_bad_arguments_in_one_line(
+    client: Client, args: list[str], fragment: str, code: int
+) -> None:
+    result = _run("shared", *args, client=client)
+    _one_line_error(result, fragment)
+    assert result.returncode == code
+
+
 def test_unknown_status_names_the_valid_ones(client: Client) -> None:
     result = _run("sessions", "list", "--status", "bogus", client=client)
     _one_line_error(result, "'bogus' is not one of", "'pending'", "'cancelled'")
