@@ -16,12 +16,14 @@ sessions are created first; then ONE ``resumable worker`` runs them:
    with 1,000 sessions would take 6 minutes); ideal ``3 x delay x sessions /
    threads``.
 
-Each session gets one message, the one a worker's start-up enqueue sends for
-sessions of an agent no worker served yet; the messages ``Client.start``
-sent are dropped first (with ``--keep-messages`` they stay, and every
-session is delivered twice, the second a duplicate the worker claims in
-vain: not what a deployed worker sees). Wall time is from the first claim to
-the last completion, both as PostgreSQL stamped them. Peak RSS is the
+The sessions are created before the worker starts, so each is delivered
+twice: ``Client.start``'s message and the worker's start-up enqueue of
+sessions that no worker served (the second claim is a duplicate, refused:
+not what a deployed worker sees). ``--one-message`` drops ``Client.start``'s
+messages first, leaving the start-up enqueue's (it relies on the worker
+finding the agent unserved; a run where it did not, waited for nothing).
+Wall time is from the first claim to the last completion, both as
+PostgreSQL stamped them. Peak RSS is the
 worker's ``VmHWM``; its CPU time is counted from when it said it was ready
 (start-up imports excluded): one process cannot use more than one core for
 Python, so CPU per step x steps is a floor under the wall time on this
@@ -101,9 +103,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="sessions of each sync baseline (0: 4 x its threads, at most --sessions)",
     )
     parser.add_argument(
-        "--keep-messages",
+        "--one-message",
         action="store_true",
-        help="keep the messages Client.start sent (each session delivered twice)",
+        help="drop the messages Client.start sent (the worker's start-up enqueue delivers)",
     )
     return report.parse(parser, argv, positive=["sessions", "threads", "db_threads"])
 
@@ -181,7 +183,7 @@ def run_phase(
         # Sessions wait in the queue before the worker starts: it sees them all at once.
         inputs = [{"llm": f"{llm_url}/v1/chat/completions"}] * phase.sessions
         harness.start_sessions(client, phase.agent, inputs, threads=8)
-    if not args.keep_messages:
+    if args.one_message:
         drop_messages(services.redis_url)
     reset_llm(llm_url)
     log_dir = harness.log_dir_for(args.home)
