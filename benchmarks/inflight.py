@@ -16,12 +16,21 @@ sessions are created first; then ONE ``resumable worker`` runs them:
    with 1,000 sessions would take 6 minutes); ideal ``3 x delay x sessions /
    threads``.
 
-Wall time is from the first claim to the last completion, both as PostgreSQL
-stamped them. Peak RSS is the worker's ``VmHWM``; its CPU time is counted
-from when it said it was ready (start-up imports excluded): one process
-cannot use more than one core for Python, so CPU per step x steps is a floor
-under the wall time on this machine whatever the limit. Ratios compare steps per
-second against the sync baseline at the smallest thread count, measured in the
+The sessions are created before the worker starts, so each is delivered
+twice: ``Client.start``'s message and the worker's start-up enqueue of
+sessions that no worker served (the second claim is a duplicate, refused:
+not what a deployed worker sees). ``--one-message`` drops ``Client.start``'s
+messages first, leaving the start-up enqueue's (it relies on the worker
+finding the agent unserved; a run where it did not, waited for nothing).
+Wall time is from the first claim to the last completion, both as
+PostgreSQL stamped them. Peak RSS is the
+worker's ``VmHWM``; its CPU time is counted from when it said it was ready
+(start-up imports excluded): one process cannot use more than one core for
+Python, so CPU per step x steps is a floor under the wall time on this
+machine whatever the limit. The CPU of the PostgreSQL server (all its
+processes, when it runs on this machine) is printed too: it shares the same
+cores. Ratios compare steps per second against the sync baseline at the
+smallest thread count, measured in the
 same run. ``--sessions 200 --limits 100`` is a quick, smaller version.
 
 ``DATABASE_URL``/``REDIS_URL`` are used when set; otherwise embedded servers run
@@ -42,6 +51,7 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
+import redis
 
 from benchmarks import harness, report
 from benchmarks.inflight_agent import ASYNC_AGENT, STEPS, SYNC_AGENT
@@ -67,6 +77,7 @@ class Result:
     rss_mb: float
     peak_llm_in_flight: int
     cpu_seconds: float  # the worker's user + system CPU time from ready to done
+    server_cpu_seconds: float  # PostgreSQL's backends over the same time (nan if remote)
 
     @property
     def steps_per_second(self) -> float:
@@ -90,6 +101,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=0,
         help="sessions of each sync baseline (0: 4 x its threads, at most --sessions)",
+    )
+    parser.add_argument(
+        "--one-message",
+        action="store_true",
+        help="drop the messages Client.start sent (the worker's start-up enqueue delivers)",
     )
     return report.parse(parser, argv, positive=["sessions", "threads", "db_threads"])
 
@@ -128,6 +144,36 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def server_cpu_seconds(pg_url: str) -> float:
+    """CPU time of the local PostgreSQL server and all its processes so far,
+    the exited ones included (nan when it is not on this machine)."""
+    try:
+        with harness.connect(pg_url) as conn:
+            row = conn.execute("SELECT current_setting('data_directory')").fetchone()
+        assert row is not None
+        postmaster = int((Path(str(row[0])) / "postmaster.pid").read_text().split()[0])
+        fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = sum(int(f) for f in fields[11:15])  # its own and its reaped children's
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                rest = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(rest[1]) == postmaster:
+                ticks += int(rest[11]) + int(rest[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AssertionError):
+        return float("nan")
+
+
+def drop_messages(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+
+
 def run_phase(
     services: harness.Services, args: argparse.Namespace, llm_url: str, phase: Phase
 ) -> Result:
@@ -137,12 +183,15 @@ def run_phase(
         # Sessions wait in the queue before the worker starts: it sees them all at once.
         inputs = [{"llm": f"{llm_url}/v1/chat/completions"}] * phase.sessions
         harness.start_sessions(client, phase.agent, inputs, threads=8)
+    if args.one_message:
+        drop_messages(services.redis_url)
     reset_llm(llm_url)
     log_dir = harness.log_dir_for(args.home)
     with harness.BenchDeployment(services, log_dir, phase.env) as deployment:
         deployment.start_workers(1, "benchmarks.inflight_agent")
         worker = deployment.workers[0]
         cpu_at_start = cpu_seconds(worker.pid)  # imports and start-up, not the steps
+        server_at_start = server_cpu_seconds(services.pg_url)
         with harness.connect(services.pg_url) as conn:
             harness.wait_sessions(
                 conn,
@@ -160,9 +209,10 @@ def run_phase(
         assert row is not None
         rss = peak_rss_mb(worker.pid)
         cpu = cpu_seconds(worker.pid) - cpu_at_start
+        server_cpu = server_cpu_seconds(services.pg_url) - server_at_start
     peak = httpx.get(f"{llm_url}/count", timeout=10).json()["peak_in_flight"]
     ideal = STEPS * args.delay * phase.sessions / min(phase.concurrency, phase.sessions)
-    return Result(phase, float(row[0]), ideal, rss, int(peak), cpu)
+    return Result(phase, float(row[0]), ideal, rss, int(peak), cpu, server_cpu)
 
 
 def start_llm(delay: float) -> tuple[subprocess.Popen[str], str]:
@@ -197,7 +247,9 @@ def main(argv: list[str] | None = None) -> None:
                     f"  {result.steps_per_second:7.1f} steps/s  peak RSS {result.rss_mb:6.1f} MB"
                     f"  LLM calls in flight at most {result.peak_llm_in_flight}"
                     f"  worker CPU after start {result.cpu_seconds:.1f} s"
-                    f" ({1000 * result.cpu_seconds / (phase.sessions * STEPS):.1f} ms/step)"
+                    f" ({1000 * result.cpu_seconds / (phase.sessions * STEPS):.1f} ms/step),"
+                    f" PostgreSQL {1000 * result.server_cpu_seconds / (phase.sessions * STEPS):.1f}"
+                    " ms/step"
                     f"  (phase took {time.monotonic() - started:.0f} s)",
                     flush=True,
                 )

@@ -24,22 +24,33 @@ STEPS = 3
 inflight_async = Agent(ASYNC_AGENT, description="Benchmark agent: async LLM calls.")
 inflight_sync = Agent(SYNC_AGENT, description="Benchmark agent: the same with sync steps.")
 
-# The calls use a bare HTTP/1.1 request per connection, not httpx: httpcore's
-# connection pool scans every pooled connection on each request, which with
-# hundreds in flight costs more CPU than everything resumable does per step.
+# The calls use bare HTTP/1.1, not httpx: httpcore's connection pool scans
+# every pooled connection on each request, which with hundreds in flight costs
+# more CPU than everything resumable does per step. Connections are kept
+# alive and reused, as an SDK's client would (a TCP connect and close per
+# call cost the worker and the fake LLM CPU the steps then waited for).
+_Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+_idle: dict[tuple[int, str], list[_Connection]] = {}  # (loop, host:port): idle connections
 
 
 async def acomplete(url: str, prompt: str) -> dict[str, Any]:
     parts = urlsplit(url)
-    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    idle = _idle.setdefault((id(asyncio.get_running_loop()), parts.netloc), [])
+    reader, writer = idle.pop() if idle else await _connect(parts.hostname, parts.port)
     try:
-        writer.write(_request(parts.path, parts.netloc, prompt))
+        writer.write(_request(parts.path, parts.netloc, prompt, keep_alive=True))
         head = await reader.readuntil(b"\r\n\r\n")
         body = await reader.readexactly(_content_length(head))
-    finally:
-        writer.close()
+    except BaseException:
+        writer.close()  # in an unknown state (a time limit, a reset): not reused
+        raise
+    idle.append((reader, writer))
     result: dict[str, Any] = json.loads(body)
     return result
+
+
+async def _connect(host: str | None, port: int | None) -> _Connection:
+    return await asyncio.open_connection(host, port)
 
 
 def complete(url: str, prompt: str) -> dict[str, Any]:
@@ -57,11 +68,12 @@ def complete(url: str, prompt: str) -> dict[str, Any]:
     return result
 
 
-def _request(path: str, host: str, prompt: str) -> bytes:
+def _request(path: str, host: str, prompt: str, keep_alive: bool = False) -> bytes:
     body = json.dumps({"messages": [{"role": "user", "content": prompt}]}).encode()
+    connection = "keep-alive" if keep_alive else "close"
     return (
         f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: {connection}\r\n\r\n"
     ).encode() + body
 
 

@@ -153,6 +153,32 @@ async def confirm_booking(ctx: StepContext) -> Complete:
     raise PermanentError("the hotel is closed")
 
 
+# More sagas at once than the loop has database threads, each compensation
+# handing blocking work to a thread as agent code may (asyncio.to_thread).
+saga_crowd = Agent("async_saga_crowd", retry=RetryPolicy(max_attempts=1, compensation_attempts=3))
+
+
+@saga_crowd.compensation
+async def release_seat(
+    request: dict[str, Any], response: dict[str, Any], idempotency_key: str
+) -> None:
+    url, body = request["args"]
+    await asyncio.sleep(0.3)  # the sagas overlap: each waits here while the others start
+    await asyncio.to_thread(post_json, url.rsplit("/", 1)[0] + "/undo", body, idempotency_key)
+
+
+@saga_crowd.step
+async def hold_seat(ctx: StepContext) -> str:
+    api, seat = ctx.input["api"], ctx.input["n"]
+    await ctx.tool("hold", apost_json, f"{api}/hold", {"seat": seat}, compensate="release_seat")
+    return "seat_confirmed"
+
+
+@saga_crowd.step
+async def seat_confirmed(ctx: StepContext) -> Complete:
+    raise PermanentError("the flight is full")
+
+
 # -- a blocking call inside an async step ---------------------------------------------
 
 blocker = Agent("async_blocker")

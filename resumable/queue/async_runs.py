@@ -6,9 +6,15 @@ takes an in-flight permit (one of ``RESUMABLE_MAX_INFLIGHT``), hands the run
 to the worker's event loop and goes back to the queue for another message.
 The task goes on from the same position: async steps are awaited on the
 loop, sync steps run on the sync-step threads, and every database write (a
-step's commit, a failure, a hand-back) is the same fenced statement the
-threads use, handed to the loop's database threads. When the run ends the
-task drops the lease from the keeper and gives the permit back.
+step's commit, a retry, a hand-back) is the same fenced statement the
+threads use, handed to the loop's database threads in batches
+(``database_threads.py``). A step's failure is handled on the sync-step
+threads instead: it may run the saga's compensations, and an async
+compensation blocks its thread until the loop has run it; on a database
+thread, more sagas than database threads at once would leave no thread for
+the writes (and, were those threads the loop's default executor, for the
+compensations' own ``asyncio.to_thread``). When the run ends the task drops
+the lease from the keeper and gives the permit back.
 
 Backpressure: a thread with no free permit waits (renewing nothing new: the
 session it holds is already in the keeper), so a worker takes no more
@@ -31,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from resumable.agent import Agent
 from resumable.errors import ReplayDivergedError, StepTimeoutError
 from resumable.models.step_queries import ClaimedSession
+from resumable.queue.database_threads import on_database_thread
 from resumable.queue.event_loop import EventLoopThread
 from resumable.queue.observing import observe_step
 from resumable.queue.outcomes import RunOutcome
@@ -130,7 +137,7 @@ class AsyncRuns:
         runner = self.runner
         while True:
             if runner.shutdown.stopping.is_set():
-                return await asyncio.to_thread(
+                return await on_database_thread(
                     runner.failures.hand_back, position.held(), "worker stopping"
                 )
             active.at_step(position.cursor)
@@ -144,8 +151,11 @@ class AsyncRuns:
             except asyncio.CancelledError:
                 raise
             except (StepTimeoutError, ReplayDivergedError, Exception) as exc:
-                return await asyncio.to_thread(runner.step_error, claim, agent, position, exc)
-            outcome = await asyncio.to_thread(runner.after_step, claim, agent, step, position)
+                # Not a database thread: a permanent failure runs the saga (see above).
+                return await self.events.in_step_thread(
+                    runner.step_error, claim, agent, position, exc
+                )
+            outcome = await on_database_thread(runner.after_step, claim, agent, step, position)
             if outcome is not None:
                 return outcome
 

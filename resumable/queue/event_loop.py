@@ -2,10 +2,11 @@
 
 Async steps, tools, checks and compensations are awaited here. The loop never
 runs blocking work itself: every database write (tool-call claims, step
-commits, failures) is handed to a small bounded pool of threads, the loop's
-default executor, so ``asyncio.to_thread`` means "a short synchronous
-database call"; sync steps met by a run on the loop go to a second pool of
-their own, so a slow sync step cannot take the database threads away.
+commits, retries) is handed, in batches, to a few database threads of its own
+(``database_threads.py``); sync steps met by a run on the loop, and the
+failure handling that may run compensations, go to a second pool, so neither
+a slow sync step nor a saga can take the database threads away. The loop's
+default executor (what ``asyncio.to_thread`` in agent code uses) is neither.
 
 A blocking call inside an ``async def`` step (``time.sleep``, ``requests``)
 would stall every other session on the loop. A watchdog thread notices a loop
@@ -26,6 +27,8 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
+
+from resumable.queue.database_threads import DatabaseThreads
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +58,7 @@ class EventLoopThread:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._steps: concurrent.futures.ThreadPoolExecutor | None = None
+        self._database: DatabaseThreads | None = None
         self._last_tick = time.monotonic()
         self._stop = threading.Event()
         #: Times the watchdog found the loop blocked (for tests and metrics).
@@ -71,11 +75,7 @@ class EventLoopThread:
 
     def _start(self) -> None:
         loop = asyncio.new_event_loop()
-        loop.set_default_executor(
-            concurrent.futures.ThreadPoolExecutor(
-                self._db_threads, thread_name_prefix="resumable-db"
-            )
-        )
+        self._database = DatabaseThreads(loop, self._db_threads)
         self._steps = concurrent.futures.ThreadPoolExecutor(
             self._step_threads, thread_name_prefix="resumable-sync-step"
         )
@@ -124,6 +124,13 @@ class EventLoopThread:
         context = contextvars.copy_context()
         call = functools.partial(context.run, fn, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._steps, call)
+
+    @property
+    def database(self) -> DatabaseThreads:
+        """The loop's database threads (the loop is started if it was not)."""
+        self.loop  # noqa: B018 (starts it)
+        assert self._database is not None
+        return self._database
 
     # -- the watchdog -----------------------------------------------------------------
 
@@ -178,8 +185,10 @@ class EventLoopThread:
         self._thread.join(timeout)
         if self._steps is not None:
             self._steps.shutdown(wait=False, cancel_futures=True)
+        if self._database is not None:
+            self._database.stop(timeout)
         if not self._thread.is_alive():
-            loop.close()  # its default executor (the database threads) too
+            loop.close()
 
 
 def resolve(value: Any, loop: EventLoopThread | None) -> Any:

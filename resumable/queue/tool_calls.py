@@ -15,7 +15,6 @@ tool, so the external API can dedupe on it.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import inspect
 import traceback
@@ -32,6 +31,7 @@ from resumable.models import tool_call_queries
 from resumable.models.database import Database
 from resumable.models.status import ToolCallStatus
 from resumable.models.tool_call_queries import ToolCallClaim
+from resumable.queue.database_threads import on_database_thread
 from resumable.queue.observing import observed_async_tool_call, observed_tool_call
 
 
@@ -126,19 +126,20 @@ class ToolCalls:
     ) -> Any:
         """The same call for an async tool, awaited on the event loop; the
         claim and the record, both short database writes, are handed to the
-        loop's database threads so the loop never waits on PostgreSQL."""
+        loop's database threads (``database_threads.py``) so the loop never
+        waits on PostgreSQL."""
         # The index is taken before the first await: calls gathered concurrently
         # get their positions (and keys) in the order they were made, on every replay.
         index = self._take_index()
-        claimed = await asyncio.to_thread(self._claim, index, tool, fn, args, kwargs, compensate)
+        claimed = await on_database_thread(self._claim, index, tool, fn, args, kwargs, compensate)
         if claimed.replayed:
             return claimed.response
         try:
             result = await observed_async_tool_call(tool, claimed.key, fn, *args, **claimed.kwargs)
         except Exception as exc:
-            await asyncio.to_thread(self._failed, tool, claimed.key, exc)
+            await on_database_thread(self._failed, tool, claimed.key, exc)
             raise
-        return await asyncio.to_thread(self._completed, tool, claimed.key, result)
+        return await on_database_thread(self._completed, tool, claimed.key, result)
 
     def _take_index(self) -> int:
         index = self._next_index

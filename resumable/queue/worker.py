@@ -30,7 +30,7 @@ import dramatiq
 from resumable.agent import AgentRegistry
 from resumable.models import agent_queries, step_queries
 from resumable.models.database import Database
-from resumable.queue.broker import SESSION_ACTOR, build_broker, enqueue_session
+from resumable.queue.broker import SESSION_ACTOR, build_broker, enqueue_sessions
 from resumable.queue.heartbeat import MAX_TTL_SECONDS, WorkerHeartbeat
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.runner import SessionRunner
@@ -139,8 +139,8 @@ def enqueue_waiting(runtime: WorkerRuntime, agents: list[str]) -> int:
                 "worker": runner.worker_id,
             },
         ).fetchall()
-    for row in rows:
-        enqueue_session(runtime.broker, runtime.settings, str(row["id"]))
+    # One Redis round trip per few hundred (a backlog of thousands is common).
+    enqueue_sessions(runtime.broker, runtime.settings, [str(row["id"]) for row in rows])
     if rows:
         logger.info(
             "enqueued %d session(s) that waited for a worker loading %s",

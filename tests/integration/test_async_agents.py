@@ -171,6 +171,28 @@ def test_an_async_compensation_runs_once(client: Client, deployment: LocalDeploy
     assert [d.session_id for d in client.dead_letters().items] == [session_id]
 
 
+def test_more_async_sagas_than_database_threads_each_compensate_once(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    """Eight sagas at once on a loop with 2 database threads, each async
+    compensation awaiting ``asyncio.to_thread``: none waits for a thread that
+    a waiting saga holds (once, the compensations ran on the database threads,
+    which were also the loop's default executor: two sagas took both and
+    waited forever for their own ``to_thread``)."""
+    # A pool of 2 threads + 2 (keeper, heartbeat) + 2 left: 2 database threads.
+    deployment.worker(AGENTS, RESUMABLE_WORKER_THREADS="2", RESUMABLE_DB_POOL_SIZE="6")
+    with FakeAPI() as api:
+        ids = [client.start("async_saga_crowd", {"api": api.url, "n": n}) for n in range(8)]
+        wait_until(lambda: client.count_by_status() == {"failed": 8}, timeout=60, what="8 sagas")
+        undone = {key: n for key, n in api.calls.items() if key.endswith(":compensate")}
+        assert _effects_at(api, "/hold") == 8
+        assert _effects_at(api, "/undo") == 8
+    assert sorted(undone.values()) == [1] * 8
+    for session_id in ids:
+        events = [e.type for e in client.events(session_id)]
+        assert events.count("compensation_completed") == 1
+
+
 def test_a_blocking_call_in_an_async_step_is_reported_and_other_leases_survive(
     client: Client, db: Database, tmp_path: Path, reconciler: None, deployment: LocalDeployment
 ) -> None:
