@@ -518,7 +518,10 @@ class SessionRunner:
             decision=decision,
             wake=wake,
             state=writer.record(seq + 1, ctx.state, events, finishing=decision.done),
-            result=serialization.dumps(decision.result, "result"),
+            # Most steps return no result (they go on): skip the walk and encoder.
+            result="null"
+            if decision.result is None
+            else serialization.dumps(decision.result, "result"),
             ms=round((time.monotonic() - step_started) * 1000, 3),
         )
 

@@ -7,8 +7,10 @@ complete ``resumable worker --processes 1`` with its own threads, pool, lease
 keeper and heartbeat row, and does nothing else: it holds no lease and no
 connection, so nothing is lost when it dies.
 
-- Ready: the parent says ``worker started`` once every child has said so to
-  it (a byte on a pipe), so whoever waits for that line waits for all of them.
+- Ready: each child logs ``worker started: process I of N, ...`` as soon as
+  it consumes (work can start then, as with one process), and the parent logs
+  ``all N worker processes ready`` once every child has told it so (a byte
+  on a pipe).
 - Stop (SIGTERM/SIGINT to the parent): the signal is passed to every child,
   each hands its sessions back (invariant 9), and the parent exits 0 once all
   have exited cleanly (1 if one did not).
@@ -102,7 +104,7 @@ class Supervisor:
             **self.env,
             READY_FD_ENV: str(write_fd),
             PARENT_ENV: str(os.getpid()),
-            SLOT_ENV: str(slot),
+            SLOT_ENV: f"{slot} of {self.processes}",
         }
         if self.metrics_port:
             env["RESUMABLE_WORKER_METRICS_PORT"] = str(self.metrics_port + slot)
@@ -135,10 +137,10 @@ class Supervisor:
         if not self._announced and all(c.ready for c in self.children.values()):
             self._announced = True
             logger.info(
-                "worker started: %d processes%s",
+                "all %d worker processes ready%s",
                 self.processes,
-                f" x {self.describe}" if self.describe else "",
-                extra={"action": "worker_started", "processes": self.processes},
+                f" ({self.describe} each)" if self.describe else "",
+                extra={"action": "worker_processes_ready", "processes": self.processes},
             )
 
     def _close(self, child: _Child) -> None:

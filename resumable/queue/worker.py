@@ -156,8 +156,7 @@ def run_worker(
     """Consume until SIGTERM/SIGINT (or `stop_event`), then shut down cleanly.
 
     `ready` is called once consuming (a supervising parent's signal, see
-    ``supervisor.py``); `slot` names this process among its parent's children,
-    whose own line says ``worker started`` once all of them are."""
+    ``supervisor.py``); `slot` names this process among its parent's children."""
     settings = runtime.settings
     stop = stop_event or threading.Event()
 
@@ -189,8 +188,8 @@ def run_worker(
     worker.start()
     enqueue_waiting(runtime, unserved)
     logger.info(
-        "worker %s: %d threads on queue %r, up to %d async runs in flight",
-        "started" if slot is None else f"process {slot} ready",
+        "worker started: %s%d threads on queue %r, up to %d async runs in flight",
+        "" if slot is None else f"process {slot}, ",
         settings.worker_threads,
         settings.queue_name,
         settings.max_inflight,

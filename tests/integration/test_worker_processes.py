@@ -41,6 +41,11 @@ def test_sigterm_to_the_parent_hands_back_every_childs_sessions(
     steps, sessions = 40, 4
     with FakeAPI() as api:
         worker = start_worker(**TWO_BY_TWO)
+        wait_until(
+            lambda: "all 2 worker processes ready" in worker.output(),
+            timeout=60,
+            what="both children to be ready",
+        )
         children = _children(worker)
         assert sorted(children) == [0, 1] and worker.pid not in children.values()
         ids = [
@@ -92,6 +97,11 @@ def test_a_killed_child_loses_nothing_and_is_replaced(
     steps, sessions = 30, 4
     with FakeAPI() as api:
         worker = start_worker(**TWO_BY_TWO)
+        wait_until(
+            lambda: "all 2 worker processes ready" in worker.output(),
+            timeout=60,
+            what="both children to be ready",
+        )
         children = _children(worker)
         ids = [
             client.start("counter", {"api": api.url, "steps": steps, "sleep": 0.05})
@@ -119,7 +129,8 @@ def test_a_killed_child_loses_nothing_and_is_replaced(
         wait_until(
             lambda: (
                 _children(worker)[victim_slot] != victim
-                and f"worker process {victim_slot} ready" in worker.output().split(str(victim))[-1]
+                and f"worker started: process {victim_slot} of 2"
+                in worker.output().split(f"(pid {victim}) was killed")[-1]
             ),
             timeout=30,
             what="the replacement child to be ready",
