@@ -65,7 +65,7 @@ def test_sigterm_to_the_parent_hands_back_every_childs_sessions(
         os.kill(worker.pid, signal.SIGTERM)  # the parent alone, not its group
         assert worker.proc.wait(timeout=20) == 0, worker.tail(40)
         for pid in children.values():
-            wait_until(lambda pid=pid: not _alive(pid), timeout=5, what=f"child {pid} to exit")
+            wait_until(_gone(pid), timeout=5, what=f"child {pid} to exit")
         # Every session was handed back: committed, released and re-enqueued,
         # not left for its lease to expire.
         for session_id in ids:
@@ -152,6 +152,10 @@ def test_a_killed_child_loses_nothing_and_is_replaced(
         e for s in ids for e in client.events(s) if e.type == "lease_recovered"
     ]  # the killed child's sessions were taken over after their leases expired
     assert recovered
+
+
+def _gone(pid: int) -> Callable[[], bool]:
+    return lambda: not _alive(pid)
 
 
 def _alive(pid: int) -> bool:
