@@ -7,11 +7,14 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable
 
 from resumable.client import Client
+from resumable.dev.processes import free_port
 from tests.conftest import ManagedProcess, wait_until
 from tests.fake_api import FakeAPI
 
@@ -164,3 +167,42 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_each_child_serves_its_own_metrics_port(
+    client: Client, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    base = _two_free_ports()
+    worker = start_worker(**TWO_BY_TWO, RESUMABLE_WORKER_METRICS_PORT=str(base))
+    wait_until(
+        lambda: "all 2 worker processes ready" in worker.output(),
+        timeout=60,
+        what="both children to be ready",
+    )
+    session_id = client.start("counter", {"steps": 2})
+    wait_until(lambda: client.get(session_id).status == "completed", what="a session to run")
+    served = {}
+    for port in (base, base + 1):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            served[port] = response.read().decode()
+        assert "resumable_step_duration_seconds" in served[port]
+    # The steps ran in one child or both; together they counted both.
+    counts = [
+        float(m)
+        for text in served.values()
+        for m in re.findall(r"^resumable_step_duration_seconds_count\{[^}]*\} (\S+)$", text, re.M)
+    ]
+    assert sum(counts) == 2
+
+
+def _two_free_ports() -> int:
+    """A port whose next one up is free too (each child takes base + its slot)."""
+    for _ in range(50):
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no two adjacent free ports")
