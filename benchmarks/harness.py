@@ -124,8 +124,10 @@ def reset_data(
 
 
 def worker_env(threads: int, **extra: str) -> dict[str, str]:
-    """A worker with `threads` threads and a pool large enough for them."""
+    """A worker with `threads` threads and a pool large enough for them, in one
+    process (a benchmark's ``--workers`` counts processes)."""
     return {
+        "RESUMABLE_WORKER_PROCESSES": "1",
         "RESUMABLE_WORKER_THREADS": str(threads),
         "RESUMABLE_DB_POOL_SIZE": str(max(DEFAULT_POOL_SIZE, threads + 2)),
         **extra,

@@ -76,6 +76,14 @@ class Settings(BaseSettings):
         description="Seconds one message may run before the session is re-enqueued (fairness).",
     )
     worker_threads: int = Field(default=8, gt=0, le=1024, description="Threads per worker process.")
+    worker_processes: int = Field(
+        default=0,
+        ge=0,
+        le=256,
+        description="Processes `resumable worker` runs, each with `RESUMABLE_WORKER_THREADS` "
+        "threads, its own lease keeper and its own metrics port (the next one up per process); "
+        "0: one per CPU core.",
+    )
     worker_prefetch: int = Field(
         default=0,
         ge=0,

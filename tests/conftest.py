@@ -41,6 +41,9 @@ WORKER_ENV = {
     "RESUMABLE_HEARTBEAT_TIMEOUT_MS": "3000",
     "RESUMABLE_MAINTENANCE_CHANCE": "200000",
     "RESUMABLE_WORKER_THREADS": "4",
+    # One process per worker, as these tests were written (the default is one
+    # per core; test_worker_processes.py runs several).
+    "RESUMABLE_WORKER_PROCESSES": "1",
 }
 
 

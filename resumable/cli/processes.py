@@ -17,22 +17,69 @@ from resumable.settings import Settings
     "--agents", "agent_modules", multiple=True, help="Module defining agents (repeatable)."
 )
 @click.option("--threads", type=click.IntRange(1, 1024), default=None, help="Worker threads.")
+@click.option(
+    "--processes",
+    type=click.IntRange(0, 256),
+    default=None,
+    help="Worker processes, each with --threads threads (default "
+    "RESUMABLE_WORKER_PROCESSES; 0: one per CPU core).",
+)
 @click.pass_obj
-def worker(settings: Settings, agent_modules: tuple[str, ...], threads: int | None) -> None:
+def worker(
+    settings: Settings,
+    agent_modules: tuple[str, ...],
+    threads: int | None,
+    processes: int | None,
+) -> None:
     """Run sessions from the queue until SIGTERM."""
-    from resumable.queue.worker import build_runtime, run_worker
-    from resumable.queue.worker_metrics import serve as serve_worker_metrics
+    from resumable.queue import supervisor
 
     modules = list(agent_modules) or settings.agents
     if not modules:
         fail("no agent modules: pass --agents MODULE or set RESUMABLE_AGENTS")
     if threads:
         settings = settings.model_copy(update={"worker_threads": threads})
-    registry = load_agents(modules)
+    registry = load_agents(modules)  # in the parent too: a bad module fails here, once
+    count = settings.worker_processes if processes is None else processes
+    count = count or supervisor.default_processes()
+    ready = supervisor.as_child()
+    if count > 1 and ready is None:
+        sys.exit(_supervise(settings, modules, count))
+    from resumable.queue.worker import build_runtime, run_worker
+    from resumable.queue.worker_metrics import serve as serve_worker_metrics
+
     serve_worker_metrics(settings.worker_metrics_port, settings.worker_metrics_host)
     with process_urls(settings, check=True) as urls:
         runtime = build_runtime(settings, urls.database_url, urls.redis_url, registry)
-        run_worker(runtime)
+        run_worker(runtime, ready=ready, slot=supervisor.slot())
+
+
+def _supervise(settings: Settings, modules: list[str], count: int) -> int:
+    """`count` single-process workers under one parent (``supervisor.py``),
+    on the servers the parent found or started."""
+    import os
+
+    from resumable.queue.supervisor import Supervisor
+
+    level = str(click.get_current_context().find_root().params.get("log_level", "INFO"))
+    command = [sys.executable, "-m", "resumable.cli", "--log-level", level, "worker"]
+    command += ["--processes", "1"]
+    for module in modules:
+        command += ["--agents", module]
+    with process_urls(settings, check=True) as urls:
+        env = {
+            **os.environ,
+            "DATABASE_URL": urls.database_url,
+            "REDIS_URL": urls.redis_url,
+            "RESUMABLE_WORKER_THREADS": str(settings.worker_threads),
+        }
+        return Supervisor(
+            command,
+            count,
+            env,
+            metrics_port=settings.worker_metrics_port,
+            describe=f"{settings.worker_threads} threads",
+        ).run()
 
 
 @click.command()

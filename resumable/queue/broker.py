@@ -23,11 +23,24 @@ NAMESPACE = "resumable"
 
 
 def build_broker(settings: Settings, redis_url: str) -> WakingRedisBroker:
+    """The broker every process uses, with no dramatiq middleware.
+
+    dramatiq's defaults (AgeLimit, TimeLimit, ShutdownNotifications,
+    Callbacks, Pipelines, Retries) all do nothing for our one actor: sessions
+    have their own retry policy and per-step time limits (``time_limits.py``),
+    and a message only says "run session X". Each would still run its hooks
+    for every message (TimeLimit takes a lock twice and keeps a timer
+    thread). Without Retries a message whose run raised (the database
+    dropped mid-run) is acked rather than moved to dramatiq's dead-letter
+    list, which nothing reads: either way the reconciler re-enqueues the
+    session from PostgreSQL once its lease expires.
+    """
     return WakingRedisBroker(
         url=redis_url,
         namespace=NAMESPACE,
         heartbeat_timeout=settings.heartbeat_timeout_ms,
         maintenance_chance=settings.maintenance_chance,
+        middleware=[],
     )
 
 

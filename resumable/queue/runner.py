@@ -120,6 +120,10 @@ class SessionRunner:
             f"{agent.name}@{old}" for agent in registry for old in agent.takes_over
         )
         self._versions_json = json.dumps(self.versions, sort_keys=True)
+        # A run keeps one connection (``Database.pinned``) only when the pool has
+        # one for every worker thread besides the lease keeper's and the
+        # heartbeat's; a smaller pool is shared statement by statement.
+        self._pin = settings.db_pool_size >= settings.worker_threads + 2
         #: Where runs at an ``async def`` step go on (the event loop, started on first use).
         self.async_runs = AsyncRuns(self)
         self.failures.loop = self.wakes.loop = self.async_runs.events
@@ -146,7 +150,12 @@ class SessionRunner:
     def run(self, session_id: uuid.UUID | str) -> RunOutcome:
         """Run the session until it finishes, waits, loses its lease, uses its
         budget or the worker stops."""
-        session_id = uuid.UUID(str(session_id))
+        if not self._pin:
+            return self._run(uuid.UUID(str(session_id)))
+        with self.db.pinned():  # one connection for the run's statements
+            return self._run(uuid.UUID(str(session_id)))
+
+    def _run(self, session_id: uuid.UUID) -> RunOutcome:
         with session_context(session_id):
             if self.shutdown.stopping.is_set():
                 # Taken off the queue as the worker stops: straight back, unclaimed.
@@ -509,7 +518,10 @@ class SessionRunner:
             decision=decision,
             wake=wake,
             state=writer.record(seq + 1, ctx.state, events, finishing=decision.done),
-            result=serialization.dumps(decision.result, "result"),
+            # Most steps return no result (they go on): skip the walk and encoder.
+            result="null"
+            if decision.result is None
+            else serialization.dumps(decision.result, "result"),
             ms=round((time.monotonic() - step_started) * 1000, 3),
         )
 

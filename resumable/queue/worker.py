@@ -22,6 +22,7 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
@@ -40,10 +41,6 @@ from resumable.queue.wakeup import WakingRedisBroker
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-# dramatiq's TimeLimit injects an exception into a running step; per-step
-# limits belong to the retry policy, so the message-level limit is a day.
-_MESSAGE_TIME_LIMIT_MS = 24 * 3600 * 1000
 
 # Sessions enqueued at start for agents no worker served (the reconciler,
 # which now includes this worker's agents, finds any beyond that).
@@ -86,11 +83,10 @@ def build_runtime(
         broker=broker,
         actor_name=SESSION_ACTOR,
         queue_name=settings.queue_name,
-        # Sessions have their own retry policy; a failed message is never retried
-        # by dramatiq. A message whose run crashed (e.g. the database dropped) is
-        # recovered from PostgreSQL by the reconciler once the lease expires.
-        max_retries=0,
-        time_limit=_MESSAGE_TIME_LIMIT_MS,
+        # No retries and no message time limit: the broker has no middleware
+        # (see ``build_broker``). A message whose run crashed (e.g. the database
+        # dropped) is recovered from PostgreSQL by the reconciler once the
+        # lease expires.
     )(run_session)
     heartbeat = WorkerHeartbeat(
         db,
@@ -151,8 +147,16 @@ def enqueue_waiting(runtime: WorkerRuntime, agents: list[str]) -> int:
     return len(rows)
 
 
-def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None) -> None:
-    """Consume until SIGTERM/SIGINT (or `stop_event`), then shut down cleanly."""
+def run_worker(
+    runtime: WorkerRuntime,
+    stop_event: threading.Event | None = None,
+    ready: Callable[[], None] | None = None,
+    slot: str | None = None,
+) -> None:
+    """Consume until SIGTERM/SIGINT (or `stop_event`), then shut down cleanly.
+
+    `ready` is called once consuming (a supervising parent's signal, see
+    ``supervisor.py``); `slot` names this process among its parent's children."""
     settings = runtime.settings
     stop = stop_event or threading.Event()
 
@@ -184,12 +188,15 @@ def run_worker(runtime: WorkerRuntime, stop_event: threading.Event | None = None
     worker.start()
     enqueue_waiting(runtime, unserved)
     logger.info(
-        "worker started: %d threads on queue %r, up to %d async runs in flight",
+        "worker started: %s%d threads on queue %r, up to %d async runs in flight",
+        "" if slot is None else f"process {slot}, ",
         settings.worker_threads,
         settings.queue_name,
         settings.max_inflight,
         extra={"action": "worker_started"},
     )
+    if ready is not None:
+        ready()
     try:
         stop.wait()
     finally:

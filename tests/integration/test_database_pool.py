@@ -43,3 +43,39 @@ def test_a_connection_in_steady_use_is_handed_out_unchecked(settings: Settings) 
         assert raised
         with db.connection() as conn:
             assert conn.execute("SELECT 1 AS one").fetchone() == {"one": 1}
+
+
+# -- a run's pinned connection (Database.pinned) -------------------------------------------
+
+
+def test_a_pinned_thread_reuses_one_connection_and_gives_it_back(settings: Settings) -> None:
+    with Database(settings.database_url or "", pool_size=3) as db:
+        with db.pinned():
+            with db.connection() as first:
+                pid = first.info.backend_pid
+                # Nested on the same thread: its own connection, as without a pin.
+                with db.connection() as nested:
+                    assert nested.info.backend_pid != pid
+            with db.connection() as again:
+                assert again is first
+            assert db.pool.get_stats()["pool_available"] == 1  # the nested one, returned
+        assert db.pool.get_stats()["pool_available"] == 2  # the pinned one too
+
+
+def test_a_pinned_connection_that_breaks_is_replaced_within_the_run(settings: Settings) -> None:
+    url = settings.database_url or ""
+    with Database(url, pool_size=2) as db, db.pinned():
+        with db.connection() as conn:
+            pid = conn.info.backend_pid
+        with psycopg.connect(libpq_url(url), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+        try:
+            with db.connection() as conn:
+                conn.execute("SELECT 1")
+            raised = False
+        except psycopg.OperationalError:
+            raised = True
+        assert raised, "the killed backend's connection failed its next statement"
+        with db.connection() as conn:  # the pin let the broken one go
+            assert conn.execute("SELECT 1 AS one").fetchone() == {"one": 1}
+            assert conn.info.backend_pid != pid
