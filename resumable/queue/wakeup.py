@@ -42,6 +42,13 @@ from dramatiq.message import Message
 
 _MAX_TOKENS = 64
 
+# Wall-clock times (epoch seconds) a message carries: when it was sent (in its
+# options, so every process sees it) and when this process's consumer handed
+# it to a worker thread (set on that copy only). A step reads them through dramatiq's
+# ``CurrentMessage``; ``benchmarks/resume.py`` splits a resume's hops with them.
+ENQUEUED_AT = "enqueued_at"
+FETCHED_AT = "fetched_at"
+
 
 def wakeup_key(namespace: str, queue_name: str) -> str:
     return f"{namespace}:{queue_name}.wakeup"
@@ -80,8 +87,10 @@ class WakingRedisBroker(RedisBroker):
         its other work, a heartbeat for this sender and a maintenance lottery,
         is for consumers). One MULTI/EXEC per call: a message's id is never on
         the list without its body, and a token never precedes its message."""
+        sent_at = time.time()
         prepared = [
-            message.copy(options={"redis_message_id": str(uuid.uuid4())}) for message in messages
+            message.copy(options={"redis_message_id": str(uuid.uuid4()), ENQUEUED_AT: sent_at})
+            for message in messages
         ]
         if not prepared:
             return []
@@ -169,6 +178,7 @@ class _WakingConsumer(_RedisConsumer):
                     if data is None:
                         continue
                     message = Message.decode(data)
+                    message.options[FETCHED_AT] = time.time()
                     self.queued_message_ids.add(message.message_id)
                     return MessageProxy(message)
                 if self.outstanding_message_count >= self.prefetch:
