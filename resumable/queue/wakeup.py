@@ -37,6 +37,7 @@ from typing import Any
 import redis
 from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
+from dramatiq.common import current_millis
 from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 
@@ -124,6 +125,39 @@ class WakingRedisBroker(RedisBroker):
         pipe.ltrim(key, 0, _MAX_TOKENS - 1)
         pipe.execute()
 
+    def wait_and_fetch(self, queue_name: str, count: int, timeout: float) -> list[bytes | None]:
+        """Block until a wake-up token arrives (or `timeout` seconds pass), then
+        fetch up to `count` messages, in ONE round trip: the BLPOP and
+        dramatiq's fetch script go in one pipeline, and Redis runs a blocked
+        client's next command as soon as the BLPOP returns, so a woken
+        consumer has its message without asking again.
+
+        The fetch's timestamp (its heartbeat) is taken before the wait, so it
+        is up to `timeout` old: far inside ``heartbeat_timeout``. The script is
+        called by its SHA (loaded by the fetch every consumer makes before it
+        waits); after a Redis restart forgot it, the plain fetch loads it."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.blpop([wakeup_key(self.namespace, queue_name)], timeout=timeout)
+        pipe.evalsha(
+            self.scripts["dispatch"].sha,
+            1,
+            self.namespace,
+            "fetch",
+            current_millis(),
+            queue_name,
+            self.broker_id,
+            self.heartbeat_timeout,
+            self.dead_message_ttl,
+            self._should_do_maintenance("fetch"),
+            self._max_unpack_size(),  # type: ignore[no-untyped-call]
+            count,
+        )
+        try:
+            _, messages = pipe.execute()
+        except redis.exceptions.NoScriptError:
+            messages = self.do_fetch(queue_name, count)
+        return list(messages)
+
     def requeue(self, queue_name: str, messages: Sequence[MessageProxy | Message[Any]]) -> None:
         """Put fetched-but-unstarted messages back on their queue and wake
         consumers for them."""
@@ -193,8 +227,18 @@ class _WakingConsumer(_RedisConsumer):
                 if self.message_cache:
                     continue
                 # Idle: an enqueue between the fetch above and this wait left a
-                # token behind, so no wake-up is lost.
-                self.broker.client.blpop([self._key], timeout=self.timeout / 1000)
-                return None
+                # token behind, so no wake-up is lost. The fetch that follows
+                # the wake-up rides in the same round trip.
+                self.message_cache = self._broker.wait_and_fetch(
+                    self.queue_name,
+                    self.prefetch - self.outstanding_message_count,
+                    self.timeout / 1000,
+                )
+                if not self.message_cache:
+                    return None
+                if not self._broker.fetching.is_set():
+                    # Stopped while waiting: what was just fetched goes back.
+                    self._return_prefetched()
+                    return None
         except redis.ConnectionError as exc:
             raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
