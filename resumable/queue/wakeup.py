@@ -125,36 +125,50 @@ class WakingRedisBroker(RedisBroker):
         pipe.ltrim(key, 0, _MAX_TOKENS - 1)
         pipe.execute()
 
-    def wait_and_fetch(self, queue_name: str, count: int, timeout: float) -> list[bytes | None]:
-        """Block until a wake-up token arrives (or `timeout` seconds pass), then
-        fetch up to `count` messages, in ONE round trip: the BLPOP and
-        dramatiq's fetch script go in one pipeline, and Redis runs a blocked
-        client's next command as soon as the BLPOP returns, so a woken
-        consumer has its message without asking again.
-
-        The fetch's timestamp (its heartbeat) is taken before the wait, so it
-        is up to `timeout` old: far inside ``heartbeat_timeout``. The script is
-        called by its SHA (loaded by the fetch every consumer makes before it
-        waits); after a Redis restart forgot it, the plain fetch loads it."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.blpop([wakeup_key(self.namespace, queue_name)], timeout=timeout)
+    def _dispatch_in(self, pipe: Any, command: str, queue_name: str, *args: object) -> None:
+        """Queue a call of dramatiq's dispatch script on `pipe`, by its SHA,
+        with the arguments ``RedisBroker._dispatch`` gives it."""
         pipe.evalsha(
             self.scripts["dispatch"].sha,
             1,
             self.namespace,
-            "fetch",
+            command,
             current_millis(),
             queue_name,
             self.broker_id,
             self.heartbeat_timeout,
             self.dead_message_ttl,
-            self._should_do_maintenance("fetch"),
+            self._should_do_maintenance(command),
             self._max_unpack_size(),  # type: ignore[no-untyped-call]
-            count,
+            *args,
         )
+
+    def fetch(
+        self, queue_name: str, count: int, *, acks: Sequence[str] = (), wait: float | None = None
+    ) -> list[bytes | None]:
+        """Ack these messages (by ``redis_message_id``), optionally block until a
+        wake-up token arrives (or `wait` seconds pass), then fetch up to `count`
+        messages: all in ONE round trip. The acks, the BLPOP and dramatiq's
+        fetch go in one pipeline, and Redis runs a blocked client's next
+        command as soon as the BLPOP returns, so a woken consumer has its
+        message without asking again.
+
+        A fetch after a wait carries a timestamp (its heartbeat) taken before
+        the wait, up to `wait` old: far inside ``heartbeat_timeout``. The script
+        is called by its SHA (loaded by the first plain fetch of every
+        consumer); after a Redis restart forgot it, dramatiq's own calls, which
+        load it, do the acks and the fetch instead (an ack twice is harmless)."""
+        pipe = self.client.pipeline(transaction=False)
+        for message_id in acks:
+            self._dispatch_in(pipe, "ack", queue_name, message_id)
+        if wait is not None:
+            pipe.blpop([wakeup_key(self.namespace, queue_name)], timeout=wait)
+        self._dispatch_in(pipe, "fetch", queue_name, count)
         try:
-            _, messages = pipe.execute()
+            messages = pipe.execute()[-1]
         except redis.exceptions.NoScriptError:
+            for message_id in acks:
+                self.do_ack(queue_name, message_id)
             messages = self.do_fetch(queue_name, count)
         return list(messages)
 
@@ -173,6 +187,32 @@ class _WakingConsumer(_RedisConsumer):
         self._broker = broker
         self._key = wakeup_key(broker.namespace, queue_name)
         self._capacity = threading.Event()
+        # Acks of finished messages not yet sent: they ride with this
+        # consumer's next fetch (see ``ack``).
+        self._acks: list[str] = []
+        self._acks_lock = threading.Lock()
+
+    def _take_acks(self) -> list[str]:
+        with self._acks_lock:
+            acks, self._acks = self._acks, []
+        return acks
+
+    def _fetch(self, wait: float | None = None) -> list[bytes | None]:
+        """The pending acks, then (after a wake-up, when `wait` is given) up
+        to the free prefetch of messages: one round trip."""
+        acks = self._take_acks()
+        count = self.prefetch - self.outstanding_message_count
+        try:
+            return self._broker.fetch(self.queue_name, count, acks=acks, wait=wait)
+        except BaseException:
+            with self._acks_lock:  # not sent: kept for the next try
+                self._acks[:0] = acks
+            raise
+
+    def flush_acks(self) -> None:
+        acks = self._take_acks()
+        for message_id in acks:
+            self._broker.do_ack(self.queue_name, message_id)
 
     def _return_prefetched(self) -> None:
         cached = [Message.decode(data) for data in self.message_cache if data is not None]
@@ -180,20 +220,29 @@ class _WakingConsumer(_RedisConsumer):
         self._broker.requeue(self.queue_name, cached)
 
     def close(self) -> None:
-        self._return_prefetched()
+        try:
+            self.flush_acks()
+        finally:
+            self._return_prefetched()
 
     def _idle_while_stopping(self) -> None:
         self._return_prefetched()
         # A fetch of nothing still records this process's heartbeat, so the
-        # messages it is finishing are not handed to another worker meanwhile.
-        self._broker.do_fetch(self.queue_name, 0)
+        # messages it is finishing are not handed to another worker meanwhile;
+        # the acks of those it finished go with it.
+        self._broker.fetch(self.queue_name, 0, acks=self._take_acks())
         time.sleep(min(self.timeout / 1000, 0.1))
 
     def ack(self, message: MessageProxy) -> None:
-        try:
-            super().ack(message)  # type: ignore[no-untyped-call]
-        finally:
-            self._capacity.set()
+        """Noted, and sent with this consumer's next fetch (or when it closes),
+        not in a round trip of the worker thread's own: under a burst, many
+        acks share one. Delivery stays at-least-once: a process killed before
+        the acks went out has those messages redelivered, and a duplicate
+        message is harmless (its claim finds nothing to run)."""
+        with self._acks_lock:
+            self._acks.append(message.options["redis_message_id"])
+        self.queued_message_ids.discard(message.message_id)
+        self._capacity.set()
 
     def nack(self, message: MessageProxy) -> None:
         try:
@@ -221,19 +270,13 @@ class _WakingConsumer(_RedisConsumer):
                     if self.outstanding_message_count >= self.prefetch:
                         self._capacity.wait(self.timeout / 1000)
                     return None
-                self.message_cache = self.broker.do_fetch(
-                    self.queue_name, self.prefetch - self.outstanding_message_count
-                )
+                self.message_cache = self._fetch()
                 if self.message_cache:
                     continue
                 # Idle: an enqueue between the fetch above and this wait left a
                 # token behind, so no wake-up is lost. The fetch that follows
                 # the wake-up rides in the same round trip.
-                self.message_cache = self._broker.wait_and_fetch(
-                    self.queue_name,
-                    self.prefetch - self.outstanding_message_count,
-                    self.timeout / 1000,
-                )
+                self.message_cache = self._fetch(wait=self.timeout / 1000)
                 if not self.message_cache:
                     return None
                 if not self._broker.fetching.is_set():

@@ -154,10 +154,39 @@ def test_the_waiting_fetch_works_after_redis_forgot_the_fetch_script(
     enqueue_sessions(client.broker, settings, [session_id])  # its token is waiting
     redis_client.script_flush()
     try:
-        fetched = client.broker.wait_and_fetch(settings.queue_name, 4, 1.0)
+        fetched = client.broker.fetch(settings.queue_name, 4, wait=1.0)
     finally:
         # Left to the garbage collector, a connection of this test's pool is
         # reported unclosed (a ResourceWarning) after the failed EVALSHA.
         client.broker.client.connection_pool.disconnect()
     assert [Message.decode(data).args for data in fetched if data is not None] == [(session_id,)]
     assert redis_client.llen(wakeup_key("resumable", settings.queue_name)) == 0
+
+
+def test_acks_ride_with_the_next_fetch(
+    client: Client, settings: Settings, redis_client: redis.Redis
+) -> None:
+    """A worker thread's ack costs no round trip of its own: it is sent with the
+    consumer's next fetch (or when the consumer closes)."""
+    ids = [str(uuid.uuid4()) for _ in range(2)]
+    enqueue_sessions(client.broker, settings, ids[:1])
+    consumer = client.broker.consume(settings.queue_name, prefetch=4, timeout=100)
+    try:
+        first = None
+        deadline = time.monotonic() + 10
+        while first is None and time.monotonic() < deadline:
+            first = next(consumer)
+        assert first is not None
+        stored = f"resumable:{settings.queue_name}.msgs"
+        consumer.ack(first)
+        assert redis_client.hexists(stored, first.options["redis_message_id"])  # not yet sent
+        enqueue_sessions(client.broker, settings, ids[1:])
+        second = None
+        while second is None and time.monotonic() < deadline:
+            second = next(consumer)
+        assert second is not None and second.args == (ids[1],)
+        assert not redis_client.hexists(stored, first.options["redis_message_id"])
+        consumer.ack(second)
+    finally:
+        consumer.close()
+    assert redis_client.hlen(f"resumable:{settings.queue_name}.msgs") == 0
