@@ -16,7 +16,7 @@ from dramatiq.message import Message
 from resumable.client import Client
 from resumable.models.database import Database
 from resumable.queue.broker import SESSION_ACTOR, enqueue_sessions
-from resumable.queue.wakeup import ENQUEUED_AT, FETCHED_AT, wakeup_key
+from resumable.queue.wakeup import ENQUEUED_AT, FETCHED_AT, WakingRedisBroker, wakeup_key
 from resumable.scheduler.jobs import SchedulerJobs
 from resumable.settings import Settings
 
@@ -149,16 +149,18 @@ def test_the_waiting_fetch_works_after_redis_forgot_the_fetch_script(
 ) -> None:
     """After a Redis restart (no scripts loaded) the one-round-trip fetch, which
     calls dramatiq's script by its SHA, falls back to dramatiq's own fetch."""
-    assert client.broker.do_fetch(settings.queue_name, 1) == []  # the script is loaded
+    broker = client.broker
+    assert isinstance(broker, WakingRedisBroker)
+    assert broker.do_fetch(settings.queue_name, 1) == []  # the script is loaded
     session_id = str(uuid.uuid4())
     enqueue_sessions(client.broker, settings, [session_id])  # its token is waiting
     redis_client.script_flush()
     try:
-        fetched = client.broker.fetch(settings.queue_name, 4, wait=1.0)
+        fetched = broker.fetch(settings.queue_name, 4, wait=1.0)
     finally:
         # Left to the garbage collector, a connection of this test's pool is
         # reported unclosed (a ResourceWarning) after the failed EVALSHA.
-        client.broker.client.connection_pool.disconnect()
+        broker.client.connection_pool.disconnect()
     assert [Message.decode(data).args for data in fetched if data is not None] == [(session_id,)]
     assert redis_client.llen(wakeup_key("resumable", settings.queue_name)) == 0
 
