@@ -4,10 +4,14 @@ A delivery is committed before it is acknowledged and deduplicated by the
 sender's id. It is offered to the session in the same transaction, with the
 session row locked from the start: the wake either sees the session
 suspended, or the worker, whose suspension waits for this commit, sees the
-delivery when it has suspended (see ``wait_queries``). The statements go in
-two round trips (psycopg's pipeline mode: the locks and lookups, then the
-insert, the wake and the commit), so a callback costs one commit and the
-session's queue message one Redis round trip.
+delivery when it has suspended (see ``wait_queries``). A delivery costs one
+commit, and the woken session's queue message one Redis round trip.
+
+A callback, the path external systems hammer, is one round trip to
+PostgreSQL: the locks, the lookups, the delivery (inserted only if the
+callback is still open), the wake and the commit are pipelined together
+(psycopg's pipeline mode), and the verdict is read from the lookups
+afterwards; a refused callback's audit event follows in its own statement.
 """
 
 from __future__ import annotations
@@ -89,53 +93,55 @@ class Inbox:
 
     def callback(self, token: str, payload: Any, dedupe_key: str | None) -> Receipt:
         encoded = serialization.dumps(payload, "callback payload")
+        params = {
+            "token": token,
+            "dedupe_key": dedupe_key,
+            "payload": encoded,
+            "terminal": sorted(TERMINAL_STATUSES),
+        }
+        # One round trip: the locks, the lookups, the guarded insert, the wake
+        # and the commit go together (psycopg's pipeline mode); the lookups'
+        # answers name the verdict afterwards.
         with self.db.connection() as conn, conn.pipeline(), conn.transaction():
-            conn.execute(wait_queries.LOCK_SESSION_OF_CALLBACK, {"token": token})
-            locked = conn.execute(wait_queries.LOCK_CALLBACK, {"token": token})
-            delivered = conn.execute(wait_queries.CALLBACK_DELIVERY, {"token": token})
-            target = locked.fetchone()
-            if target is None:
-                return Receipt(Verdict.UNKNOWN, "no callback with this token")
+            conn.execute(wait_queries.LOCK_SESSION_OF_CALLBACK, params)
+            locked = conn.execute(wait_queries.LOCK_CALLBACK, params)
+            delivered = conn.execute(wait_queries.CALLBACK_DELIVERY, params)
+            inserted = conn.execute(wait_queries.INSERT_OPEN_CALLBACK_DELIVERY, params)
+            woken = conn.execute(wait_queries.WAKE_FROM_CALLBACK, params)
+        # Committed: the pipeline and the transaction ended together.
+        target, previous = locked.fetchone(), delivered.fetchone()
+        row, woke = inserted.fetchone(), woken.fetchone() is not None
+        if target is not None:
             session_id = uuid.UUID(str(target["session_id"]))
-            previous = delivered.fetchone()
-            if previous is not None and dedupe_key and previous["dedupe_key"] == dedupe_key:
-                return _repeat(previous, payload, session_id, "delivery")
-            reason = _closed_reason(target, already_delivered=previous is not None)
-            if reason:
-                conn.execute(
-                    wait_queries.REJECTED_DELIVERY,
-                    {
-                        "session_id": session_id,
-                        "step_seq": target["step_seq"],
-                        "step": target["cursor"],
-                        "event": "callback_rejected",
-                        "payload": serialization.dumps(
-                            {"topic": target["topic"], "reason": reason, "dedupe_key": dedupe_key}
-                        ),
-                    },
-                )
-                return Receipt(Verdict.CLOSED, reason, session_id)
-            inserted = conn.execute(
-                wait_queries.INSERT_CALLBACK_DELIVERY,
+            if woke:
+                # Ours, or (on a path that stored nothing) a delivery that an
+                # earlier receiver committed and died before waking it with.
+                self.enqueue(session_id)
+        if row is not None:
+            assert target is not None
+            delivery_id = int(row["id"])  # type: ignore[call-overload]
+            return Receipt(Verdict.ACCEPTED, "callback accepted", session_id, delivery_id, woke)
+        if target is None:
+            return Receipt(Verdict.UNKNOWN, "no callback with this token")
+        if previous is not None and dedupe_key and previous["dedupe_key"] == dedupe_key:
+            return _repeat(previous, payload, session_id, "delivery")
+        reason = _closed_reason(target, already_delivered=previous is not None)
+        if reason is None:  # pragma: no cover - the guard and the lookups saw the same rows
+            raise RuntimeError(f"callback {token!r}: open, yet its delivery was not stored")
+        with self.db.connection() as conn:
+            conn.execute(
+                wait_queries.REJECTED_DELIVERY,
                 {
                     "session_id": session_id,
-                    "token": token,
-                    "topic": target["topic"],
-                    "dedupe_key": dedupe_key,
-                    "payload": encoded,
                     "step_seq": target["step_seq"],
                     "step": target["cursor"],
+                    "event": "callback_rejected",
+                    "payload": serialization.dumps(
+                        {"topic": target["topic"], "reason": reason, "dedupe_key": dedupe_key}
+                    ),
                 },
             )
-            woken = conn.execute(wait_queries.WAKE_FROM_DELIVERIES, {"id": session_id})
-        # Committed: the pipeline and the transaction ended together.
-        row = inserted.fetchone()
-        assert row is not None
-        delivery_id = int(row["id"])  # type: ignore[call-overload]
-        woke = woken.fetchone() is not None
-        if woke:
-            self.enqueue(session_id)
-        return Receipt(Verdict.ACCEPTED, "callback accepted", session_id, delivery_id, woke)
+        return Receipt(Verdict.CLOSED, reason, session_id)
 
     def signal(
         self,

@@ -174,6 +174,44 @@ WITH d AS (
 SELECT id FROM d
 """
 
+# The accepting half of a callback, sent in the same round trip as the locks
+# and lookups above (the receiver cannot wait for their answers first): the
+# delivery is stored only if the callback is still open, nothing was delivered
+# for its token and the session is not over, the conditions the receiver reads
+# back from LOCK_CALLBACK and CALLBACK_DELIVERY to name its verdict. Each
+# statement of the transaction takes its snapshot after the locks were
+# granted, so both see the same rows.
+INSERT_OPEN_CALLBACK_DELIVERY = """
+WITH t AS (
+    SELECT c.token, c.session_id, c.topic, s.step_seq, s.cursor
+    FROM callbacks c JOIN sessions s ON s.id = c.session_id
+    WHERE c.token = %(token)s AND c.status <> 'closed'
+      AND s.status <> ALL(%(terminal)s::text[])
+      AND NOT EXISTS (SELECT 1 FROM deliveries d
+                      WHERE d.kind = 'callback' AND d.token = c.token)
+), d AS (
+    INSERT INTO deliveries (session_id, kind, token, topic, dedupe_key, payload, status)
+    SELECT session_id, 'callback', token, topic, %(dedupe_key)s, %(payload)s::jsonb, 'pending'
+    FROM t
+    RETURNING id
+), c AS (
+    UPDATE callbacks SET status = 'received'
+    WHERE token = %(token)s AND EXISTS (SELECT 1 FROM d)
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT t.session_id, t.step_seq, t.cursor, 'callback_received',
+           jsonb_build_object('delivery_id', d.id, 'topic', t.topic,
+                              'dedupe_key', %(dedupe_key)s::text)
+    FROM t, d
+)
+SELECT id FROM d
+"""
+
+# WAKE_FROM_DELIVERIES for the session a callback token belongs to.
+WAKE_FROM_CALLBACK = WAKE_FROM_DELIVERIES.replace(
+    "%(id)s", "(SELECT session_id FROM callbacks WHERE token = %(token)s)"
+)
+
 LOCK_SESSION_FOR_SIGNAL = """
 SELECT id, status, step_seq, cursor FROM sessions WHERE id = %(session_id)s FOR NO KEY UPDATE
 """

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterable
 
 import dramatiq
+from dramatiq.middleware import CurrentMessage
 
 from resumable.queue.wakeup import WakingRedisBroker
 from resumable.settings import Settings
@@ -33,15 +34,21 @@ def build_broker(settings: Settings, redis_url: str) -> WakingRedisBroker:
     thread). Without Retries a message whose run raised (the database
     dropped mid-run) is acked rather than moved to dramatiq's dead-letter
     list, which nothing reads: either way the reconciler re-enqueues the
-    session from PostgreSQL once its lease expires.
+    session from PostgreSQL once its lease expires. The one middleware kept,
+    ``CurrentMessage``, only sets a context variable per message.
     """
-    return WakingRedisBroker(
+    broker = WakingRedisBroker(
         url=redis_url,
         namespace=NAMESPACE,
         heartbeat_timeout=settings.heartbeat_timeout_ms,
         maintenance_chance=settings.maintenance_chance,
         middleware=[],
     )
+    # A step can read the message that ran it (``CurrentMessage.get_current_message()``),
+    # with its queue timings (``wakeup.ENQUEUED_AT``, ``FETCHED_AT``): a context
+    # variable set per message, nothing more.
+    broker.add_middleware(CurrentMessage())
+    return broker
 
 
 def session_message(settings: Settings, session_id: uuid.UUID | str) -> dramatiq.Message[None]:

@@ -37,10 +37,18 @@ from typing import Any
 import redis
 from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
+from dramatiq.common import current_millis
 from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 
 _MAX_TOKENS = 64
+
+# Wall-clock times (epoch seconds) a message carries: when it was sent (in its
+# options, so every process sees it) and when this process's consumer handed
+# it to a worker thread (set on that copy only). A step reads them through dramatiq's
+# ``CurrentMessage``; ``benchmarks/resume.py`` splits a resume's hops with them.
+ENQUEUED_AT = "enqueued_at"
+FETCHED_AT = "fetched_at"
 
 
 def wakeup_key(namespace: str, queue_name: str) -> str:
@@ -80,8 +88,10 @@ class WakingRedisBroker(RedisBroker):
         its other work, a heartbeat for this sender and a maintenance lottery,
         is for consumers). One MULTI/EXEC per call: a message's id is never on
         the list without its body, and a token never precedes its message."""
+        sent_at = time.time()
         prepared = [
-            message.copy(options={"redis_message_id": str(uuid.uuid4())}) for message in messages
+            message.copy(options={"redis_message_id": str(uuid.uuid4()), ENQUEUED_AT: sent_at})
+            for message in messages
         ]
         if not prepared:
             return []
@@ -115,6 +125,53 @@ class WakingRedisBroker(RedisBroker):
         pipe.ltrim(key, 0, _MAX_TOKENS - 1)
         pipe.execute()
 
+    def _dispatch_in(self, pipe: Any, command: str, queue_name: str, *args: object) -> None:
+        """Queue a call of dramatiq's dispatch script on `pipe`, by its SHA,
+        with the arguments ``RedisBroker._dispatch`` gives it."""
+        pipe.evalsha(
+            self.scripts["dispatch"].sha,
+            1,
+            self.namespace,
+            command,
+            current_millis(),
+            queue_name,
+            self.broker_id,
+            self.heartbeat_timeout,
+            self.dead_message_ttl,
+            self._should_do_maintenance(command),
+            self._max_unpack_size(),  # type: ignore[no-untyped-call]
+            *args,
+        )
+
+    def fetch(
+        self, queue_name: str, count: int, *, acks: Sequence[str] = (), wait: float | None = None
+    ) -> list[bytes | None]:
+        """Ack these messages (by ``redis_message_id``), optionally block until a
+        wake-up token arrives (or `wait` seconds pass), then fetch up to `count`
+        messages: all in ONE round trip. The acks, the BLPOP and dramatiq's
+        fetch go in one pipeline, and Redis runs a blocked client's next
+        command as soon as the BLPOP returns, so a woken consumer has its
+        message without asking again.
+
+        A fetch after a wait carries a timestamp (its heartbeat) taken before
+        the wait, up to `wait` old: far inside ``heartbeat_timeout``. The script
+        is called by its SHA (loaded by the first plain fetch of every
+        consumer); after a Redis restart forgot it, dramatiq's own calls, which
+        load it, do the acks and the fetch instead (an ack twice is harmless)."""
+        pipe = self.client.pipeline(transaction=False)
+        for message_id in acks:
+            self._dispatch_in(pipe, "ack", queue_name, message_id)
+        if wait is not None:
+            pipe.blpop([wakeup_key(self.namespace, queue_name)], timeout=wait)
+        self._dispatch_in(pipe, "fetch", queue_name, count)
+        try:
+            messages = pipe.execute()[-1]
+        except redis.exceptions.NoScriptError:
+            for message_id in acks:
+                self.do_ack(queue_name, message_id)
+            messages = self.do_fetch(queue_name, count)
+        return list(messages)
+
     def requeue(self, queue_name: str, messages: Sequence[MessageProxy | Message[Any]]) -> None:
         """Put fetched-but-unstarted messages back on their queue and wake
         consumers for them."""
@@ -130,6 +187,32 @@ class _WakingConsumer(_RedisConsumer):
         self._broker = broker
         self._key = wakeup_key(broker.namespace, queue_name)
         self._capacity = threading.Event()
+        # Acks of finished messages not yet sent: they ride with this
+        # consumer's next fetch (see ``ack``).
+        self._acks: list[str] = []
+        self._acks_lock = threading.Lock()
+
+    def _take_acks(self) -> list[str]:
+        with self._acks_lock:
+            acks, self._acks = self._acks, []
+        return acks
+
+    def _fetch(self, wait: float | None = None) -> list[bytes | None]:
+        """The pending acks, then (after a wake-up, when `wait` is given) up
+        to the free prefetch of messages: one round trip."""
+        acks = self._take_acks()
+        count = self.prefetch - self.outstanding_message_count
+        try:
+            return self._broker.fetch(self.queue_name, count, acks=acks, wait=wait)
+        except BaseException:
+            with self._acks_lock:  # not sent: kept for the next try
+                self._acks[:0] = acks
+            raise
+
+    def flush_acks(self) -> None:
+        acks = self._take_acks()
+        for message_id in acks:
+            self._broker.do_ack(self.queue_name, message_id)
 
     def _return_prefetched(self) -> None:
         cached = [Message.decode(data) for data in self.message_cache if data is not None]
@@ -137,20 +220,29 @@ class _WakingConsumer(_RedisConsumer):
         self._broker.requeue(self.queue_name, cached)
 
     def close(self) -> None:
-        self._return_prefetched()
+        try:
+            self.flush_acks()
+        finally:
+            self._return_prefetched()
 
     def _idle_while_stopping(self) -> None:
         self._return_prefetched()
         # A fetch of nothing still records this process's heartbeat, so the
-        # messages it is finishing are not handed to another worker meanwhile.
-        self._broker.do_fetch(self.queue_name, 0)
+        # messages it is finishing are not handed to another worker meanwhile;
+        # the acks of those it finished go with it.
+        self._broker.fetch(self.queue_name, 0, acks=self._take_acks())
         time.sleep(min(self.timeout / 1000, 0.1))
 
     def ack(self, message: MessageProxy) -> None:
-        try:
-            super().ack(message)  # type: ignore[no-untyped-call]
-        finally:
-            self._capacity.set()
+        """Noted, and sent with this consumer's next fetch (or when it closes),
+        not in a round trip of the worker thread's own: under a burst, many
+        acks share one. Delivery stays at-least-once: a process killed before
+        the acks went out has those messages redelivered, and a duplicate
+        message is harmless (its claim finds nothing to run)."""
+        with self._acks_lock:
+            self._acks.append(message.options["redis_message_id"])
+        self.queued_message_ids.discard(message.message_id)
+        self._capacity.set()
 
     def nack(self, message: MessageProxy) -> None:
         try:
@@ -169,6 +261,7 @@ class _WakingConsumer(_RedisConsumer):
                     if data is None:
                         continue
                     message = Message.decode(data)
+                    message.options[FETCHED_AT] = time.time()
                     self.queued_message_ids.add(message.message_id)
                     return MessageProxy(message)
                 if self.outstanding_message_count >= self.prefetch:
@@ -177,14 +270,18 @@ class _WakingConsumer(_RedisConsumer):
                     if self.outstanding_message_count >= self.prefetch:
                         self._capacity.wait(self.timeout / 1000)
                     return None
-                self.message_cache = self.broker.do_fetch(
-                    self.queue_name, self.prefetch - self.outstanding_message_count
-                )
+                self.message_cache = self._fetch()
                 if self.message_cache:
                     continue
                 # Idle: an enqueue between the fetch above and this wait left a
-                # token behind, so no wake-up is lost.
-                self.broker.client.blpop([self._key], timeout=self.timeout / 1000)
-                return None
+                # token behind, so no wake-up is lost. The fetch that follows
+                # the wake-up rides in the same round trip.
+                self.message_cache = self._fetch(wait=self.timeout / 1000)
+                if not self.message_cache:
+                    return None
+                if not self._broker.fetching.is_set():
+                    # Stopped while waiting: what was just fetched goes back.
+                    self._return_prefetched()
+                    return None
         except redis.ConnectionError as exc:
             raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
