@@ -30,8 +30,9 @@ from resumable.models.database import Database
 AGENT_MODULES = ("resumable.demo.agent", "resumable.demo.ping")
 ORDER_ID = "ord_1001"
 APPROVER = "alice@shop.example"
-# One worker thread: a ping session running beside the suspended refund shows it holds none.
-ONE_THREAD = {"RESUMABLE_WORKER_THREADS": "1"}
+# One worker process with one thread: a ping session running beside the suspended
+# refund shows it holds none, and the worker SIGKILLed is the one running the step.
+ONE_THREAD = {"RESUMABLE_WORKER_THREADS": "1", "RESUMABLE_WORKER_PROCESSES": "1"}
 
 _REFUND_RECORDED = """
 SELECT count(*) AS n FROM tool_execution_cache
@@ -92,9 +93,7 @@ class Story:
     def start_processes(self) -> None:
         web = self.deployment.web(self.web_port)
         scheduler = self.deployment.scheduler()
-        worker = self.deployment.worker(
-            *AGENT_MODULES, name="worker 1", RESUMABLE_WORKER_THREADS="1"
-        )
+        worker = self.deployment.worker(*AGENT_MODULES, name="worker 1", **ONE_THREAD)
         for child in (web, scheduler, worker):
             self.clock.wait_for(f"{child.name} to start", child.ready)
         self.seen.workers[worker.pid] = "worker 1"
@@ -193,9 +192,7 @@ class Story:
         )
 
     def recover_on_a_new_worker(self) -> None:
-        worker = self.deployment.worker(
-            *AGENT_MODULES, name="worker 2", RESUMABLE_WORKER_THREADS="1"
-        )
+        worker = self.deployment.worker(*AGENT_MODULES, name="worker 2", **ONE_THREAD)
         self.clock.wait_for("worker 2 to start", worker.ready)
         self.seen.workers[worker.pid] = "worker 2"
         self.seen.recovery_pid = worker.pid
