@@ -440,7 +440,12 @@ def main(argv: list[str] | None = None) -> int:
         outcome = run_chaos(args, services, log_dir)
         recovery_logs = log_dir / "recovery"
         recovery_logs.mkdir(exist_ok=True)
-        recovery = measure_recovery(args, services, recovery_logs, env={})  # the defaults
+        # The defaults, but one process per worker: the process killed is then
+        # the one that holds the lease (a child of the default layout would be
+        # restarted by its parent).
+        recovery = measure_recovery(
+            args, services, recovery_logs, env={"RESUMABLE_WORKER_PROCESSES": "1"}
+        )
     ok = report(outcome, recovery, args)
     print("\nOK: nothing lost, no effect doubled" if ok else "\nFAILED: see above")
     return 0 if ok else 1

@@ -38,8 +38,12 @@ class StepCoordination:
         seq: int,
         *,
         idle_timeout: float,
+        coordinated: bool = True,
     ) -> None:
         self.db = db
+        #: Whether the session had a parent or lock requests when its run was
+        #: claimed; if not, completing it has nothing to release or wake.
+        self.coordinated = coordinated
         #: A commit transaction whose worker goes quiet this long is ended by
         #: the server (the lease: a worker paused longer is a zombie anyway).
         self.idle_timeout = idle_timeout
@@ -115,7 +119,7 @@ class StepCoordination:
             locks.grant_and_wake(self.db, broker, settings, names)
         if wait and "children" in wait:  # they may all have finished already
             children.wake_parent(self.db, broker, settings, parent_id=self.session_id)
-        if status is SessionStatus.COMPLETED:
+        if status is SessionStatus.COMPLETED and (self.coordinated or self.releases):
             children.session_finished(self.db, broker, settings, self.session_id)
 
 

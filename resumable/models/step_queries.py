@@ -47,6 +47,10 @@ class ClaimedSession:
     # One past the highest call index recorded (not failed, not superseded)
     # for the step about to run: a replay that makes fewer calls diverged.
     recorded_calls: int = 0
+    # It has a parent or holds (or waits for) a lock: finishing it has
+    # something to release or wake. False spares every plain session's end a
+    # round trip.
+    coordinated: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", SessionStatus(self.status))
@@ -169,7 +173,12 @@ WITH old AS (
               -- as many, see RECORDED_BEYOND): one probe of an index.
               (SELECT coalesce(max(t.call_index) + 1, 0) FROM tool_execution_cache t
                WHERE t.session_id = sessions.id AND t.step_seq = sessions.step_seq + 1
-                 AND t.superseded_at IS NULL AND t.status <> 'failed') AS recorded_calls
+                 AND t.superseded_at IS NULL AND t.status <> 'failed') AS recorded_calls,
+              -- Whether finishing must release locks or wake a parent (a lock is
+              -- always granted while the session waits, so before this run).
+              (sessions.parent_id IS NOT NULL
+               OR EXISTS (SELECT 1 FROM coordination_lock_requests r
+                          WHERE r.session_id = sessions.id)) AS coordinated
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
     SELECT id, step_seq, cursor,
@@ -184,7 +193,7 @@ WITH old AS (
 )
 SELECT id AS session_id, agent, cursor, state, input, step_seq, lease_epoch AS epoch, wait,
        wake, status, attempts, error, history_rebase, agent_version AS version, started_version,
-       state_patch, recorded_calls
+       state_patch, recorded_calls, coordinated
 FROM s
 """
 

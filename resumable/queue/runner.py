@@ -492,6 +492,7 @@ class SessionRunner:
                 cursor,
                 seq + 1,
                 idle_timeout=self.settings.lease_seconds,
+                coordinated=claim.coordinated,
             ),
             is_async=agent.is_async_step(cursor),
         )
