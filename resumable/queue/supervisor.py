@@ -21,8 +21,14 @@ connection, so nothing is lost when it dies.
   in ``_RESTART_WINDOW_SECONDS`` makes the parent stop the others and exit 1:
   restarting cannot fix those, and a supervisor (systemd, Kubernetes) above
   this one sees the failure.
-- Parent gone (even by SIGKILL): each child gets SIGTERM from the kernel
-  (``PR_SET_PDEATHSIG`` on Linux) and hands back what it holds.
+- Parent killed (SIGKILL, OOM): the kernel kills each child too
+  (``PR_SET_PDEATHSIG`` on Linux), so ``kill -9`` of the worker's pid is a
+  crash of the whole worker, as with one process: its leases expire and
+  another worker recovers its sessions from their checkpoints.
+- Parent paused (SIGSTOP, a debugger): each child notices within
+  ``_POLL_SECONDS`` and stops itself, and SIGCONT to the parent continues
+  them, so pausing the worker's pid pauses the worker, as with one process
+  (its leases lapse and its late writes are fenced out).
 - Metrics: child ``i`` (from 0) serves its own ``/metrics`` on
   ``RESUMABLE_WORKER_METRICS_PORT + i``; Prometheus scrapes each port, as it
   scrapes each worker of a deployment.
@@ -247,8 +253,15 @@ class Supervisor:
                 )
             self.stop.set()
 
+        def _on_continue(_signum: int, _frame: FrameType | None) -> None:
+            # The children stopped themselves when they saw this process stopped.
+            for child in list(self.children.values()):
+                with contextlib.suppress(OSError):
+                    child.popen.send_signal(signal.SIGCONT)
+
         signal.signal(signal.SIGTERM, _on_signal)
         signal.signal(signal.SIGINT, _on_signal)
+        signal.signal(signal.SIGCONT, _on_continue)
 
 
 def _describe_exit(code: int) -> str:
@@ -261,7 +274,7 @@ def _describe_exit(code: int) -> str:
 
 
 def as_child() -> Callable[[], None] | None:
-    """In a child of a Supervisor: ask for SIGTERM when the parent dies, and
+    """In a child of a Supervisor: die with the parent, pause with it, and
     return the callback that tells the parent this worker is ready. None in a
     worker started any other way."""
     fd_text = os.environ.pop(READY_FD_ENV, None)
@@ -271,9 +284,12 @@ def as_child() -> Callable[[], None] | None:
     ready_fd = int(fd_text)
     if sys.platform == "linux":
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != int(parent_text):  # the parent died before prctl
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGKILL)
+        threading.Thread(
+            target=_pause_with, args=(int(parent_text),), name="pause-with-parent", daemon=True
+        ).start()
 
     def ready() -> None:
         with contextlib.suppress(OSError):
@@ -282,6 +298,22 @@ def as_child() -> Callable[[], None] | None:
             os.close(ready_fd)
 
     return ready
+
+
+def _pause_with(parent: int) -> None:
+    """Stop this process whenever the parent is stopped (SIGSTOP cannot be
+    caught, so the parent cannot pass it on); the parent's SIGCONT handler
+    continues it."""
+    stat = f"/proc/{parent}/stat"
+    while True:
+        time.sleep(_POLL_SECONDS)
+        try:
+            with open(stat, "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            return  # the parent is gone (and PDEATHSIG ends this process)
+        if fields and fields[0] in (b"T", b"t"):
+            os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def slot() -> str | None:

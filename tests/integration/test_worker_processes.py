@@ -206,3 +206,49 @@ def _two_free_ports() -> int:
                 continue
         return port
     raise AssertionError("no two adjacent free ports")
+
+
+def _state(pid: int) -> str:
+    """The process's state letter from /proc (T when stopped), or '' if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0].decode()
+    except OSError:
+        return ""
+
+
+def test_the_parent_paused_or_killed_alone_pauses_or_kills_every_child(
+    client: Client, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    """What is done to the worker's pid is done to the whole worker: a pause
+    (SIGSTOP cannot be passed on, so the children notice and stop themselves)
+    and a crash (SIGKILL: the kernel kills them with it), as with one process."""
+    worker = start_worker(**TWO_BY_TWO)
+    wait_until(
+        lambda: "all 2 worker processes ready" in worker.output(),
+        timeout=60,
+        what="both children to be ready",
+    )
+    children = list(_children(worker).values())
+    os.kill(worker.pid, signal.SIGSTOP)  # the parent alone, not its group
+    try:
+        wait_until(
+            lambda: all(_state(pid) == "T" for pid in children),
+            timeout=10,
+            what="both children to stop with their parent",
+        )
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+    wait_until(
+        lambda: all(_state(pid) not in ("T", "") for pid in children),
+        timeout=10,
+        what="both children to continue with their parent",
+    )
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.proc.wait(timeout=10)
+    for pid in children:  # gone, or a zombie (an orphan's reaper may be slow)
+        wait_until(
+            lambda pid=pid: _state(pid) in ("", "Z"),  # type: ignore[misc]
+            timeout=10,
+            what=f"child {pid} to die with its parent",
+        )
