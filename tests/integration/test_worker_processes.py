@@ -21,6 +21,17 @@ from tests.fake_api import FakeAPI
 TWO_BY_TWO = {"RESUMABLE_WORKER_PROCESSES": "2", "RESUMABLE_WORKER_THREADS": "2"}
 
 
+def _two_by_two(start_worker: Callable[..., ManagedProcess], **env: str) -> ManagedProcess:
+    """A worker of two processes with two threads each, once both children are ready."""
+    worker = start_worker(**TWO_BY_TWO, **env)
+    wait_until(
+        lambda: "all 2 worker processes ready" in worker.output(),
+        timeout=60,
+        what="both children to be ready",
+    )
+    return worker
+
+
 def _owner_pid(client: Client, session_id: uuid.UUID) -> int | None:
     owner = client.session_row(session_id).lease_owner
     return int(owner.split(":")[1]) if owner else None
@@ -43,12 +54,7 @@ def test_sigterm_to_the_parent_hands_back_every_childs_sessions(
 ) -> None:
     steps, sessions = 40, 4
     with FakeAPI() as api:
-        worker = start_worker(**TWO_BY_TWO)
-        wait_until(
-            lambda: "all 2 worker processes ready" in worker.output(),
-            timeout=60,
-            what="both children to be ready",
-        )
+        worker = _two_by_two(start_worker)
         children = _children(worker)
         assert sorted(children) == [0, 1] and worker.pid not in children.values()
         ids = [
@@ -99,12 +105,7 @@ def test_a_killed_child_loses_nothing_and_is_replaced(
 ) -> None:
     steps, sessions = 30, 4
     with FakeAPI() as api:
-        worker = start_worker(**TWO_BY_TWO)
-        wait_until(
-            lambda: "all 2 worker processes ready" in worker.output(),
-            timeout=60,
-            what="both children to be ready",
-        )
+        worker = _two_by_two(start_worker)
         children = _children(worker)
         ids = [
             client.start("counter", {"api": api.url, "steps": steps, "sleep": 0.05})
@@ -173,12 +174,7 @@ def test_each_child_serves_its_own_metrics_port(
     client: Client, start_worker: Callable[..., ManagedProcess]
 ) -> None:
     base = _two_free_ports()
-    worker = start_worker(**TWO_BY_TWO, RESUMABLE_WORKER_METRICS_PORT=str(base))
-    wait_until(
-        lambda: "all 2 worker processes ready" in worker.output(),
-        timeout=60,
-        what="both children to be ready",
-    )
+    _two_by_two(start_worker, RESUMABLE_WORKER_METRICS_PORT=str(base))
     session_id = client.start("counter", {"steps": 2})
     wait_until(lambda: client.get(session_id).status == "completed", what="a session to run")
     served = {}
@@ -223,12 +219,7 @@ def test_the_parent_paused_or_killed_alone_pauses_or_kills_every_child(
     """What is done to the worker's pid is done to the whole worker: a pause
     (SIGSTOP cannot be passed on, so the children notice and stop themselves)
     and a crash (SIGKILL: the kernel kills them with it), as with one process."""
-    worker = start_worker(**TWO_BY_TWO)
-    wait_until(
-        lambda: "all 2 worker processes ready" in worker.output(),
-        timeout=60,
-        what="both children to be ready",
-    )
+    worker = _two_by_two(start_worker)
     children = list(_children(worker).values())
     os.kill(worker.pid, signal.SIGSTOP)  # the parent alone, not its group
     try:
