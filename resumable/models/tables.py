@@ -499,7 +499,8 @@ for _ddl in (metrics_queries.COUNT_FINISHED_FUNCTION, *metrics_queries.COUNT_FIN
 
 class FinishedSessionCountRow(SQLModel, table=True):
     """Finished sessions by agent and status, kept by triggers on ``sessions``
-    (migration 0009), so a /metrics scrape does not count finished rows."""
+    (migration 0009), so a /metrics scrape does not count finished rows; spread
+    over shards (migration 0014) so finishing sessions do not queue on one row."""
 
     __tablename__ = "finished_session_counts"
 
@@ -507,6 +508,10 @@ class FinishedSessionCountRow(SQLModel, table=True):
     status: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
     n: int = Field(
         default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0")
+    )
+    shard: int = Field(
+        default=0,
+        sa_column=sa.Column(sa.SmallInteger, primary_key=True, server_default="0"),
     )
 
 

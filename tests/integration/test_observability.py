@@ -6,11 +6,13 @@ them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from pathlib import Path
 
 import httpx
+import psycopg
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import use_span
 from prometheus_client import generate_latest
@@ -19,7 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from resumable import tracing
 from resumable.client import Client
 from resumable.models import metrics_queries
-from resumable.models.database import Database
+from resumable.models.database import Database, libpq_url
+from resumable.settings import Settings
 from resumable.webhooks.metrics import Metrics
 from tests.conftest import LocalDeployment, free_port, wait_until
 from tests.signing import signed_headers
@@ -117,6 +120,36 @@ def test_the_scrape_counts_finished_sessions_from_the_trigger_kept_counts(
         ("five", "pending"): 1.0,
         ("approval", "pending"): 1.0,
     }
+
+
+def test_sessions_finishing_together_do_not_wait_for_each_others_count(
+    client: Client, db: Database, settings: Settings
+) -> None:
+    """Two transactions, each finishing a session of the same agent, both go
+    through while neither has committed (one counts row per agent and status
+    made the second wait for the first's commit), and the scrape sums them."""
+    first_id, second_id = client.start("five"), client.start("five")
+    finish = "UPDATE sessions SET status = 'cancelled', finished_at = now() WHERE id = %s"
+    url = libpq_url(settings.database_url or "")
+    with psycopg.connect(url) as first, contextlib.ExitStack() as others:
+        first.execute(finish, [first_id])  # open, uncommitted, holding its count
+        mine = first.info.backend_pid % metrics_queries.FINISHED_COUNT_SHARDS
+        while True:  # a connection whose shard is another one (pids are consecutive)
+            second = others.enter_context(psycopg.connect(url))
+            if second.info.backend_pid % metrics_queries.FINISHED_COUNT_SHARDS != mine:
+                break
+        second.execute("SET lock_timeout = '2s'")
+        second.execute(finish, [second_id])  # LockNotAvailable if it had to wait
+        second.commit()
+        first.commit()
+    text = generate_latest(Metrics(db).registry).decode()
+    exported = {
+        (s.labels["agent"], s.labels["status"]): s.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "resumable_sessions"
+        for s in family.samples
+    }
+    assert exported == {("five", "cancelled"): 2.0}
 
 
 def test_start_keeps_the_callers_trace_context_even_with_tracing_off(

@@ -23,7 +23,10 @@ import sqlmodel
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from resumable.models.metrics_queries import COUNT_FINISHED_FUNCTION, COUNT_FINISHED_TRIGGERS
+from resumable.models.metrics_queries import (
+    COUNT_FINISHED_TRIGGERS,
+    UNSHARDED_COUNT_FINISHED_FUNCTION,
+)
 
 revision: str = "0009"
 down_revision: str | None = "0008"
@@ -33,7 +36,9 @@ depends_on: str | Sequence[str] | None = None
 _ = sqlmodel
 
 # The triggers' text is shared with the models (resumable/models/tables.py
-# creates them too), so a database built either way dumps the same.
+# creates them too), so a database built either way dumps the same. The
+# function is as this revision wrote it: migration 0014 spreads the counts
+# over shards and replaces it.
 _TERMINAL = "'completed','failed','cancelled'"
 
 
@@ -75,7 +80,7 @@ def upgrade() -> None:
         unique=True,
         postgresql_where=sa.text("resolved_at IS NULL"),
     )
-    op.execute(COUNT_FINISHED_FUNCTION)
+    op.execute(UNSHARDED_COUNT_FINISHED_FUNCTION)
     # The counts of the sessions already finished; the triggers keep them from here.
     op.execute("LOCK TABLE sessions IN SHARE ROW EXCLUSIVE MODE")
     for trigger in COUNT_FINISHED_TRIGGERS:
