@@ -72,6 +72,38 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def group_stopped(pgid: int) -> bool:
+    """Whether every thread of every live process in group `pgid` is stopped.
+
+    A SIGSTOP is not a stop the moment ``kill`` returns: the kernel wakes one
+    thread of each process, and only when that thread runs does it stop the
+    others. On a loaded machine that takes tens of milliseconds, while the
+    process's other threads go on running (a paused worker's tool call could
+    still send its write). Whoever must know the process is frozen waits on this.
+    """
+    found = False
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = stat_fields(int(entry.name))
+        if not fields or int(fields[GROUP]) != pgid or fields[STATE] == "Z":
+            continue
+        found = True
+        try:
+            tasks = [task.name for task in (entry / "task").iterdir()]
+        except OSError:
+            continue  # gone meanwhile
+        for task in tasks:
+            try:
+                text = (entry / "task" / task / "stat").read_text()
+            except OSError:
+                continue  # a thread that just exited
+            state = text.rsplit(") ", 1)[1].split()[STATE]
+            if state not in ("T", "t", "Z", "X"):
+                return False
+    return found
+
+
 def start_time(pid: int) -> str:
     """The kernel's start time of `pid` (clock ticks since boot), to tell a reused
     pid from the original; "" if unknown."""

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from resumable.procfs import group_alive
+from resumable.procfs import group_alive, group_stopped
 
 # After SIGKILL, how long to wait for the kernel to take the processes away.
 KILL_WAIT_SECONDS = 5.0
@@ -124,6 +124,24 @@ class Process:
         except ProcessLookupError:
             return False
         return True
+
+    def pause(self, timeout: float = 10.0) -> None:
+        """SIGSTOP the whole group and return once the kernel shows every
+        thread of it stopped (see ``procfs.group_stopped``): a test that acts
+        on a paused worker right after ``kill`` could otherwise race threads
+        that have not stopped yet."""
+        self.signal(signal.SIGSTOP)
+        deadline = time.monotonic() + timeout
+        while not group_stopped(self.pid):
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{self.name} (group {self.pid}) did not stop within {timeout:g} s"
+                )
+            time.sleep(0.005)
+
+    def resume(self) -> None:
+        """SIGCONT the whole group (the other half of ``pause``)."""
+        self.signal(signal.SIGCONT)
 
     def kill(self, timeout: float = 10.0) -> None:
         """SIGKILL: no clean-up, no lease release, no message ack."""

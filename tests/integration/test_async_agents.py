@@ -110,7 +110,7 @@ def test_two_hundred_async_runs_paused_past_their_lease_are_fenced_out(
             what="200 async runs in flight on one process (2 threads)",
         )
         epochs = _epochs(db, ids)
-        paused.signal(signal.SIGSTOP)
+        paused.pause()
         (tmp_path / "hold").unlink()
         deployment.worker(AGENTS)
         wait_until(
@@ -119,7 +119,7 @@ def test_two_hundred_async_runs_paused_past_their_lease_are_fenced_out(
             what="a second worker takes all 200 over",
         )
         assert all(now > epochs[i] for i, now in _epochs(db, ids).items())
-        paused.signal(signal.SIGCONT)
+        paused.resume()
         # Woken, each stale run tries to claim its tool call: refused under the old epoch.
         wait_until(
             lambda: paused.output().count("lease lost") >= 200,

@@ -3,7 +3,6 @@ paused past its lease, duplicate messages, Redis losing every key."""
 
 from __future__ import annotations
 
-import signal
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -72,7 +71,7 @@ def test_paused_worker_is_fenced_out_after_its_lease_expires(
             {"api": api.url, "steps": 6, "hold_at": 2, "gate_dir": str(tmp_path)},
         )
         wait_until((tmp_path / "entered-count-2").exists, what="step 2 to start")
-        paused.signal(signal.SIGSTOP)
+        paused.pause()
         (tmp_path / "hold").unlink()
         first_epoch = client.session_row(session_id).lease_epoch
 
@@ -81,7 +80,7 @@ def test_paused_worker_is_fenced_out_after_its_lease_expires(
         assert client.session_row(session_id).lease_epoch > first_epoch
 
         # Wake the stale worker: it finishes its step and tries to commit it.
-        paused.signal(signal.SIGCONT)
+        paused.resume()
         wait_until(lambda: "not committed" in paused.output(), timeout=15, what="rejection")
 
     final = client.get(session_id)

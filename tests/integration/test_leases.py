@@ -4,7 +4,6 @@ warning that means what it says. Real workers, real PostgreSQL and Redis."""
 
 from __future__ import annotations
 
-import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -118,12 +117,12 @@ def test_a_zombie_resumed_inside_a_tool_call_cannot_overwrite_the_recorded_resul
         session_id = client.start("ledger", {"api": api.url, "gate_dir": str(tmp_path)})
         # The zombie has made the payment and is still inside the tool call.
         wait_until((tmp_path / "entered-tool").exists, what="the tool call")
-        zombie.signal(signal.SIGSTOP)
+        zombie.pause()
         (tmp_path / "hold").unlink()
 
         start_worker()
         wait_until(lambda: _status(client, session_id) == "completed", timeout=30, what="takeover")
-        zombie.signal(signal.SIGCONT)
+        zombie.resume()
         wait_until(
             lambda: "lease lost" in zombie.output() or "not committed" in zombie.output(),
             timeout=15,

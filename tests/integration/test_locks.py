@@ -4,7 +4,6 @@ a semaphore's permits and FIFO order."""
 
 from __future__ import annotations
 
-import signal
 import threading
 import uuid
 from pathlib import Path
@@ -97,7 +96,7 @@ def test_one_lock_fences_a_paused_holder_and_the_ledger_never_sees_two_holders(
         entered = min(announced(), key=lambda path: int(path.name.rsplit("-", 1)[1]))
         first_token = int(entered.name.rsplit("-", 1)[1])
         paused = next(w for w in workers if str(w.pid) == entered.read_text())
-        paused.signal(signal.SIGSTOP)
+        paused.pause()
         (tmp_path / "hold").unlink()
         # Another run of the victim takes over with a larger token and finishes.
         try:
@@ -108,7 +107,7 @@ def test_one_lock_fences_a_paused_holder_and_the_ledger_never_sees_two_holders(
             print(client.get(victim), [(e.type, e.payload) for e in client.events(victim)])
             print(ledger.snapshot())
             raise
-        paused.signal(signal.SIGCONT)
+        paused.resume()
         try:
             wait_until(lambda: ledger.snapshot()[1], timeout=30, what="the zombie's late write")
         except AssertionError:
