@@ -306,9 +306,11 @@ def test_every_checkpoint_strategy_records_async_steps_with_secrets_redacted(
 def test_a_slow_sync_step_met_by_an_async_run_does_not_stall_the_loop(
     client: Client, tmp_path: Path, deployment: LocalDeployment
 ) -> None:
-    worker = deployment.worker(AGENTS, RESUMABLE_LOOP_LAG_WARNING_SECONDS="0.5")
+    # Each sync step blocks 3 s: run on the loop, it would stall it for 3 s, far
+    # past the 1.5 s warning; a loaded machine's own scheduling lag stays below.
+    worker = deployment.worker(AGENTS, RESUMABLE_LOOP_LAG_WARNING_SECONDS="1.5")
     with FakeAPI() as api:
-        common = {"api": api.url, "gate_dir": str(tmp_path), "seconds": 2}
+        common = {"api": api.url, "gate_dir": str(tmp_path), "seconds": 3}
         slow = [client.start("async_mixed", {**common, "n": n}) for n in range(3)]
         fast = [client.start("async_relay", {"api": api.url, "steps": 10}) for _ in range(3)]
         wait_until(lambda: client.count_by_status() == {"completed": 6}, timeout=60, what="all six")
