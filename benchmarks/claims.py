@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             common = {"owner": OWNER, "lease_seconds": 30}
             versions = json.dumps({AGENT: 1})
+            starts = json.dumps({AGENT: {"step": "a", "limit": None}})
             for _ in range(args.rounds):
                 sets = {
                     "before": _sessions(conn, args.claims, "a"),
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                         params = (
                             {"id": ids[i], "agents": [AGENT], **common}
                             if name == "before"
-                            else {"id": ids[i], "versions": versions, **common}
+                            else {"id": ids[i], "versions": versions, "starts": starts, **common}
                         )
                         started = time.perf_counter()
                         row = conn.execute(statement, params, prepare=True).fetchone()

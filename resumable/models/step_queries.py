@@ -51,6 +51,9 @@ class ClaimedSession:
     # something to release or wake. False spares every plain session's end a
     # round trip.
     coordinated: bool = True
+    # The claim stamped the session's first step and its deadline (a new
+    # session of an agent loaded here), so the run need not.
+    started: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", SessionStatus(self.status))
@@ -136,10 +139,28 @@ TAKEN_OVER_HERE = f"""(
 )"""
 
 
-def _claim(runnable: str) -> str:
+# A new session's first step and that step's deadline, stamped by the claim
+# itself (what START_STEP would otherwise do in a second statement):
+# %(starts)s is the worker's {"agent": {"step": first step, "limit": seconds
+# or null}}. A compensating session, or one of an agent this worker does not
+# load, is left as it is.
+_START = """(old.cursor IS NULL AND old.status <> 'compensating'
+              AND (%(starts)s::jsonb -> sessions.agent ->> 'step') IS NOT NULL)"""
+_STAMPS = f"""
+        cursor = CASE WHEN {_START}
+                      THEN %(starts)s::jsonb -> sessions.agent ->> 'step' ELSE sessions.cursor END,
+        step_deadline = CASE WHEN {_START} THEN now() + make_interval(
+            secs => (%(starts)s::jsonb -> sessions.agent ->> 'limit')::float8) END,"""
+
+
+def _claim(runnable: str, *, stamp_start: bool = True) -> str:
     """Take the lease of a claimable session that `runnable` lets this worker
     run, bumping the epoch (which fences out the previous owner), with its
-    audit event; a session that never ran is stamped with this worker's version."""
+    audit event; a session that never ran is stamped with this worker's version
+    (and, with `stamp_start`, with its first step and that step's deadline).
+    The row returned carries the cursor as it was before the claim."""
+    stamps = _STAMPS if stamp_start else "\n        step_deadline = NULL,"
+    started = _START if stamp_start else "false"
     return f"""
 WITH old AS (
     SELECT id, status, lease_owner, lease_epoch, cursor FROM sessions
@@ -152,8 +173,7 @@ WITH old AS (
         lease_epoch = sessions.lease_epoch + 1,
         lease_owner = %(owner)s,
         lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
-        step_started_at = now(),
-        step_deadline = NULL,
+        step_started_at = now(),{stamps}
         agent_version = CASE WHEN old.cursor IS NULL THEN coalesce(
             (%(versions)s::jsonb ->> sessions.agent)::int, sessions.agent_version)
             ELSE sessions.agent_version END,
@@ -169,6 +189,7 @@ WITH old AS (
               sessions.agent_version, sessions.started_version,
               sessions.state_patch,
               old.status AS previous_status, old.lease_owner AS previous_owner,
+              old.cursor AS claimed_cursor, {started} AS started,
               -- The calls recorded for the step about to run (a replay must make
               -- as many, see RECORDED_BEYOND): one probe of an index.
               (SELECT coalesce(max(t.call_index) + 1, 0) FROM tool_execution_cache t
@@ -181,7 +202,7 @@ WITH old AS (
                           WHERE r.session_id = sessions.id)) AS coordinated
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
-    SELECT id, step_seq, cursor,
+    SELECT id, step_seq, claimed_cursor,
            CASE WHEN previous_status = 'running' THEN 'lease_recovered'
                 WHEN previous_status = 'compensating' THEN 'compensation_resumed'
                 WHEN previous_status = 'retrying' THEN 'retry_started'
@@ -191,9 +212,10 @@ WITH old AS (
                               'version', agent_version)
     FROM s
 )
-SELECT id AS session_id, agent, cursor, state, input, step_seq, lease_epoch AS epoch, wait,
-       wake, status, attempts, error, history_rebase, agent_version AS version, started_version,
-       state_patch, recorded_calls, coordinated
+SELECT id AS session_id, agent, claimed_cursor AS cursor, state, input, step_seq,
+       lease_epoch AS epoch, wait, wake, status, attempts, error, history_rebase,
+       agent_version AS version, started_version, state_patch, recorded_calls, coordinated,
+       started
 FROM s
 """
 
@@ -205,7 +227,7 @@ CLAIM_LEASE = _claim(RUNNABLE_HERE)
 
 # The same for a session of an older version this worker migrates; run in a
 # transaction with the migration (resumable/queue/takeover.py).
-TAKE_OVER = _claim(TAKEN_OVER_HERE)
+TAKE_OVER = _claim(TAKEN_OVER_HERE, stamp_start=False)
 
 
 # After TAKE_OVER, in its transaction: the state an older version's session

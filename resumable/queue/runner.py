@@ -120,6 +120,17 @@ class SessionRunner:
             f"{agent.name}@{old}" for agent in registry for old in agent.takes_over
         )
         self._versions_json = json.dumps(self.versions, sort_keys=True)
+        #: Each agent's first step and its time limit, for the claim to stamp.
+        self._starts_json = json.dumps(
+            {
+                agent.name: {
+                    "step": agent.start_step,
+                    "limit": agent.policy(agent.start_step).time_limit,
+                }
+                for agent in registry
+            },
+            sort_keys=True,
+        )
         # A run keeps one connection (``Database.pinned``) only when the pool has
         # one for every worker thread besides the lease keeper's and the
         # heartbeat's; a smaller pool is shared statement by statement.
@@ -141,6 +152,7 @@ class SessionRunner:
                         "id": session_id,
                         "owner": self._owner(),
                         "versions": self._versions_json,
+                        "starts": self._starts_json,
                         "lease_seconds": self.settings.lease_seconds,
                     },
                 )
@@ -259,7 +271,7 @@ class SessionRunner:
         if wake is not None and wake.kind == "poll_check":
             return RunOutcome.SUSPENDED  # the check found nothing; suspended again
         time_limit = agent.policy(cursor).time_limit
-        if claim.cursor is None or time_limit is not None:
+        if not claim.started and (claim.cursor is None or time_limit is not None):
             self._start_step(claim, cursor, time_limit)
         return self._steps(claim, agent, cursor, wake, active)
 
