@@ -21,7 +21,7 @@ def _slow_square(n: int, gate: threading.Event) -> tuple[int, str, str]:
     return n * n, _who.get(), threading.current_thread().name
 
 
-def test_calls_finished_while_the_loop_is_busy_settle_with_one_wake_up_in_their_callers_context() -> None:
+def test_calls_done_while_the_loop_is_busy_share_one_wake_up_in_their_callers_context() -> None:
     async def main() -> tuple[list[tuple[int, str, str]], DatabaseThreads]:
         threads = DatabaseThreads(asyncio.get_running_loop(), 2)
         gate = threading.Event()
