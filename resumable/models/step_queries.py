@@ -7,6 +7,8 @@ by the lease epoch (as procrastinate keeps its ``queries.sql``).
 
 from __future__ import annotations
 
+import re
+
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -153,6 +155,16 @@ _STAMPS = f"""
             secs => (%(starts)s::jsonb -> sessions.agent ->> 'limit')::float8) END,"""
 
 
+def compact(sql: str) -> str:
+    """The statement without its comments and with single spaces. psycopg
+    caches the conversion of a query's ``%(name)s`` placeholders only for
+    queries up to 4 KB; above that it parses the text again at every call
+    (a claim, readable with its comments, is 4.8 KB). Only for statements
+    whose string literals hold neither ``--`` nor runs of spaces."""
+    without_comments = re.sub(r"--[^\n]*", "", sql)
+    return re.sub(r"\s+", " ", without_comments).strip()
+
+
 def _claim(runnable: str, *, stamp_start: bool = True) -> str:
     """Take the lease of a claimable session that `runnable` lets this worker
     run, bumping the epoch (which fences out the previous owner), with its
@@ -223,11 +235,11 @@ FROM s
 # The hot path: one statement. A worker never claims a known agent it does
 # not load, nor a version it does not serve, so a session no live worker
 # serves causes no claims and no audit rows.
-CLAIM_LEASE = _claim(RUNNABLE_HERE)
+CLAIM_LEASE = compact(_claim(RUNNABLE_HERE))
 
 # The same for a session of an older version this worker migrates; run in a
 # transaction with the migration (resumable/queue/takeover.py).
-TAKE_OVER = _claim(TAKEN_OVER_HERE, stamp_start=False)
+TAKE_OVER = compact(_claim(TAKEN_OVER_HERE, stamp_start=False))
 
 
 # After TAKE_OVER, in its transaction: the state an older version's session

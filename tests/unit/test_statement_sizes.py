@@ -1,0 +1,29 @@
+"""The statements a worker runs for every session or step stay within what
+psycopg caches: above 4 KB it parses a query's placeholders again at every
+call, on the worker's hot path."""
+
+from __future__ import annotations
+
+import pytest
+from psycopg import _queries
+
+from resumable.models import step_queries, tool_call_queries
+
+HOT = {
+    "CLAIM_LEASE": step_queries.CLAIM_LEASE,
+    "TAKE_OVER": step_queries.TAKE_OVER,
+    "COMMIT_STEP": step_queries.COMMIT_STEP,
+    "CLAIM_TOOL_CALL": tool_call_queries.CLAIM_TOOL_CALL,
+    "COMPLETE_TOOL_CALL": tool_call_queries.COMPLETE_TOOL_CALL,
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOT))
+def test_a_hot_statement_fits_psycopgs_query_cache(name: str) -> None:
+    limit = getattr(_queries, "MAX_CACHED_STATEMENT_LENGTH", 4096)
+    assert len(HOT[name].encode()) <= limit
+
+
+def test_compact_drops_comments_and_runs_of_spaces_only() -> None:
+    sql = "SELECT 'a b' AS x, -- a comment\n   y\n\tFROM t -- another\n"
+    assert step_queries.compact(sql) == "SELECT 'a b' AS x, y FROM t"
