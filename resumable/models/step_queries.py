@@ -8,7 +8,6 @@ by the lease epoch (as procrastinate keeps its ``queries.sql``).
 from __future__ import annotations
 
 import re
-
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
