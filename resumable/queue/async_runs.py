@@ -7,7 +7,7 @@ to the worker's event loop and goes back to the queue for another message.
 The task goes on from the same position: async steps are awaited on the
 loop, sync steps run on the sync-step threads, and every database write (a
 step's commit, a retry, a hand-back) is the same fenced statement the
-threads use, handed to the loop's database threads in batches
+threads use, handed to the loop's database threads
 (``database_threads.py``). A step's failure is handled on the sync-step
 threads instead: it may run the saga's compensations, and an async
 compensation blocks its thread until the loop has run it; on a database

@@ -2,7 +2,7 @@
 
 Async steps, tools, checks and compensations are awaited here. The loop never
 runs blocking work itself: every database write (tool-call claims, step
-commits, retries) is handed, in batches, to a few database threads of its own
+commits, retries) is handed to a few database threads of its own
 (``database_threads.py``); sync steps met by a run on the loop, and the
 failure handling that may run compensations, go to a second pool, so neither
 a slow sync step nor a saga can take the database threads away. The loop's
