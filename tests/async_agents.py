@@ -153,6 +153,26 @@ async def confirm_booking(ctx: StepContext) -> Complete:
     raise PermanentError("the hotel is closed")
 
 
+# A compensated call, then a failure in the same step: the call's result is
+# recorded before the saga runs (it is not left for a commit that never comes).
+saga_in_one_step = Agent(
+    "async_saga_in_one_step", retry=RetryPolicy(max_attempts=1, compensation_attempts=3)
+)
+
+
+@saga_in_one_step.compensation
+async def unbook(request: dict[str, Any], response: dict[str, Any], idempotency_key: str) -> None:
+    url, body = request["args"]
+    await apost_json(url.rsplit("/", 1)[0] + "/undo", {"what": body["what"]}, idempotency_key)
+
+
+@saga_in_one_step.step
+async def book_then_fail(ctx: StepContext) -> Complete:
+    api = ctx.input["api"]
+    await ctx.tool("book", apost_json, f"{api}/book", {"what": "table"}, compensate="unbook")
+    raise PermanentError("the kitchen is closed")
+
+
 # More sagas at once than the loop has database threads, each compensation
 # handing blocking work to a thread as agent code may (asyncio.to_thread).
 saga_crowd = Agent("async_saga_crowd", retry=RetryPolicy(max_attempts=1, compensation_attempts=3))

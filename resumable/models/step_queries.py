@@ -413,6 +413,14 @@ WITH s AS (
     UPDATE callbacks SET status = 'closed', closed_at = now()
     FROM s WHERE %(after_wake)s AND callbacks.session_id = s.id AND callbacks.status = 'open'
                  AND callbacks.step_seq < s.step_seq
+), r AS (
+    -- Results of the step's async tool calls not recorded yet (queue/tool_calls.py),
+    -- under the same fence as COMPLETE_TOOL_CALL.
+    UPDATE tool_execution_cache AS t
+    SET status = 'completed', response = x.response, error = NULL, updated_at = now()
+    FROM s, jsonb_to_recordset(%(records)s::jsonb) AS x(key text, response jsonb)
+    WHERE t.idempotency_key = x.key AND t.session_id = s.id
+      AND t.lease_epoch = %(epoch)s AND t.status = 'started'
 )
 SELECT step_seq FROM s
 """

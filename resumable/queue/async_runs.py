@@ -179,17 +179,27 @@ class AsyncRuns:
         observed = observe_step(
             claim, position.cursor, position.seq + 1, position.attempts, position.wake
         )
+        tools = ctx.tool_calls
         try:
-            async with limit:
-                with observed:
-                    outcome = await agent.get_step(position.cursor)(ctx)  # type: ignore[misc]
-        except TimeoutError as exc:
-            if not limit.expired():
-                raise  # the step's own time-out (an HTTP client's), not its limit
-            raise StepTimeoutError(
-                f"the step ran longer than its {seconds:g} s time limit"
-            ).with_traceback(exc.__traceback__) from None
-        return runner.step_run(agent, ctx, outcome, started, position.writer)
+            try:
+                async with limit:
+                    with observed:
+                        outcome = await agent.get_step(position.cursor)(ctx)  # type: ignore[misc]
+            except TimeoutError as exc:
+                if not limit.expired():
+                    raise  # the step's own time-out (an HTTP client's), not its limit
+                raise StepTimeoutError(
+                    f"the step ran longer than its {seconds:g} s time limit"
+                ).with_traceback(exc.__traceback__) from None
+            step = runner.step_run(agent, ctx, outcome, started, position.writer)
+        except asyncio.CancelledError:
+            raise  # the worker is exiting: queued records still run on their threads
+        except BaseException:
+            await tools.flush()  # recorded before the failure is handled
+            raise
+        # Results not recorded yet go with the commit (or are awaited).
+        await tools.settle_for_commit()
+        return step
 
     def _describe(self, task: asyncio.Task[Any]) -> str | None:
         """Which session and step a task is running (for the loop watchdog)."""

@@ -140,6 +140,11 @@ def _settle(settled: list[_Settled]) -> None:
             future.set_exception(exc)
 
 
+def threads_of_running_loop() -> DatabaseThreads | None:
+    """The running loop's database threads, if it has them (the worker's loop)."""
+    return _BY_LOOP.get(asyncio.get_running_loop())
+
+
 async def on_database_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """Run a short synchronous database call from a coroutine: on the
     running loop's database threads when it has them (the worker's loop),

@@ -371,15 +371,22 @@ class SessionRunner:
         next_limit = None
         if status is SessionStatus.RUNNING and step.decision.next_step is not None:
             next_limit = agent.policy(step.decision.next_step).time_limit
-        if position.seq == claim.step_seq and step.tools.made < claim.recorded_calls:
-            # A replay that made fewer calls than recorded: nothing committed.
-            fewer = fewer_calls(self.db, claim.session_id, step.ctx.seq, step.name, step.tools.made)
-            if fewer is not None:
-                return self._park(claim, fewer)
         try:
+            if position.seq == claim.step_seq and step.tools.made < claim.recorded_calls:
+                # A replay that made fewer calls than recorded: nothing committed.
+                fewer = fewer_calls(
+                    self.db, claim.session_id, step.ctx.seq, step.name, step.tools.made
+                )
+                if fewer is not None:
+                    step.tools.record_riding()
+                    return self._park(claim, fewer)
             committed = self._commit(claim, step, status, events, next_limit)
         except CoordinationError as exc:  # rolled back: nothing of the step committed
+            step.tools.record_riding()  # before the saga, which may compensate them
             return self.failures.step_failed(position.held(), agent, exc, cursor)
+        finally:
+            if step.tools.riding:  # the commit did not run: record them on their own
+                step.tools.record_riding()
         if committed is None:
             logger.warning(
                 "step %s not committed: another worker owns the session",
@@ -654,11 +661,13 @@ class SessionRunner:
                         else history.state,
                         "patch": history.patch,
                         "step_events": history.events,
+                        "records": step.tools.riding_json(),
                     },
                     prepare=True,
                 )
                 .fetchone()
             )
+            step.tools.riding = []  # recorded with the step (or fenced out with it)
             if row is not None:
                 coordination.write(conn, row.step_seq, wait)  # same transaction, if it has any
         return None if row is None else row.step_seq

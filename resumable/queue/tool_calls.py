@@ -11,16 +11,33 @@ it gets ``LeaseLostError`` instead). A replay of the step after a crash finds
 the recorded result and returns it without calling the tool. The one window left, a crash after the
 external effect and before our record, is closed by handing the key to the
 tool, so the external API can dedupe on it.
+
+An async tool's result is recorded the same way, on a database thread, but
+the step is not held up for it: ``await ctx.tool(...)`` returns the result
+as soon as it is validated, and the record is queued at once. When the step
+returns before a database thread has taken the record (the usual case for a
+step that ends with its call, one LLM call per step), the step's commit
+takes it along (``COMMIT_STEP``'s ``records``): the result and the step's
+outcome commit together, one statement and one round trip fewer per step.
+Either way the record is written before anything else of the run: the
+commit waits for a record already under way, and a step that fails, or
+does not commit, has its records written first (the saga may compensate
+those calls). So the crash window is what it was (a kill between the tool's
+answer and the record, closed by the idempotency key), no longer than the
+queue to the database threads.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import inspect
+import logging
+import threading
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg.rows import class_row
@@ -31,8 +48,10 @@ from resumable.models import tool_call_queries
 from resumable.models.database import Database
 from resumable.models.status import ToolCallStatus
 from resumable.models.tool_call_queries import ToolCallClaim
-from resumable.queue.database_threads import on_database_thread
+from resumable.queue.database_threads import on_database_thread, threads_of_running_loop
 from resumable.queue.observing import observed_async_tool_call, observed_tool_call
+
+logger = logging.getLogger(__name__)
 
 
 def idempotency_key(
@@ -69,6 +88,19 @@ class _Claimed:
     response: Any = None
 
 
+@dataclass
+class _Unrecorded:
+    """An async call's result on its way to the database: recorded by a
+    database thread, or taken along by the step's commit, whichever is first."""
+
+    key: str
+    tool: str
+    response: str  # the redacted result, encoded
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    taken: bool = False  # by a database thread, or by the commit
+    recorded: asyncio.Future[bool] | None = None
+
+
 class ToolCalls:
     """The tool calls of one step execution, fenced by the worker's lease epoch."""
 
@@ -92,6 +124,10 @@ class ToolCalls:
         self._scrub = scrub
         self.replayed = 0
         self.executed = 0
+        self._unrecorded: list[_Unrecorded] = []
+        #: Results the step's commit records (``riding_json``); written on their
+        #: own (``record_riding``) if the step does not commit.
+        self.riding: list[_Unrecorded] = []
 
     @property
     def made(self) -> int:
@@ -139,7 +175,85 @@ class ToolCalls:
         except Exception as exc:
             await on_database_thread(self._failed, tool, claimed.key, exc)
             raise
-        return await on_database_thread(self._completed, tool, claimed.key, result)
+        threads = threads_of_running_loop()
+        if threads is None:  # not on a worker's loop: recorded before it returns
+            return await on_database_thread(self._completed, tool, claimed.key, result)
+        pending = _Unrecorded(claimed.key, tool, self._encoded_response(tool, result))
+        pending.recorded = threads.run(self._record_unless_taken, pending)
+        self._unrecorded.append(pending)
+        self.executed += 1
+        return result
+
+    def _record_unless_taken(self, pending: _Unrecorded) -> bool:
+        """On a database thread: record `pending`, unless the commit took it."""
+        with pending.lock:
+            if pending.taken:
+                return True
+            pending.taken = True
+        return self._record_response(pending)
+
+    def _record_response(self, pending: _Unrecorded) -> bool:
+        recorded = self._record_encoded(
+            tool_call_queries.COMPLETE_TOOL_CALL, pending.key, response=pending.response
+        )
+        if not recorded:
+            logger.warning(
+                "lease lost during tool call %r; its result was not recorded",
+                pending.tool,
+                extra={"action": "lease_lost"},
+            )
+        return recorded
+
+    async def settle_for_commit(self) -> None:
+        """After the step returned: results no database thread has taken yet
+        go with the commit (``riding``); the commit waits for those under way.
+        Raises ``LeaseLostError`` if one of those found the lease gone."""
+        under_way: list[_Unrecorded] = []
+        for pending in self._unrecorded:
+            with pending.lock:
+                if pending.taken:
+                    under_way.append(pending)
+                else:
+                    pending.taken = True
+                    self.riding.append(pending)
+        self._unrecorded = []
+        try:
+            for pending in under_way:
+                assert pending.recorded is not None
+                if not await pending.recorded:
+                    raise LeaseLostError(
+                        f"lease lost during tool call {pending.tool!r}; its result was not recorded"
+                    )
+        except BaseException:
+            await on_database_thread(self.record_riding)
+            raise
+
+    async def flush(self) -> None:
+        """After the step raised: every result recorded before the failure is
+        handled (its compensation needs the record)."""
+        pending, self._unrecorded = self._unrecorded, []
+        for call in pending:
+            assert call.recorded is not None
+            try:
+                await call.recorded
+            except Exception:  # the step's own failure is what is handled
+                logger.exception("recording the result of tool call %r failed", call.tool)
+
+    def riding_json(self) -> str | None:
+        """The results the commit records, as ``COMMIT_STEP``'s ``records``."""
+        if not self.riding:
+            return None
+        entries = [
+            f'{{"key":{serialization.dumps(p.key)},"response":{p.response}}}' for p in self.riding
+        ]
+        return "[" + ",".join(entries) + "]"
+
+    def record_riding(self) -> None:
+        """Record, each on its own, the results a commit did not take along
+        (the step did not commit: parked, rolled back, failed)."""
+        riding, self.riding = self.riding, []
+        for pending in riding:
+            self._record_response(pending)
 
     def _take_index(self) -> int:
         index = self._next_index
@@ -204,12 +318,14 @@ class ToolCalls:
         if not self._record(tool_call_queries.FAIL_TOOL_CALL, key, error=error):
             raise LeaseLostError(f"lease lost during tool call {tool!r}") from exc
 
-    def _completed(self, tool: str, key: str, result: Any) -> Any:
+    def _encoded_response(self, tool: str, result: Any) -> str:
         serialization.dumps(result, f"result of tool {tool!r}")
         # Recorded redacted: a replay returns secret fields as "[REDACTED]".
-        if not self._record(
-            tool_call_queries.COMPLETE_TOOL_CALL, key, response=self._redact(result)
-        ):
+        return serialization.dumps(self._redact(result))
+
+    def _completed(self, tool: str, key: str, result: Any) -> Any:
+        response = self._encoded_response(tool, result)
+        if not self._record_encoded(tool_call_queries.COMPLETE_TOOL_CALL, key, response=response):
             raise LeaseLostError(
                 f"lease lost during tool call {tool!r}; its result was not recorded"
             )
@@ -254,6 +370,9 @@ class ToolCalls:
     def _record(self, statement: str, key: str, **outcome: Any) -> bool:
         """Record a call's outcome under this epoch; False if the epoch moved on."""
         params = {name: serialization.dumps(value) for name, value in outcome.items()}
+        return self._record_encoded(statement, key, **params)
+
+    def _record_encoded(self, statement: str, key: str, **params: str) -> bool:
         with self._db.connection() as conn:
             row = conn.execute(statement, {"key": key, "epoch": self._epoch, **params}).fetchone()
         return row is not None

@@ -171,6 +171,45 @@ def test_an_async_compensation_runs_once(client: Client, deployment: LocalDeploy
     assert [d.session_id for d in client.dead_letters().items] == [session_id]
 
 
+def test_a_call_then_a_failure_in_one_async_step_is_recorded_then_compensated_once(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    deployment.worker(AGENTS)
+    with FakeAPI() as api:
+        session_id = client.start("async_saga_in_one_step", {"api": api.url})
+        wait_until(lambda: _status(client, session_id) == "failed", timeout=30, what="the saga")
+        assert _effects_at(api, "/book") == 1
+        assert _effects_at(api, "/undo") == 1
+    events = [e.type for e in client.events(session_id)]
+    assert events.count("compensation_completed") == 1
+
+
+def test_an_async_calls_result_rides_with_its_steps_commit(
+    client: Client, db: Database, deployment: LocalDeployment
+) -> None:
+    """A step that returns right after its call: the result is recorded in
+    the step's own commit (one transaction: the same now()), not a statement
+    of its own, and every call is recorded as completed with its response."""
+    deployment.worker(AGENTS)
+    with FakeAPI() as api:
+        session_id = client.start("async_relay", {"api": api.url, "steps": 10, "sleep": 0})
+        wait_until(lambda: _status(client, session_id) == "completed", timeout=30, what="10 hops")
+        assert api.effect_count() == 10
+    with db.connection() as conn:
+        rows = conn.execute(
+            "SELECT t.status, t.response, t.updated_at = c.created_at AS with_commit"
+            " FROM tool_execution_cache t JOIN checkpoints c"
+            " ON c.session_id = t.session_id AND c.seq = t.step_seq"
+            " WHERE t.session_id = %s ORDER BY t.step_seq",
+            (session_id,),
+        ).fetchall()
+    assert [row["status"] for row in rows] == ["completed"] * 10
+    assert all(row["response"] is not None for row in rows)
+    # A database thread may take a record before the step returns (then it is
+    # written on its own, as before); on an idle worker most ride along.
+    assert sum(bool(row["with_commit"]) for row in rows) >= 1, rows
+
+
 def test_more_async_sagas_than_database_threads_each_compensate_once(
     client: Client, deployment: LocalDeployment
 ) -> None:
