@@ -50,7 +50,7 @@ import redis
 if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.chaos_agent import AGENT_NAME, INCREMENTAL_AGENT_NAME
+from benchmarks.chaos_agent import AGENT_NAME, ASYNC_AGENT_NAME, INCREMENTAL_AGENT_NAME
 from benchmarks.harness import (
     ROOT,
     BenchDeployment,
@@ -273,7 +273,11 @@ def run_chaos(args: argparse.Namespace, services: Services, log_dir: Path) -> Ou
         started = time.monotonic()
         for index in range(args.sessions):
             client.start(
-                INCREMENTAL_AGENT_NAME if args.incremental else AGENT_NAME,
+                ASYNC_AGENT_NAME
+                if args.use_async
+                else INCREMENTAL_AGENT_NAME
+                if args.incremental
+                else AGENT_NAME,
                 {
                     "ledger": f"{ledger.url}/effects",
                     "steps": args.steps,
@@ -424,8 +428,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="run the agent with incremental checkpoints (steps append patches to the row)",
     )
+    parser.add_argument(
+        "--async",
+        dest="use_async",
+        action="store_true",
+        help="run the agent's async version (the step on the event loop, its call's"
+        " result usually recorded with the step's commit)",
+    )
     parser.add_argument("--home", type=Path, default=ROOT / ".resumable" / "bench")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.use_async and args.incremental:
+        parser.error("--async and --incremental are separate runs")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ benchmark can count effects per logical call both raw and deduplicated by key.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import urllib.request
@@ -19,6 +20,7 @@ from resumable.checkpoints import Incremental
 
 AGENT_NAME = "chaos"
 INCREMENTAL_AGENT_NAME = "chaos_incremental"
+ASYNC_AGENT_NAME = "chaos_async"
 
 chaos = Agent(AGENT_NAME, description="Benchmark agent: one ledger call per step.")
 # The same steps with incremental checkpoints and a padded state, so most steps
@@ -69,3 +71,30 @@ def work(ctx: StepContext) -> str | Complete:
 
 chaos.step(work, name="work")
 chaos_incremental.step(work, name="work")
+
+# The same agent with an async step on the worker's event loop (chaos.py --async):
+# it works first and returns right after its call, so the call's result is
+# usually recorded with the step's commit (queue/tool_calls.py).
+chaos_async = Agent(ASYNC_AGENT_NAME, description="Benchmark agent: async, one ledger call a step.")
+
+
+async def arecord_effect(url: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
+    return await asyncio.to_thread(record_effect, url, body, idempotency_key)
+
+
+@chaos_async.step(name="work")
+async def awork(ctx: StepContext) -> str | Complete:
+    n = int(ctx.state.get("n", 0)) + 1
+    if ctx.input.get("announce"):
+        await asyncio.to_thread(
+            announce, ctx.input["announce"], {"session": str(ctx.session_id), "n": n}
+        )
+    await asyncio.sleep(float(ctx.input.get("work_ms", 0)) / 1000)
+    receipt = await ctx.tool(
+        "ledger", arecord_effect, ctx.input["ledger"], {"session": str(ctx.session_id), "n": n}
+    )
+    ctx.state["n"] = n
+    ctx.state.setdefault("receipts", []).append(receipt["id"])
+    if n >= int(ctx.input["steps"]):
+        return Complete({"n": n})
+    return "work"
