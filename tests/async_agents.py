@@ -158,18 +158,15 @@ async def confirm_booking(ctx: StepContext) -> Complete:
 saga_in_one_step = Agent(
     "async_saga_in_one_step", retry=RetryPolicy(max_attempts=1, compensation_attempts=3)
 )
-
-
-@saga_in_one_step.compensation
-async def unbook(request: dict[str, Any], response: dict[str, Any], idempotency_key: str) -> None:
-    url, body = request["args"]
-    await apost_json(url.rsplit("/", 1)[0] + "/undo", {"what": body["what"]}, idempotency_key)
+saga_in_one_step.compensation(cancel_booking)
 
 
 @saga_in_one_step.step
 async def book_then_fail(ctx: StepContext) -> Complete:
     api = ctx.input["api"]
-    await ctx.tool("book", apost_json, f"{api}/book", {"what": "table"}, compensate="unbook")
+    await ctx.tool(
+        "book", apost_json, f"{api}/book", {"what": "table"}, compensate="cancel_booking"
+    )
     raise PermanentError("the kitchen is closed")
 
 
