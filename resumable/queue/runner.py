@@ -630,11 +630,14 @@ class SessionRunner:
         history = step.state.history
         coordination = step.ctx.coordination
         assert coordination is not None
+        # Results of async tool calls still to record ride with the commit.
+        records = step.tools.riding_params()
+        statement = step_queries.COMMIT_STEP_WITH_RECORDS if records else step_queries.COMMIT_STEP
         with self.db.connection() as conn, coordination.transaction(conn, wait):
             row = (
                 conn.cursor(row_factory=class_row(CommittedStep))
                 .execute(
-                    step_queries.COMMIT_STEP,
+                    statement,
                     {
                         "id": claim.session_id,
                         "epoch": claim.epoch,
@@ -661,7 +664,7 @@ class SessionRunner:
                         else history.state,
                         "patch": history.patch,
                         "step_events": history.events,
-                        "records": step.tools.riding_json(),
+                        **records,
                     },
                     prepare=True,
                 )

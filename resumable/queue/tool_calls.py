@@ -17,7 +17,7 @@ the step is not held up for it: ``await ctx.tool(...)`` returns the result
 as soon as it is validated, and the record is queued at once. When the step
 returns before a database thread has taken the record (the usual case for a
 step that ends with its call, one LLM call per step), the step's commit
-takes it along (``COMMIT_STEP``'s ``records``): the result and the step's
+takes it along (``COMMIT_STEP_WITH_RECORDS``): the result and the step's
 outcome commit together, one statement and one round trip fewer per step.
 Either way the record is written before anything else of the run: the
 commit waits for a record already under way, and a step that fails, or
@@ -125,7 +125,7 @@ class ToolCalls:
         self.replayed = 0
         self.executed = 0
         self._unrecorded: list[_Unrecorded] = []
-        #: Results the step's commit records (``riding_json``); written on their
+        #: Results the step's commit records (``riding_params``); written on their
         #: own (``record_riding``) if the step does not commit.
         self.riding: list[_Unrecorded] = []
 
@@ -239,14 +239,16 @@ class ToolCalls:
             except Exception:  # the step's own failure is what is handled
                 logger.exception("recording the result of tool call %r failed", call.tool)
 
-    def riding_json(self) -> str | None:
-        """The results the commit records, as ``COMMIT_STEP``'s ``records``."""
+    def riding_params(self) -> dict[str, Any]:
+        """The results the commit records: ``COMMIT_STEP_WITH_RECORDS``'s
+        ``records`` ({key: response}) and ``record_keys`` (empty: none ride)."""
         if not self.riding:
-            return None
-        entries = [
-            f'{{"key":{serialization.dumps(p.key)},"response":{p.response}}}' for p in self.riding
-        ]
-        return "[" + ",".join(entries) + "]"
+            return {}
+        entries = [f"{serialization.dumps(p.key)}:{p.response}" for p in self.riding]
+        return {
+            "records": "{" + ",".join(entries) + "}",
+            "record_keys": [p.key for p in self.riding],
+        }
 
     def record_riding(self) -> None:
         """Record, each on its own, the results a commit did not take along

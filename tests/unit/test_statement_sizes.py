@@ -13,6 +13,7 @@ HOT = {
     "CLAIM_LEASE": step_queries.CLAIM_LEASE,
     "TAKE_OVER": step_queries.TAKE_OVER,
     "COMMIT_STEP": step_queries.COMMIT_STEP,
+    "COMMIT_STEP_WITH_RECORDS": step_queries.COMMIT_STEP_WITH_RECORDS,
     "CLAIM_TOOL_CALL": tool_call_queries.CLAIM_TOOL_CALL,
     "COMPLETE_TOOL_CALL": tool_call_queries.COMPLETE_TOOL_CALL,
 }
