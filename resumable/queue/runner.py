@@ -357,6 +357,15 @@ class SessionRunner:
     ) -> RunOutcome | None:
         """Commit a step's outcome; how the run ends, or None to go on with the
         next step (`position` moved on to it)."""
+        try:
+            return self._after_step(claim, agent, step, position)
+        finally:
+            if step.tools.riding:  # the commit did not take them: recorded on their own
+                step.tools.record_riding()
+
+    def _after_step(
+        self, claim: ClaimedSession, agent: Agent, step: StepRun, position: RunPosition
+    ) -> RunOutcome | None:
         cursor, writer = position.cursor, position.writer
         position.steps_run += 1
         steps_run = position.steps_run
@@ -384,9 +393,6 @@ class SessionRunner:
         except CoordinationError as exc:  # rolled back: nothing of the step committed
             step.tools.record_riding()  # before the saga, which may compensate them
             return self.failures.step_failed(position.held(), agent, exc, cursor)
-        finally:
-            if step.tools.riding:  # the commit did not run: record them on their own
-                step.tools.record_riding()
         if committed is None:
             logger.warning(
                 "step %s not committed: another worker owns the session",
