@@ -170,6 +170,25 @@ async def book_then_fail(ctx: StepContext) -> Complete:
     raise PermanentError("the kitchen is closed")
 
 
+# A compensated call, then a commit that rolls back (releasing a lock it does
+# not hold is a CoordinationError in the commit's transaction): the call's
+# result, which was to ride with that commit, is recorded before the saga.
+saga_rolled_back = Agent(
+    "async_saga_rolled_back", retry=RetryPolicy(max_attempts=1, compensation_attempts=3)
+)
+saga_rolled_back.compensation(cancel_booking)
+
+
+@saga_rolled_back.step
+async def book_then_release_a_stranger(ctx: StepContext) -> str:
+    body = {"what": "car"}
+    await ctx.tool(
+        "book", apost_json, f"{ctx.input['api']}/book", body, compensate="cancel_booking"
+    )
+    ctx.release("never-held")
+    return "book_then_release_a_stranger"
+
+
 # More sagas at once than the loop has database threads, each compensation
 # handing blocking work to a thread as agent code may (asyncio.to_thread).
 saga_crowd = Agent("async_saga_crowd", retry=RetryPolicy(max_attempts=1, compensation_attempts=3))

@@ -676,9 +676,12 @@ class SessionRunner:
                 )
                 .fetchone()
             )
-            step.tools.riding = []  # recorded with the step (or fenced out with it)
             if row is not None:
                 coordination.write(conn, row.step_seq, wait)  # same transaction, if it has any
+        # Committed with the step (or fenced out with it). Not before: a
+        # coordination write that fails rolls the records back too, and the
+        # caller then records them on their own, before the saga.
+        step.tools.riding = []
         return None if row is None else row.step_seq
 
 

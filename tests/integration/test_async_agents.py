@@ -184,6 +184,19 @@ def test_a_call_then_a_failure_in_one_async_step_is_recorded_then_compensated_on
     assert events.count("compensation_completed") == 1
 
 
+def test_a_call_whose_commit_rolls_back_is_recorded_then_compensated_once(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    deployment.worker(AGENTS)
+    with FakeAPI() as api:
+        session_id = client.start("async_saga_rolled_back", {"api": api.url})
+        wait_until(lambda: _status(client, session_id) == "failed", timeout=30, what="the saga")
+        assert _effects_at(api, "/book") == 1
+        assert _effects_at(api, "/undo") == 1
+    events = [e.type for e in client.events(session_id)]
+    assert events.count("compensation_completed") == 1
+
+
 def test_an_async_calls_result_rides_with_its_steps_commit(
     client: Client, db: Database, deployment: LocalDeployment
 ) -> None:
