@@ -270,14 +270,15 @@ def run_chaos(args: argparse.Namespace, services: Services, log_dir: Path) -> Ou
         fleet.add_scheduler()
         for _ in range(args.workers):
             fleet.add_worker()
+        agent = AGENT_NAME
+        if args.use_async:
+            agent = ASYNC_AGENT_NAME
+        elif args.incremental:
+            agent = INCREMENTAL_AGENT_NAME
         started = time.monotonic()
         for index in range(args.sessions):
             client.start(
-                ASYNC_AGENT_NAME
-                if args.use_async
-                else INCREMENTAL_AGENT_NAME
-                if args.incremental
-                else AGENT_NAME,
+                agent,
                 {
                     "ledger": f"{ledger.url}/effects",
                     "steps": args.steps,

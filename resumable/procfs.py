@@ -12,6 +12,7 @@ that answers ``kill(pid, 0)`` counts as alive.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -23,19 +24,33 @@ START_TICKS = 19
 
 
 def stat_fields(pid: int) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command name, or None if gone.
+    """The fields of ``/proc/PID/stat`` after the command name, or None if gone."""
+    return _fields(PROC / str(pid) / "stat")
+
+
+def _fields(stat: Path) -> list[str] | None:
+    """A ``stat`` file's fields after the command name (a process's or a thread's).
 
     The command name is in parentheses and may itself hold spaces and ")",
     hence the split at the last ") ".
     """
     try:
-        text = (PROC / str(pid) / "stat").read_text()
+        text = stat.read_text()
     except OSError:
         return None
     try:
         return text.rsplit(") ", 1)[1].split()
     except IndexError:
         return None
+
+
+def _live_members(pgid: int) -> Iterator[Path]:
+    """The ``/proc/PID`` folder of each process of group `pgid` that is not a zombie."""
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            fields = stat_fields(int(entry.name))
+            if fields and int(fields[GROUP]) == pgid and fields[STATE] != "Z":
+                yield entry
 
 
 def _signalable(pid: int, *, group: bool = False) -> bool:
@@ -64,12 +79,7 @@ def group_alive(pgid: int) -> bool:
         return False
     if not PROC.is_dir():
         return True
-    for entry in PROC.iterdir():
-        if entry.name.isdigit():
-            fields = stat_fields(int(entry.name))
-            if fields and int(fields[GROUP]) == pgid and fields[STATE] != "Z":
-                return True
-    return False
+    return any(True for _ in _live_members(pgid))
 
 
 def group_stopped(pgid: int) -> bool:
@@ -82,24 +92,15 @@ def group_stopped(pgid: int) -> bool:
     still send its write). Whoever must know the process is frozen waits on this.
     """
     found = False
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = stat_fields(int(entry.name))
-        if not fields or int(fields[GROUP]) != pgid or fields[STATE] == "Z":
-            continue
+    for member in _live_members(pgid):
         found = True
         try:
-            tasks = [task.name for task in (entry / "task").iterdir()]
+            tasks = list((member / "task").iterdir())
         except OSError:
             continue  # gone meanwhile
         for task in tasks:
-            try:
-                text = (entry / "task" / task / "stat").read_text()
-            except OSError:
-                continue  # a thread that just exited
-            state = text.rsplit(") ", 1)[1].split()[STATE]
-            if state not in ("T", "t", "Z", "X"):
+            fields = _fields(task / "stat")  # None: a thread that just exited
+            if fields and fields[STATE] not in ("T", "t", "Z", "X"):
                 return False
     return found
 

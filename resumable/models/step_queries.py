@@ -143,15 +143,10 @@ TAKEN_OVER_HERE = f"""(
 # A new session's first step and that step's deadline, stamped by the claim
 # itself (what START_STEP would otherwise do in a second statement):
 # %(starts)s is the worker's {"agent": {"step": first step, "limit": seconds
-# or null}}. A compensating session, or one of an agent this worker does not
-# load, is left as it is.
-_START = """(old.cursor IS NULL AND old.status <> 'compensating'
-              AND (%(starts)s::jsonb -> sessions.agent ->> 'step') IS NOT NULL)"""
-_STAMPS = f"""
-        cursor = CASE WHEN {_START}
-                      THEN %(starts)s::jsonb -> sessions.agent ->> 'step' ELSE sessions.cursor END,
-        step_deadline = CASE WHEN {_START} THEN now() + make_interval(
-            secs => (%(starts)s::jsonb -> sessions.agent ->> 'limit')::float8) END,"""
+# or null}}, looked up once per claim. A compensating session, or one of an
+# agent this worker does not load, gets none (NULL: left as it is).
+_START = """CASE WHEN cursor IS NULL AND status <> 'compensating'
+                  THEN %(starts)s::jsonb -> agent END"""
 
 
 def compact(sql: str) -> str:
@@ -170,11 +165,10 @@ def _claim(runnable: str, *, stamp_start: bool = True) -> str:
     audit event; a session that never ran is stamped with this worker's version
     (and, with `stamp_start`, with its first step and that step's deadline).
     The row returned carries the cursor as it was before the claim."""
-    stamps = _STAMPS if stamp_start else "\n        step_deadline = NULL,"
-    started = _START if stamp_start else "false"
+    start = _START if stamp_start else "NULL::jsonb"
     return f"""
 WITH old AS (
-    SELECT id, status, lease_owner, lease_epoch, cursor FROM sessions
+    SELECT id, status, lease_owner, lease_epoch, cursor, {start} AS start FROM sessions
     WHERE id = %(id)s AND {runnable} AND {CLAIMABLE}
     FOR UPDATE
 ), s AS (
@@ -184,7 +178,9 @@ WITH old AS (
         lease_epoch = sessions.lease_epoch + 1,
         lease_owner = %(owner)s,
         lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
-        step_started_at = now(),{stamps}
+        step_started_at = now(),
+        cursor = coalesce(old.start ->> 'step', sessions.cursor),
+        step_deadline = now() + make_interval(secs => (old.start ->> 'limit')::float8),
         agent_version = CASE WHEN old.cursor IS NULL THEN coalesce(
             (%(versions)s::jsonb ->> sessions.agent)::int, sessions.agent_version)
             ELSE sessions.agent_version END,
@@ -200,7 +196,7 @@ WITH old AS (
               sessions.agent_version, sessions.started_version,
               sessions.state_patch,
               old.status AS previous_status, old.lease_owner AS previous_owner,
-              old.cursor AS claimed_cursor, {started} AS started,
+              old.cursor AS claimed_cursor, old.start ->> 'step' IS NOT NULL AS started,
               -- The calls recorded for the step about to run (a replay must make
               -- as many, see RECORDED_BEYOND): one probe of an index.
               (SELECT coalesce(max(t.call_index) + 1, 0) FROM tool_execution_cache t

@@ -88,6 +88,10 @@ class _Claimed:
     response: Any = None
 
 
+def _not_recorded(tool: str) -> str:
+    return f"lease lost during tool call {tool!r}; its result was not recorded"
+
+
 @dataclass
 class _Unrecorded:
     """An async call's result on its way to the database: recorded by a
@@ -197,11 +201,7 @@ class ToolCalls:
             tool_call_queries.COMPLETE_TOOL_CALL, pending.key, response=pending.response
         )
         if not recorded:
-            logger.warning(
-                "lease lost during tool call %r; its result was not recorded",
-                pending.tool,
-                extra={"action": "lease_lost"},
-            )
+            logger.warning(_not_recorded(pending.tool), extra={"action": "lease_lost"})
         return recorded
 
     async def settle_for_commit(self) -> None:
@@ -221,9 +221,7 @@ class ToolCalls:
             for pending in under_way:
                 assert pending.recorded is not None
                 if not await pending.recorded:
-                    raise LeaseLostError(
-                        f"lease lost during tool call {pending.tool!r}; its result was not recorded"
-                    )
+                    raise LeaseLostError(_not_recorded(pending.tool))
         except BaseException:
             await on_database_thread(self.record_riding)
             raise
@@ -328,9 +326,7 @@ class ToolCalls:
     def _completed(self, tool: str, key: str, result: Any) -> Any:
         response = self._encoded_response(tool, result)
         if not self._record_encoded(tool_call_queries.COMPLETE_TOOL_CALL, key, response=response):
-            raise LeaseLostError(
-                f"lease lost during tool call {tool!r}; its result was not recorded"
-            )
+            raise LeaseLostError(_not_recorded(tool))
         self.executed += 1
         return result
 
