@@ -317,3 +317,19 @@ def slow_sync(ctx: StepContext) -> str:
 async def after_sync(ctx: StepContext) -> Complete:
     await ctx.tool("charge", apost_json, f"{ctx.input['api']}/charge", {"n": ctx.input["n"]})
     return Complete({"n": ctx.input["n"]})
+
+
+# A tool whose result PostgreSQL cannot store (NUL in a string): refused at
+# the call, as any value that is not JSON, never left to fail the commit.
+unstorable = Agent("async_unstorable_result", retry=RetryPolicy(max_attempts=2))
+
+
+async def answer_with_nul(url: str, idempotency_key: str) -> dict[str, Any]:
+    await apost_json(url, {"what": "nul"}, idempotency_key)
+    return {"text": "a\x00b"}
+
+
+@unstorable.step
+async def ask_badly(ctx: StepContext) -> Complete:
+    answer = await ctx.tool("answer", answer_with_nul, f"{ctx.input['api']}/answer")
+    return Complete(answer)

@@ -15,14 +15,12 @@ from typing import Any
 
 import click
 
+from resumable.serialization import unstorable_text
+
 
 def _bad_text(text: str) -> str | None:
-    if "\x00" in text:
-        return "contains NUL (\\u0000), which PostgreSQL cannot store"
-    for char in text:
-        if "\ud800" <= char <= "\udfff":
-            return f"contains a lone surrogate (\\u{ord(char):04x}), which is not valid Unicode"
-    return None
+    problem = unstorable_text(text)
+    return f"contains {problem}" if problem else None
 
 
 def _find_bad_text(value: Any, path: str) -> str | None:

@@ -197,6 +197,22 @@ def test_a_call_whose_commit_rolls_back_is_recorded_then_compensated_once(
     assert events.count("compensation_completed") == 1
 
 
+def test_a_tool_result_postgresql_cannot_store_fails_the_step_not_the_run(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    """A NUL in a tool's result is refused when the call returns: the step
+    fails for good (NotSerializableError is permanent, whatever the retry
+    policy) with an error that says why, instead of a commit that fails
+    again on every recovery."""
+    deployment.worker(AGENTS)
+    with FakeAPI() as api:
+        session_id = client.start("async_unstorable_result", {"api": api.url})
+        wait_until(lambda: _status(client, session_id) == "failed", timeout=30, what="failure")
+        assert _effects_at(api, "/answer") == 1  # not retried, though max_attempts=2
+    error = client.get(session_id).error
+    assert error is not None and "NUL" in str(error.message), error
+
+
 def test_an_async_calls_result_rides_with_its_steps_commit(
     client: Client, db: Database, deployment: LocalDeployment
 ) -> None:
