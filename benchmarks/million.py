@@ -125,12 +125,12 @@ FROM generate_series(1, 20);
 FINISHED = f"""
 WITH n AS (SELECT i FROM generate_series(1, %(count)s) AS i),
 s AS (
-    INSERT INTO sessions (id, agent, status, cursor, state, step_seq, created_at, updated_at,
-                          finished_at, result)
+    INSERT INTO sessions (id, agent, status, cursor, state, step_seq, step_seq_mark,
+                          created_at, updated_at, finished_at, result)
     SELECT gen_random_uuid(), '{AGENT}',
            CASE WHEN i %% 20 = 0 THEN 'failed' WHEN i %% 20 = 1 THEN 'cancelled'
                 ELSE 'completed' END,
-           'a', '{{"counter": 3}}', 1 + i %% 15,
+           'a', '{{"counter": 3}}', 1 + i %% 15, 1 + i %% 15,
            now() - (i * 7919 %% 86400) * interval '1 minute' - interval '1 hour',
            now() - (i * 7919 %% 86400) * interval '1 minute',
            now() - (i * 7919 %% 86400) * interval '1 minute', '{{"ok": true}}'

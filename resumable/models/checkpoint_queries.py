@@ -46,10 +46,10 @@ WITH src AS (
                      ORDER BY a.id DESC LIMIT 1), started_version) AS agent_version
     FROM sessions WHERE id = %(source)s
 ), s AS (
-    INSERT INTO sessions (id, agent, status, cursor, step_seq, state, input, forked_from,
-                          forked_at_seq, history_rebase, compacted_to, agent_version,
-                          started_version)
-    SELECT %(id)s, agent, 'pending', %(cursor)s, %(seq)s, %(state)s::jsonb, input, id,
+    INSERT INTO sessions (id, agent, status, cursor, step_seq, step_seq_mark, state, input,
+                          forked_from, forked_at_seq, history_rebase, compacted_to,
+                          agent_version, started_version)
+    SELECT %(id)s, agent, 'pending', %(cursor)s, %(seq)s, %(seq)s, %(state)s::jsonb, input, id,
            %(seq)s, %(rebase)s, 0, agent_version, started_version
     FROM src
     RETURNING id
@@ -103,10 +103,12 @@ WITH d AS (
 SELECT count(*) AS removed FROM d
 """
 
+# Read through the index on `step_seq_mark - compacted_to`: a session that
+# stopped is seen exactly, a running one up to STEP_SEQ_MARK_EVERY steps late.
 COMPACTION_CANDIDATES = """
 SELECT id, agent, step_seq FROM sessions
-WHERE step_seq - compacted_to > %(threshold)s
-ORDER BY step_seq - compacted_to DESC
+WHERE step_seq_mark - compacted_to > %(threshold)s
+ORDER BY step_seq_mark - compacted_to DESC
 LIMIT %(limit)s
 """
 

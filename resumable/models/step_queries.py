@@ -363,6 +363,13 @@ ORDER BY call_index
 """
 
 
+# How often a running session's `step_seq_mark` catches up with its
+# `step_seq` (every stop sets it exactly): the one step in this many that
+# updates an index entry, so that compaction finds a running session at most
+# this many checkpoints late.
+STEP_SEQ_MARK_EVERY = 32
+
+
 # A step's outcome: new state, cursor and status, the wait it suspends on (if
 # any), a checkpoint row, the audit events, and the consumption of the delivery
 # that woke it, in one statement. With a NULL state the step appends its patch
@@ -379,6 +386,8 @@ WITH s AS (
                            THEN coalesce(state_patch, '[]') || %(state_patch)s::jsonb END,
         cursor = %(cursor)s, status = %(status)s, result = %(result)s::jsonb,
         step_seq = step_seq + 1, attempts = 0, error = NULL, history_rebase = false,
+        step_seq_mark = CASE WHEN %(status)s <> 'running' OR mod(step_seq + 1, MARK_EVERY) = 0
+                             THEN step_seq + 1 ELSE step_seq_mark END,
         wait = %(wait)s::jsonb, wake = NULL, wake_at = %(wake_at)s::timestamptz,
         lease_owner = CASE WHEN NOT %(release)s THEN lease_owner END,
         lease_expires_at = CASE WHEN NOT %(release)s
@@ -411,7 +420,7 @@ WITH s AS (
                  AND callbacks.step_seq < s.step_seq
 )
 SELECT step_seq FROM s
-"""
+""".replace("MARK_EVERY", str(STEP_SEQ_MARK_EVERY))
 
 # COMMIT_STEP that also records the results of the step's async tool calls
 # not recorded yet (queue/tool_calls.py), under COMPLETE_TOOL_CALL's fence:

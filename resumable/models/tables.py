@@ -49,6 +49,10 @@ def _jsonb(nullable: bool = True) -> Any:
     return sa.Column(JSONB, nullable=nullable)
 
 
+# Percent of a sessions page filled by inserts; the rest is room for HOT updates.
+SESSIONS_FILLFACTOR = 80
+
+
 class SessionRow(SQLModel, table=True):
     """One run of an agent: its current state is materialised here so loading
     it for the next step is a single-row read, whatever the history holds."""
@@ -56,13 +60,12 @@ class SessionRow(SQLModel, table=True):
     __tablename__ = "sessions"
     __table_args__ = (
         sa.CheckConstraint(f"status IN ({_SESSION_STATUSES})", name="status"),
-        sa.Index("ix_sessions_status_updated_at", "status", "updated_at"),
+        # No index names a column that a step in mid-run changes (updated_at,
+        # step_seq, the lease's expiry): such a step is then a HOT update,
+        # which writes no index entries (migration 0015). Queries by status
+        # read this one and filter the rest in the rows.
+        sa.Index("ix_sessions_status_created_at", "status", "created_at", "id"),
         sa.Index("ix_sessions_agent_created_at", "agent", "created_at"),
-        sa.Index(
-            "ix_sessions_lease_expires_at",
-            "lease_expires_at",
-            postgresql_where=sa.text("status = 'running'"),
-        ),
         sa.Index("ix_sessions_wake_at", "wake_at", postgresql_where=sa.text("wake_at IS NOT NULL")),
         sa.Index("ix_sessions_created_at_id", "created_at", "id"),
         sa.Index(
@@ -86,8 +89,11 @@ class SessionRow(SQLModel, table=True):
             "parent_id",
             postgresql_where=sa.text(f"parent_id IS NOT NULL AND status NOT IN ({_TERMINAL})"),
         ),
-        # Migration 0011: compaction candidates without reading every session.
-        sa.Index("ix_sessions_uncompacted", sa.text("(step_seq - compacted_to)")),
+        # Migration 0015 (0011 had step_seq here): compaction candidates
+        # without reading every session.
+        sa.Index("ix_sessions_uncompacted", sa.text("(step_seq_mark - compacted_to)")),
+        # Room on each page for a row's next version: a HOT update needs it.
+        {"postgresql_with": {"fillfactor": SESSIONS_FILLFACTOR}},
     )
 
     id: uuid.UUID = Field(primary_key=True)
@@ -157,6 +163,13 @@ class SessionRow(SQLModel, table=True):
     # appended by incremental steps so they need not rewrite a large state;
     # NULL when `state` is the live state (see resumable/live_state.py).
     state_patch: list[Any] | None = Field(default=None, sa_column=_jsonb())
+    # Added in migration 0015: `step_seq` as of the session's last stop
+    # (suspended, finished, ...) or its last multiple of ``step_queries.STEP_SEQ_MARK_EVERY``,
+    # what the compaction index reads: indexing `step_seq` itself would make
+    # every step's update write every index.
+    step_seq_mark: int = Field(
+        default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
+    )
 
 
 class CheckpointRow(SQLModel, table=True):

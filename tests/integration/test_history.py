@@ -13,7 +13,7 @@ import pytest
 from resumable.agent import AgentRegistry
 from resumable.client import Client
 from resumable.models.database import Database
-from resumable.scheduler.retention import retire_old_sessions
+from resumable.scheduler.retention import compact_histories, retire_old_sessions
 from resumable.time_travel import TimeTravel
 from tests import agents
 from tests.conftest import ManagedProcess, wait_until
@@ -147,6 +147,26 @@ def test_compaction_keeps_every_remaining_checkpoint_loadable(
         for seq in range(38, 51):
             assert history.state_at(session_id, seq).state == expected[seq - 1], (agent, seq)
         assert client.session_row(session_id).compacted_to == 37
+
+
+def test_the_scheduler_compacts_the_sessions_past_twice_the_kept_history(
+    client: Client, db: Database, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    """The candidates come from an index on a copy of ``step_seq`` that a
+    step updates only when the session stops (or every 32 steps), so that
+    steps in mid-run write no index: a session that finished must be found
+    at once, with its exact count."""
+    start_worker()
+    long_one = client.start("hist_snapshot", {"steps": 45})
+    short_one = client.start("hist_snapshot", {"steps": 14})
+    wait_until(lambda: _done(client, long_one) and _done(client, short_one), what="both")
+    settings = client.settings.model_copy(update={"compact_keep": 7})
+    # 45 > 2 x 7 and 45 is not a multiple of 32: only its last commit set the mark.
+    assert compact_histories(settings, db, REGISTRY) == 45 - 7
+    assert compact_histories(settings, db, REGISTRY) == 0
+    assert [r["seq"] for r in TimeTravel(db, REGISTRY).checkpoints(long_one)] == list(range(39, 46))
+    assert len(TimeTravel(db, REGISTRY).checkpoints(short_one)) == 14  # not over 2 x 7
+    assert client.session_row(short_one).compacted_to == 0
 
 
 def test_retention_deletes_only_old_finished_sessions(
