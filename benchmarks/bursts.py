@@ -120,13 +120,13 @@ def burst(
     agent = AGENTS[kind]
     conn.execute(f"DELETE FROM sessions {harness.BENCH_TAG} WHERE agent = %s", [agent])
     with harness.bench_client(services.settings(), pool_size=8) as client:
-        ids = harness.start_sessions(client, agent, [None] * size, threads=8)
+        harness.start_sessions(client, agent, [None] * size, threads=8)
     harness.wait_sessions(
         conn,
         lambda c: c["suspended"] >= size,
         what=f"{size} sessions to suspend",
         timeout=args.timeout,
-        ids=ids,
+        agent=agent,  # all of the agent's sessions are the burst's (deleted above)
         interval=0.1,
     )
     if direct:
@@ -144,11 +144,10 @@ def burst(
         lambda c: c["completed"] >= size,
         what=f"{size} due {kind}s to resume",
         timeout=args.timeout,
-        ids=ids,
+        agent=agent,
         # The times come from the database (max finished_at), not from this
-        # poll, which only says when to stop: each one counts every id of the
-        # burst (2.4 ms of PostgreSQL at 3,000), so polling often would take
-        # CPU from the burst it measures.
+        # poll, which only says when to stop: each one counts the burst's
+        # sessions, so polling often would take CPU from the burst it measures.
         interval=0.25,
     )
     _, last = started_and_finished(conn, agent)

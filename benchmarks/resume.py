@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import multiprocessing
 import os
 import queue
@@ -57,8 +58,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
 import psycopg
 import redis
 
@@ -66,7 +67,7 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import harness
-from benchmarks.cpu import Contention, ServerPids
+from benchmarks.cpu import Contention, CpuMeter, ServerPids
 from benchmarks.harness import BenchDeployment, Services
 from benchmarks.report import (
     add_deployment,
@@ -78,6 +79,7 @@ from benchmarks.report import (
     percentile,
 )
 from benchmarks.resume_agent import AGENT_NAME
+from resumable import procfs
 from resumable.demo.webhook_sender import WebhookSender, new_secret
 
 AGENT_MODULE = "benchmarks.resume_agent"
@@ -122,17 +124,77 @@ def callback_urls(poller: PG) -> list[tuple[str, str]]:
 # -- floors --------------------------------------------------------------------------------
 
 
-def http_floor(http: httpx.Client, samples: int, gap: float = 0.0) -> list[float]:
+class KeepAlive:
+    """One keep-alive HTTP/1.1 connection, as light as the standard library
+    makes it: the senders stand in for external systems, which run on other
+    machines, so on this one they should take as little CPU from the
+    deployment as they can (httpx with 8 sender threads took about 4 ms of
+    CPU per callback, more than the web process)."""
+
+    def __init__(self, base_url: str, timeout: float) -> None:
+        parts = urlsplit(base_url)
+        assert parts.hostname is not None and parts.port is not None
+        self.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        try:
+            self.conn.request(method, path, body, headers or {})
+            response = self.conn.getresponse()
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            # uvicorn closes a connection idle for 5 s; a callback sent again
+            # is deduplicated by its webhook-id anyway.
+            self.conn.close()
+            self.conn.request(method, path, body, headers or {})
+            response = self.conn.getresponse()
+        return response.status, response.read()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> KeepAlive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class Callback:
+    """A session's callback, signed before its phase starts (signing is the
+    sender's work, not the deployment's)."""
+
+    session_id: str
+    path: str
+    body: bytes
+    headers: dict[str, str]
+
+
+def sign_callbacks(sender: WebhookSender, targets: list[tuple[str, str]]) -> list[Callback]:
+    callbacks = []
+    for session_id, url in targets:
+        signed = sender.sign({"approved": True, "session": session_id})
+        headers = {**signed.headers, "content-length": str(len(signed.body.encode()))}
+        callbacks.append(Callback(session_id, urlsplit(url).path, signed.body.encode(), headers))
+    return callbacks
+
+
+def http_floor(http: KeepAlive, samples: int, gap: float = 0.0) -> list[float]:
     """GET /healthz round trips, seconds, back to back or each after `gap` seconds idle."""
     latencies: list[float] = []
     for index in range(samples + 20):  # the first 20 warm up
         if gap:
             time.sleep(gap)
         started = time.perf_counter()
-        response = http.get("/healthz")
+        status, _ = http.request("GET", "/healthz")
         elapsed = time.perf_counter() - started
-        if response.status_code != 200:
-            raise RuntimeError(f"/healthz answered {response.status_code}")
+        if status != 200:
+            raise RuntimeError(f"/healthz answered {status}")
         if index >= 20:
             latencies.append(elapsed)
     return latencies
@@ -199,6 +261,42 @@ def resume_path_pids(deployment: BenchDeployment, servers: ServerPids) -> list[i
     return [os.getpid(), *deployment.pids, *servers.all()]
 
 
+def _tree_cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds of these processes and their live children."""
+    tree = [*pids, *(child for pid in pids for child in procfs.children(pid))]
+    return sum(procfs.cpu_seconds(pid) or 0.0 for pid in tree)
+
+
+@dataclass(frozen=True)
+class PathCpu:
+    """CPU seconds so far of each process on the resume path."""
+
+    seconds: dict[str, float]
+
+    @classmethod
+    def sample(cls, meter: CpuMeter, deployment: BenchDeployment) -> PathCpu:
+        web = [deployment.web.pid] if deployment.web is not None else []
+        servers = meter.sample([])
+        return cls(
+            {
+                "web": _tree_cpu_seconds(web),
+                "workers": _tree_cpu_seconds([w.pid for w in deployment.workers]),
+                "postgres": servers.postgres,
+                "valkey": servers.valkey,
+                "this process": servers.bench,
+            }
+        )
+
+    def describe(self, before: PathCpu, resumes: int) -> str:
+        """Milliseconds of CPU per resume, by process, since `before`."""
+        parts = [
+            f"{name} {(seconds - before.seconds[name]) / resumes * 1e3:.2f}"
+            for name, seconds in self.seconds.items()
+        ]
+        total = sum(self.seconds.values()) - sum(before.seconds.values())
+        return f"{', '.join(parts)}; in all {total / resumes * 1e3:.2f} ms"
+
+
 # -- the phases ----------------------------------------------------------------------------
 
 
@@ -215,15 +313,14 @@ class Sample:
         return self.resumed_at - self.sent_at
 
 
-def post_callback(http: httpx.Client, sender: WebhookSender, session_id: str, url: str) -> Sample:
-    signed = sender.sign({"approved": True, "session": session_id})
+def post_callback(http: KeepAlive, callback: Callback) -> Sample:
     sent_at = time.time()
     started = time.perf_counter()
-    response = http.post(url, content=signed.body, headers=signed.headers)
+    status, body = http.request("POST", callback.path, callback.body, callback.headers)
     accepted = time.perf_counter() - started
-    if response.status_code != 202:
-        raise RuntimeError(f"callback for {session_id}: {response.status_code} {response.text}")
-    return Sample(session_id, sent_at, accepted)
+    if status != 202:
+        raise RuntimeError(f"callback for {callback.session_id}: {status} {body[:300]!r}")
+    return Sample(callback.session_id, sent_at, accepted)
 
 
 def wait_resumed(
@@ -252,16 +349,17 @@ def phase_a(
     args: argparse.Namespace,
     deployment: BenchDeployment,
     sender: WebhookSender,
-    http: httpx.Client,
+    http: KeepAlive,
     poller: PG,
     targets: list[tuple[str, str]],
 ) -> list[Sample]:
     samples: list[Sample] = []
-    for session_id, url in targets:
+    http.request("GET", "/healthz")  # the connection may have idled out during the floors
+    for callback in sign_callbacks(sender, targets):
         time.sleep(args.gap_ms / 1000)
-        sample = post_callback(http, sender, session_id, url)
+        sample = post_callback(http, callback)
         sample.resumed_at = wait_resumed(
-            poller, deployment, session_id, args.timeout, args.poll_ms / 1000
+            poller, deployment, callback.session_id, args.timeout, args.poll_ms / 1000
         )
         samples.append(sample)
     return samples
@@ -287,9 +385,9 @@ def phase_b(
     poller: PG,
     targets: list[tuple[str, str]],
 ) -> Throughput:
-    work: queue.Queue[tuple[str, str]] = queue.Queue()
-    for target in targets:
-        work.put(target)
+    work: queue.Queue[Callback] = queue.Queue()
+    for callback in sign_callbacks(sender, targets):
+        work.put(callback)
     samples: list[Sample] = []
     errors: list[BaseException] = []
     lock = threading.Lock()
@@ -297,15 +395,15 @@ def phase_b(
 
     def post_some() -> None:
         try:
-            with httpx.Client(base_url=deployment.url, timeout=args.timeout) as http:
-                http.get("/healthz")  # connected and warm before the start
+            with KeepAlive(deployment.url, args.timeout) as http:
+                http.request("GET", "/healthz")  # connected and warm before the start
                 ready.wait(timeout=60)
                 while True:
                     try:
-                        session_id, url = work.get_nowait()
+                        callback = work.get_nowait()
                     except queue.Empty:
                         return
-                    sample = post_callback(http, sender, session_id, url)
+                    sample = post_callback(http, callback)
                     with lock:
                         samples.append(sample)
         except BaseException as exc:
@@ -441,6 +539,7 @@ def report(
     hops: Hops,
     load: Throughput,
     contention: tuple[str, str],
+    cpu: tuple[str, str],
 ) -> None:
     resume = [s.resume for s in latency]
     accepted = [s.accepted for s in latency]
@@ -481,6 +580,7 @@ def report(
         )
         print(f"  resume {label} {resumed * 1e3:.2f} ms = {ratios}")
     print(f"  CPU contention: {contention[0]}")
+    print(f"  CPU per resume (ms): {cpu[0]}")
     print(
         f"  the first callback (a cold web process and database connection) took"
         f" {latency[0].accepted * 1e3:.2f} ms to accept, {latency[0].resume * 1e3:.2f} ms to resume"
@@ -506,6 +606,7 @@ def report(
         f" s) = {len(load.samples) / (load.last_finished - load.first_sent):.1f} resumes/s"
     )
     print(f"  CPU contention: {contention[1]}")
+    print(f"  CPU per resume (ms): {cpu[1]}")
     print()
     p50_ok = resume50 * 1e3 < TARGET_P50_MS
     p99_ok = resume99 * 1e3 < TARGET_P99_MS
@@ -559,7 +660,7 @@ def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
         print(f"web on {deployment.url}, {args.workers} workers x {args.threads} threads")
         with (
             harness.connect(services.pg_url) as poller,
-            httpx.Client(base_url=deployment.url, timeout=args.timeout) as http,
+            KeepAlive(deployment.url, args.timeout) as http,
             harness.bench_client(services.settings(), args.enqueue_threads) as client,
         ):
             started = time.monotonic()
@@ -579,20 +680,36 @@ def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
             redis_lat = redis_floor(services.redis_url, args.floor_samples, args.gap_ms / 1000)
             print(f"floors measured; phase A: {half} callbacks one at a time")
             pids = resume_path_pids(deployment, servers)
-            before = Contention.sample(pids)
+            meter = CpuMeter(servers)
+            before, cpu_before = Contention.sample(pids), PathCpu.sample(meter, deployment)
             latency = phase_a(args, deployment, sender, http, poller, targets[:half])
-            after_a = Contention.sample(pids)
+            after_a, cpu_a = Contention.sample(pids), PathCpu.sample(meter, deployment)
             hops = hop_breakdown(poller, latency)
             print(f"phase B: {len(targets) - half} callbacks, {args.concurrency} senders")
-            before_b = Contention.sample(pids)
+            before_b, cpu_before_b = Contention.sample(pids), PathCpu.sample(meter, deployment)
             load = phase_b(args, deployment, sender, poller, targets[half:])
             after_b = Contention.sample(resume_path_pids(deployment, servers))
+            cpu_b = PathCpu.sample(meter, deployment)
             contention = (
                 after_a.describe(before, len(latency), RESUME_PATH, "resume"),
                 after_b.describe(before_b, len(load.samples), RESUME_PATH, "resume"),
             )
+            cpu = (
+                cpu_a.describe(cpu_before, len(latency)),
+                cpu_b.describe(cpu_before_b, len(load.samples)),
+            )
     report(
-        args, services, log_dir, http_lat, http_idle_lat, redis_lat, latency, hops, load, contention
+        args,
+        services,
+        log_dir,
+        http_lat,
+        http_idle_lat,
+        redis_lat,
+        latency,
+        hops,
+        load,
+        contention,
+        cpu,
     )
 
 

@@ -252,7 +252,7 @@ class Session(Record):
             forked_at=row.forked_at_seq,
             parent_id=row.parent_id,
             created_at=row.created_at,
-            updated_at=row.updated_at,
+            updated_at=row.changed_at,
             finished_at=row.finished_at,
         )
 

@@ -376,9 +376,10 @@ STEP_SEQ_MARK_EVERY = 32
 # instead (resumable/live_state.py): the stored state is left as it is, and
 # PostgreSQL does not rewrite an unchanged TOASTed value. No row back means the
 # epoch moved on (another worker owns the session) or the step was already
-# committed; nothing was written. (Keep the SET list short: a test finds the
-# checkpoint insert in pg_stat_activity, which cuts a query at 1024 bytes.)
-COMMIT_STEP = """
+# committed; nothing was written. (Compacted, so that the checkpoint insert is
+# within the first 1024 bytes, all pg_stat_activity shows of a query: a test
+# looks for it there.)
+_COMMIT_STEP = """
 WITH s AS (
     UPDATE sessions SET
         state = coalesce(%(state)s::jsonb, state),
@@ -396,7 +397,11 @@ WITH s AS (
         step_deadline = CASE WHEN NOT %(release)s
                              THEN now() + make_interval(secs => %(next_time_limit)s) END,
         finished_at = CASE WHEN %(status)s = 'completed' THEN now() END,
-        updated_at = now()
+        -- A step that continues the run leaves updated_at (indexed) alone, so
+        -- that its update writes no index entry (HOT); step_started_at says
+        -- when it committed (SessionRow.changed_at).
+        updated_at = CASE WHEN %(status)s = 'running' AND NOT %(release)s
+                          THEN updated_at ELSE now() END
     WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
       AND step_seq = %(expected_seq)s
     RETURNING id, step_seq, state
@@ -421,15 +426,17 @@ WITH s AS (
 )
 SELECT step_seq FROM s
 """.replace("MARK_EVERY", str(STEP_SEQ_MARK_EVERY))
+COMMIT_STEP = compact(_COMMIT_STEP)
 
 # COMMIT_STEP that also records the results of the step's async tool calls
 # not recorded yet (queue/tool_calls.py), under COMPLETE_TOOL_CALL's fence:
 # %(records)s is {key: response}, found by the primary key. A statement of
 # its own: a data-modifying CTE costs every commit its set-up (0.17 ms a
 # commit, measured) even when it touches no row.
-COMMIT_STEP_WITH_RECORDS = COMMIT_STEP.replace(
-    "\nSELECT step_seq FROM s\n",
-    """, r AS (
+COMMIT_STEP_WITH_RECORDS = compact(
+    _COMMIT_STEP.replace(
+        "\nSELECT step_seq FROM s\n",
+        """, r AS (
     UPDATE tool_execution_cache AS t
     SET status = 'completed', response = %(records)s::jsonb -> t.idempotency_key,
         error = NULL, updated_at = now()
@@ -439,6 +446,7 @@ COMMIT_STEP_WITH_RECORDS = COMMIT_STEP.replace(
 )
 SELECT step_seq FROM s
 """,
+    )
 )
 
 

@@ -60,11 +60,11 @@ class SessionRow(SQLModel, table=True):
     __tablename__ = "sessions"
     __table_args__ = (
         sa.CheckConstraint(f"status IN ({_SESSION_STATUSES})", name="status"),
-        # No index names a column that a step in mid-run changes (updated_at,
-        # step_seq, the lease's expiry): such a step is then a HOT update,
-        # which writes no index entries (migration 0015). Queries by status
-        # read this one and filter the rest in the rows.
-        sa.Index("ix_sessions_status_created_at", "status", "created_at", "id"),
+        # No index names a column that a step in mid-run changes (step_seq,
+        # the lease's expiry; such a step leaves updated_at alone): its update
+        # is then HOT, and writes no index entry (migration 0015). Running
+        # sessions are found through this index, by status.
+        sa.Index("ix_sessions_status_updated_at", "status", "updated_at"),
         sa.Index("ix_sessions_agent_created_at", "agent", "created_at"),
         sa.Index("ix_sessions_wake_at", "wake_at", postgresql_where=sa.text("wake_at IS NOT NULL")),
         sa.Index("ix_sessions_created_at_id", "created_at", "id"),
@@ -170,6 +170,15 @@ class SessionRow(SQLModel, table=True):
     step_seq_mark: int = Field(
         default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
     )
+
+    @property
+    def changed_at(self) -> datetime:
+        """When the session last changed: a step that continues its run
+        leaves `updated_at` alone (it is indexed; see COMMIT_STEP) and stamps
+        `step_started_at`, the moment it committed."""
+        if self.step_started_at is not None and self.step_started_at > self.updated_at:
+            return self.step_started_at
+        return self.updated_at
 
 
 class CheckpointRow(SQLModel, table=True):

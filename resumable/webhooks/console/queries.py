@@ -80,7 +80,10 @@ def find_sessions(
         col(SessionRow.step_seq),
         col(SessionRow.attempts),
         col(SessionRow.created_at),
-        col(SessionRow.updated_at),
+        # SessionRow.changed_at, in SQL.
+        sa.func.greatest(col(SessionRow.updated_at), col(SessionRow.step_started_at)).label(
+            "updated_at"
+        ),
         col(SessionRow.error),
     ]
     query = sa.select(*columns).order_by(

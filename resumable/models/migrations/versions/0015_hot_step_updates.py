@@ -3,12 +3,11 @@
 Every step commit updates its session's row. PostgreSQL can do that as a
 heap-only (HOT) update, which writes no index entry at all, only when no
 indexed column changes and the row's page has room for the new version.
-Three indexes named columns that every step changes, so every step wrote an
+Three indexes named columns that every step changed, so every step wrote an
 entry into each of the table's twelve indexes:
 
-- ``(status, updated_at)``: now ``(status, created_at, id)``, which also
-  serves the session list filtered by status (newest first); the periodic
-  queries by status filter ``updated_at`` in the rows of that status;
+- ``(status, updated_at)``: kept, and a step that continues its run no
+  longer moves ``updated_at`` (``step_started_at`` says when it committed);
 - ``(lease_expires_at) WHERE status = 'running'`` (the commit renews the
   lease): dropped; the reconciler reads running sessions by status;
 - ``(step_seq - compacted_to)`` for compaction candidates: now on
@@ -51,8 +50,6 @@ def upgrade() -> None:
     op.create_index(
         "ix_sessions_uncompacted", "sessions", [sa.text("(step_seq_mark - compacted_to)")]
     )
-    op.drop_index("ix_sessions_status_updated_at", table_name="sessions")
-    op.create_index("ix_sessions_status_created_at", "sessions", ["status", "created_at", "id"])
     op.drop_index(
         "ix_sessions_lease_expires_at",
         table_name="sessions",
@@ -69,8 +66,6 @@ def downgrade() -> None:
         ["lease_expires_at"],
         postgresql_where=sa.text("status = 'running'"),
     )
-    op.drop_index("ix_sessions_status_created_at", table_name="sessions")
-    op.create_index("ix_sessions_status_updated_at", "sessions", ["status", "updated_at"])
     op.drop_index("ix_sessions_uncompacted", table_name="sessions")
     op.create_index("ix_sessions_uncompacted", "sessions", [sa.text("(step_seq - compacted_to)")])
     op.drop_column("sessions", "step_seq_mark")
