@@ -55,6 +55,9 @@ class ClaimedSession:
     # The claim stamped the session's first step and its deadline (a new
     # session of an agent loaded here), so the run need not.
     started: bool = False
+    # Seconds since the delivery that woke the session was stored (None: no
+    # delivery woke it, or it was woken before the wake recorded that time).
+    waited: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", SessionStatus(self.status))
@@ -197,6 +200,10 @@ WITH old AS (
               sessions.state_patch,
               old.status AS previous_status, old.lease_owner AS previous_owner,
               old.cursor AS claimed_cursor, old.start ->> 'step' IS NOT NULL AS started,
+              -- Since the delivery that woke it was stored (the resume latency).
+              extract(epoch FROM clock_timestamp()
+                                 - (sessions.wake ->> 'received_at')::timestamptz)::float8
+                  AS waited,
               -- The calls recorded for the step about to run (a replay must make
               -- as many, see RECORDED_BEYOND): one probe of an index.
               (SELECT coalesce(max(t.call_index) + 1, 0) FROM tool_execution_cache t
@@ -222,7 +229,7 @@ WITH old AS (
 SELECT id AS session_id, agent, claimed_cursor AS cursor, state, input, step_seq,
        lease_epoch AS epoch, wait, wake, status, attempts, error, history_rebase,
        agent_version AS version, started_version, state_patch, recorded_calls, coordinated,
-       started
+       started, waited
 FROM s
 """
 

@@ -33,7 +33,7 @@ SELECT (SELECT count(*) FROM owner) AS owned,
 # other's committed row, so no wake-up is lost.
 WAKE_FROM_DELIVERIES = """
 WITH d AS (
-    SELECT d.id, d.kind, d.topic, d.payload
+    SELECT d.id, d.kind, d.topic, d.payload, d.received_at
     FROM deliveries d JOIN sessions s ON s.id = d.session_id
     WHERE d.session_id = %(id)s AND d.status = 'pending' AND s.status = 'suspended'
       AND ((d.kind = 'callback' AND coalesce(s.wait -> 'callbacks', '[]'::jsonb) ? d.token)
@@ -43,8 +43,9 @@ WITH d AS (
 ), s AS (
     UPDATE sessions SET
         status = 'pending',
+        -- received_at: the claim measures the resume latency from it.
         wake = jsonb_build_object('kind', d.kind, 'topic', d.topic, 'payload', d.payload,
-                                  'delivery_id', d.id),
+                                  'delivery_id', d.id, 'received_at', d.received_at),
         wake_at = NULL,
         updated_at = now()
     FROM d

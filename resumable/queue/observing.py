@@ -37,7 +37,12 @@ def observe_run(db: Database, claim: ClaimedSession) -> contextlib.AbstractConte
     wake = claim.wake or {}
     metrics = worker_metrics.served.metrics
     if metrics is not None and wake.get("delivery_id") is not None:
-        _observe_resume_latency(db, claim, metrics.resume_latency, wake["delivery_id"])
+        if claim.waited is not None:  # measured by the claim, on the database's clock
+            metrics.resume_latency.labels(claim.agent, str(wake["kind"])).observe(
+                max(0.0, claim.waited)
+            )
+        else:  # woken by a release whose wake did not record when it was stored
+            _observe_resume_latency(db, claim, metrics.resume_latency, wake["delivery_id"])
     if not tracing.enabled():
         return contextlib.nullcontext()
     attributes: dict[str, Any] = {
