@@ -143,25 +143,21 @@ class KeepAlive:
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
-        try:
-            self.conn.request(method, path, body, headers or {})
-            response = self.conn.getresponse()
-        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
-            # uvicorn closes a connection idle for 5 s; a callback sent again
-            # is deduplicated by its webhook-id anyway.
-            self.conn.close()
-            self.conn.request(method, path, body, headers or {})
-            response = self.conn.getresponse()
-        return response.status, response.read()
+        for attempt in (1, 2):
+            try:
+                self.conn.request(method, path, body, headers or {})
+                response = self.conn.getresponse()
+                return response.status, response.read()
+            except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+                # uvicorn closes a connection idle for 5 s; a callback sent
+                # again is deduplicated by its webhook-id anyway.
+                self.conn.close()
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         self.conn.close()
-
-    def __enter__(self) -> KeepAlive:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 @dataclass(frozen=True)
@@ -395,7 +391,7 @@ def phase_b(
 
     def post_some() -> None:
         try:
-            with KeepAlive(deployment.url, args.timeout) as http:
+            with contextlib.closing(KeepAlive(deployment.url, args.timeout)) as http:
                 http.request("GET", "/healthz")  # connected and warm before the start
                 ready.wait(timeout=60)
                 while True:
@@ -660,7 +656,7 @@ def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
         print(f"web on {deployment.url}, {args.workers} workers x {args.threads} threads")
         with (
             harness.connect(services.pg_url) as poller,
-            KeepAlive(deployment.url, args.timeout) as http,
+            contextlib.closing(KeepAlive(deployment.url, args.timeout)) as http,
             harness.bench_client(services.settings(), args.enqueue_threads) as client,
         ):
             started = time.monotonic()
