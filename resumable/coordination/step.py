@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import dramatiq
@@ -62,20 +61,14 @@ class StepCoordination:
         if name not in self.releases:
             self.releases.append(name)
 
-    def transaction(
-        self, conn: psycopg.Connection[Any], wait: dict[str, Any] | None
-    ) -> AbstractContextManager[Any]:
-        """A transaction around the step's commit if it writes anything here;
-        else nothing (the commit stays one autocommitted statement)."""
-        return conn.transaction() if self._writes(wait) else nullcontext()
-
-    def _writes(self, wait: dict[str, Any] | None) -> bool:
+    def writes(self, wait: dict[str, Any] | None) -> bool:
+        """Whether the step's commit writes anything here, so needs a
+        transaction around it; if not, it stays one autocommitted statement."""
         return bool(self.shared.pending or self.releases or self.spawns.children or _locks(wait))
 
     def write(self, conn: psycopg.Connection[Any], seq: int, wait: dict[str, Any] | None) -> None:
-        """Inside ``transaction``, after the step's own commit statement succeeded."""
-        if not self._writes(wait):
-            return  # the plain step path: nothing more
+        """In the commit's transaction (when ``writes``), after the step's own
+        commit statement succeeded."""
         locks.bound_idle(conn, self.idle_timeout)
         self.shared.write(conn, seq)
         self.spawns.write(conn)

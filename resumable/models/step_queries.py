@@ -66,13 +66,6 @@ class ClaimedSession:
 
 
 @dataclass(frozen=True)
-class CommittedStep:
-    """A row of COMMIT_STEP: the sequence number the step was committed as."""
-
-    step_seq: int
-
-
-@dataclass(frozen=True)
 class Renewal:
     """A row of RENEW_LEASE: whether the lease was renewed and, if not, where
     the session stands now (so the keeper can say who took it)."""

@@ -21,11 +21,12 @@ import socket
 import threading
 import time
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import dramatiq
-from psycopg.rows import class_row
+from psycopg.rows import class_row, tuple_row
 
 from resumable import serialization
 from resumable.agent import Agent, AgentRegistry, Complete, Next, version_label
@@ -45,7 +46,7 @@ from resumable.logs import agent_logger, log_context, session_context
 from resumable.models import step_queries
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
-from resumable.models.step_queries import ClaimableElsewhere, ClaimedSession, CommittedStep
+from resumable.models.step_queries import ClaimableElsewhere, ClaimedSession
 from resumable.queue.async_runs import AsyncRuns
 from resumable.queue.callbacks import CallbackFactory
 from resumable.queue.checkpoint_writer import CheckpointWriter, StepState
@@ -639,50 +640,46 @@ class SessionRunner:
         # Results of async tool calls still to record ride with the commit.
         records = step.tools.riding_params()
         statement = step_queries.COMMIT_STEP_WITH_RECORDS if records else step_queries.COMMIT_STEP
-        with self.db.connection() as conn, coordination.transaction(conn, wait):
-            row = (
-                conn.cursor(row_factory=class_row(CommittedStep))
-                .execute(
-                    statement,
-                    {
-                        "id": claim.session_id,
-                        "epoch": claim.epoch,
-                        "expected_seq": step.ctx.seq - 1,
-                        "state": step.state.full,
-                        "state_patch": step.state.patch,
-                        "cursor": step.decision.next_step,
-                        "status": status,
-                        "result": step.result,
-                        "release": status is not SessionStatus.RUNNING,
-                        "wait": serialization.dumps(wait, "wait") if wait else None,
-                        "wake_at": wait.get("wake_at") if wait else None,
-                        "delivery_id": step.wake.delivery_id if step.wake else None,
-                        "after_wake": step.wake is not None,
-                        "lease_seconds": self.settings.lease_seconds,
-                        "next_time_limit": next_time_limit,
-                        "step": step.name,
-                        # Built here from validated parts: encoded without a second walk.
-                        "events": json.dumps(events, ensure_ascii=False, separators=(",", ":")),
-                        "kind": history.kind,
-                        # NULL: the checkpoint takes the live state (nothing was redacted).
-                        "history_state": None
-                        if history.state == step.state.full
-                        else history.state,
-                        "patch": history.patch,
-                        "step_events": history.events,
-                        **records,
-                    },
-                    prepare=True,
-                )
+        params = {
+            "id": claim.session_id,
+            "epoch": claim.epoch,
+            "expected_seq": step.ctx.seq - 1,
+            "state": step.state.full,
+            "state_patch": step.state.patch,
+            "cursor": step.decision.next_step,
+            "status": status,
+            "result": step.result,
+            "release": status is not SessionStatus.RUNNING,
+            "wait": serialization.dumps(wait, "wait") if wait else None,
+            "wake_at": wait.get("wake_at") if wait else None,
+            "delivery_id": step.wake.delivery_id if step.wake else None,
+            "after_wake": step.wake is not None,
+            "lease_seconds": self.settings.lease_seconds,
+            "next_time_limit": next_time_limit,
+            "step": step.name,
+            # Built here from validated parts: encoded without a second walk.
+            "events": json.dumps(events, ensure_ascii=False, separators=(",", ":")),
+            "kind": history.kind,
+            # NULL: the checkpoint takes the live state (nothing was redacted).
+            "history_state": None if history.state == step.state.full else history.state,
+            "patch": history.patch,
+            "step_events": history.events,
+            **records,
+        }
+        writes = coordination.writes(wait)  # mostly not: one autocommitted statement
+        with self.db.connection() as conn, conn.transaction() if writes else nullcontext():
+            committed = (
+                conn.cursor(row_factory=tuple_row)
+                .execute(statement, params, prepare=True)
                 .fetchone()
             )
-            if row is not None:
-                coordination.write(conn, row.step_seq, wait)  # same transaction, if it has any
+            if writes and committed is not None:
+                coordination.write(conn, committed[0], wait)  # in the same transaction
         # Committed with the step (or fenced out with it). Not before: a
         # coordination write that fails rolls the records back too, and the
         # caller then records them on their own, before the saga.
         step.tools.riding = []
-        return None if row is None else row.step_seq
+        return None if committed is None else int(committed[0])
 
 
 def _held(claim: ClaimedSession) -> HeldLease:
