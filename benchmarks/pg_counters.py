@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -28,6 +28,8 @@ class Counters:
     xact_commit: int
     xact_rollback: int
     rows: dict[str, tuple[int, int]]  # table -> (inserted, updated)
+    hot: dict[str, int] = field(default_factory=dict)  # table -> HOT updates
+    wal_bytes: int = 0  # the WAL position, in bytes from the start
 
 
 def read_counters(url: str, tables: Sequence[str]) -> Counters:
@@ -37,15 +39,15 @@ def read_counters(url: str, tables: Sequence[str]) -> Counters:
             f"SELECT xact_commit, xact_rollback FROM pg_stat_database {BENCH_TAG}"
             " WHERE datname = current_database()"
         ).fetchone() or (0, 0)
-        rows = {
-            str(name): (int(ins), int(upd))
-            for name, ins, upd in conn.execute(
-                f"SELECT relname, n_tup_ins, n_tup_upd FROM pg_stat_user_tables {BENCH_TAG}"
-                " WHERE relname = ANY(%s)",
-                [list(tables)],
-            ).fetchall()
-        }
-    return Counters(int(commit), int(rollback), rows)
+        found = conn.execute(
+            f"SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+            f" {BENCH_TAG} WHERE relname = ANY(%s)",
+            [list(tables)],
+        ).fetchall()
+        wal = conn.execute(f"SELECT pg_current_wal_lsn() - '0/0' {BENCH_TAG}").fetchone()
+    rows = {str(name): (int(ins), int(upd)) for name, ins, upd, _ in found}
+    hot = {str(name): int(hot) for name, _, _, hot in found}
+    return Counters(int(commit), int(rollback), rows, hot, int(wal[0]) if wal else 0)
 
 
 def settle() -> None:
@@ -191,3 +193,13 @@ def row_deltas(
         )
         for table in tables
     }
+
+
+def describe_writes(before: Counters, after: Counters, steps: int, table: str) -> str:
+    """WAL per step, and how many of `table`'s updates were HOT (wrote no
+    index entry): what a step's commit costs the server beyond its CPU."""
+    updated = after.rows.get(table, (0, 0))[1] - before.rows.get(table, (0, 0))[1]
+    hot = after.hot.get(table, 0) - before.hot.get(table, 0)
+    share = f"{100 * hot / updated:.0f}%" if updated else "n/a"
+    wal = (after.wal_bytes - before.wal_bytes) / steps
+    return f"WAL {wal:,.0f} bytes/step; {updated:,} {table} updates, {share} HOT"
