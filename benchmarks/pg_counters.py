@@ -30,6 +30,7 @@ class Counters:
     rows: dict[str, tuple[int, int]]  # table -> (inserted, updated)
     hot: dict[str, int] = field(default_factory=dict)  # table -> HOT updates
     wal_bytes: int = 0  # the WAL position, in bytes from the start
+    wal_syncs: int | None = None  # WAL flushes to disk so far (None: not reported)
 
 
 def read_counters(url: str, tables: Sequence[str]) -> Counters:
@@ -45,9 +46,29 @@ def read_counters(url: str, tables: Sequence[str]) -> Counters:
             [list(tables)],
         ).fetchall()
         wal = conn.execute(f"SELECT pg_current_wal_lsn() - '0/0' {BENCH_TAG}").fetchone()
+        syncs = _wal_syncs(conn)
     rows = {str(name): (int(ins), int(upd)) for name, ins, upd, _ in found}
     hot = {str(name): int(hot) for name, _, _, hot in found}
-    return Counters(int(commit), int(rollback), rows, hot, int(wal[0]) if wal else 0)
+    return Counters(int(commit), int(rollback), rows, hot, int(wal[0]) if wal else 0, syncs)
+
+
+# Where the server counts its WAL flushes: pg_stat_io from PostgreSQL 18,
+# pg_stat_wal before (14-17).
+_WAL_SYNC_QUERIES = (
+    f"SELECT sum(fsyncs) FROM pg_stat_io {BENCH_TAG} WHERE object = 'wal'",
+    f"SELECT wal_sync FROM pg_stat_wal {BENCH_TAG}",
+)
+
+
+def _wal_syncs(conn: psycopg.Connection[tuple[object, ...]]) -> int | None:
+    for sql in _WAL_SYNC_QUERIES:
+        try:
+            row = conn.execute(sql).fetchone()
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn):
+            continue  # autocommit: the next query runs as usual
+        if row is not None and row[0] is not None:
+            return int(str(row[0]))
+    return None
 
 
 def settle() -> None:
@@ -202,4 +223,10 @@ def describe_writes(before: Counters, after: Counters, steps: int, table: str) -
     hot = after.hot.get(table, 0) - before.hot.get(table, 0)
     share = f"{100 * hot / updated:.0f}%" if updated else "n/a"
     wal = (after.wal_bytes - before.wal_bytes) / steps
-    return f"WAL {wal:,.0f} bytes/step; {updated:,} {table} updates, {share} HOT"
+    commits = after.xact_commit - before.xact_commit
+    syncs = (
+        "WAL flushes not reported"
+        if after.wal_syncs is None or before.wal_syncs is None or not commits
+        else f"{after.wal_syncs - before.wal_syncs:,} WAL flushes for {commits:,} commits"
+    )
+    return f"WAL {wal:,.0f} bytes/step, {syncs}; {updated:,} {table} updates, {share} HOT"
