@@ -98,6 +98,15 @@ class CpuSample:
         )
 
 
+def tree_seconds(pid: int, *, reaped_children: bool = False) -> float | None:
+    """CPU seconds of a process and its live children (with `reaped_children`,
+    also of the children it has waited for); None if the process is gone."""
+    own = procfs.cpu_seconds(pid, reaped_children=reaped_children)
+    if own is None:
+        return None
+    return own + sum(procfs.cpu_seconds(child) or 0.0 for child in procfs.children(pid))
+
+
 class CpuMeter:
     """Samples CPU seconds of given processes, the servers and the machine."""
 
@@ -132,11 +141,9 @@ class CpuMeter:
         postmaster = self.servers.postmaster
         if postmaster is None:
             return float("nan")
-        total = procfs.cpu_seconds(postmaster, reaped_children=True)
-        if total is None:
-            return float("nan")
         # A child that exited meanwhile is counted in the postmaster's reaped time.
-        return total + sum(procfs.cpu_seconds(pid) or 0.0 for pid in procfs.children(postmaster))
+        total = tree_seconds(postmaster, reaped_children=True)
+        return float("nan") if total is None else total
 
     @staticmethod
     def _seconds(pid: int | None) -> float:

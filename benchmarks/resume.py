@@ -67,7 +67,7 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import harness
-from benchmarks.cpu import Contention, CpuMeter, ServerPids
+from benchmarks.cpu import Contention, CpuMeter, ServerPids, tree_seconds
 from benchmarks.harness import BenchDeployment, Services
 from benchmarks.report import (
     add_deployment,
@@ -79,7 +79,6 @@ from benchmarks.report import (
     percentile,
 )
 from benchmarks.resume_agent import AGENT_NAME
-from resumable import procfs
 from resumable.demo.webhook_sender import WebhookSender, new_secret
 
 AGENT_MODULE = "benchmarks.resume_agent"
@@ -259,8 +258,7 @@ def resume_path_pids(deployment: BenchDeployment, servers: ServerPids) -> list[i
 
 def _tree_cpu_seconds(pids: list[int]) -> float:
     """CPU seconds of these processes and their live children."""
-    tree = [*pids, *(child for pid in pids for child in procfs.children(pid))]
-    return sum(procfs.cpu_seconds(pid) or 0.0 for pid in tree)
+    return sum(tree_seconds(pid) or 0.0 for pid in pids)
 
 
 @dataclass(frozen=True)
