@@ -510,8 +510,12 @@ class ArchivedSessionRow(SQLModel, table=True):
     document: dict[str, Any] = Field(sa_column=_jsonb(nullable=False))
 
 
-# Migration 0009: triggers keep `finished_session_counts` (see metrics_queries).
-for _ddl in (metrics_queries.COUNT_FINISHED_FUNCTION, *metrics_queries.COUNT_FINISHED_TRIGGERS):
+# Migrations 0009 and 0016: triggers keep `finished_session_counts` (see metrics_queries).
+for _ddl in (
+    metrics_queries.COUNT_FINISHED_FUNCTION,
+    metrics_queries.COUNT_FINISHED_DELETED_FUNCTION,
+    *metrics_queries.COUNT_FINISHED_TRIGGERS,
+):
     sa.event.listen(
         SessionRow.__table__,  # type: ignore[attr-defined]
         "after_create",

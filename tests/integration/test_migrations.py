@@ -19,6 +19,7 @@ from pprint import pformat
 import psycopg
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -236,6 +237,40 @@ def test_migrations_build_the_same_schema_as_the_models(make_database: MakeDatab
         )
     )
     assert migrated_dump == models_dump, f"schema dumps differ:\n{diff}"
+
+
+def test_0016_counts_deletes_per_statement_and_its_downgrade_counts_per_row(
+    make_database: MakeDatabase,
+) -> None:
+    """The delete trigger of the finished counts, both ways: each keeps the
+    counts right for a batch deleted in one statement."""
+    url = make_database()
+    config = migrate.alembic_config(url)
+
+    def delete_trigger_level_and_count_after_a_batch() -> tuple[str, int]:
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO sessions (id, agent, status, state, input, finished_at)"
+                " SELECT gen_random_uuid(), 'a', 'completed', '{}', '{}', now()"
+                " FROM generate_series(1, 50)"
+            )
+            conn.execute("DELETE FROM sessions WHERE id IN (SELECT id FROM sessions LIMIT 20)")
+            row = conn.execute(
+                "SELECT (SELECT CASE WHEN tgtype & 1 = 1 THEN 'row' ELSE 'statement' END"
+                "        FROM pg_trigger WHERE tgname = 'sessions_count_finished_delete'),"
+                " (SELECT sum(n)::int FROM finished_session_counts)"
+                " - (SELECT count(*)::int FROM sessions WHERE status = 'completed')"
+            ).fetchone()
+            conn.execute("DELETE FROM sessions")
+        assert row is not None
+        return str(row[0]), int(row[1])
+
+    migrate.upgrade(url)
+    assert delete_trigger_level_and_count_after_a_batch() == ("statement", 0)
+    command.downgrade(config, "0015")
+    assert delete_trigger_level_and_count_after_a_batch() == ("row", 0)
+    migrate.upgrade(url)
+    assert delete_trigger_level_and_count_after_a_batch() == ("statement", 0)
 
 
 def test_upgrade_twice_is_a_no_op(make_database: MakeDatabase) -> None:

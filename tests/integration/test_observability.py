@@ -122,6 +122,42 @@ def test_the_scrape_counts_finished_sessions_from_the_trigger_kept_counts(
     }
 
 
+def test_a_batch_delete_counts_its_finished_sessions_down_once_per_agent(db: Database) -> None:
+    """Retention deletes finished sessions by the thousand in one statement:
+    the counts follow (the trigger is per statement since migration 0016),
+    including the sessions of the batch that were not finished."""
+    insert = """INSERT INTO sessions (id, agent, status, state, input, finished_at)
+        SELECT gen_random_uuid(), %(agent)s, %(status)s, '{}', '{}',
+               CASE WHEN %(status)s = 'pending' THEN NULL ELSE now() END
+        FROM generate_series(1, %(n)s)"""
+    with db.connection() as conn:
+        for agent, status, n in [
+            ("bulk", "completed", 3000),
+            ("bulk", "failed", 40),
+            ("bulk", "pending", 7),
+            ("other", "cancelled", 5),
+        ]:
+            conn.execute(insert, {"agent": agent, "status": status, "n": n})
+        conn.execute(
+            "DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE agent = 'bulk'"
+            " AND status IN ('completed', 'pending') ORDER BY id LIMIT 2500)"
+        )
+        deleted = conn.execute(
+            "SELECT 3007 - count(*) AS n FROM sessions"
+            " WHERE agent = 'bulk' AND status IN ('completed', 'pending')"
+        ).fetchone()
+        counted = conn.execute(metrics_queries.FINISHED_SESSIONS_BY_AGENT_AND_STATUS).fetchall()
+        actual = conn.execute(
+            "SELECT agent, status, count(*) AS n FROM sessions"
+            " WHERE status IN ('completed', 'failed', 'cancelled') GROUP BY agent, status"
+        ).fetchall()
+    assert deleted is not None and deleted["n"] == 2500
+    by_key = {(r["agent"], r["status"]): int(r["n"]) for r in counted if r["n"]}  # type: ignore[call-overload]
+    assert by_key == {(r["agent"], r["status"]): int(r["n"]) for r in actual}  # type: ignore[call-overload]
+    assert by_key[("bulk", "failed")] == 40 and by_key[("other", "cancelled")] == 5
+    assert 3000 - 2500 <= by_key[("bulk", "completed")] <= 3000 - 2500 + 7
+
+
 def test_sessions_finishing_together_do_not_wait_for_each_others_count(
     client: Client, db: Database, settings: Settings
 ) -> None:

@@ -24,7 +24,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from resumable.models.metrics_queries import (
-    COUNT_FINISHED_TRIGGERS,
+    ROW_COUNT_FINISHED_TRIGGERS,
     UNSHARDED_COUNT_FINISHED_FUNCTION,
 )
 
@@ -83,7 +83,7 @@ def upgrade() -> None:
     op.execute(UNSHARDED_COUNT_FINISHED_FUNCTION)
     # The counts of the sessions already finished; the triggers keep them from here.
     op.execute("LOCK TABLE sessions IN SHARE ROW EXCLUSIVE MODE")
-    for trigger in COUNT_FINISHED_TRIGGERS:
+    for trigger in ROW_COUNT_FINISHED_TRIGGERS:
         op.execute(trigger)
     op.execute(
         f"""INSERT INTO finished_session_counts (agent, status, n)
