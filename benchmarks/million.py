@@ -262,12 +262,21 @@ def measure(services: Services, repeat: int) -> dict[str, Cost]:
     return results
 
 
+# Sessions per loading statement. The finished-count trigger upserts its
+# agent's counts row once per inserted session (a session is created by a
+# statement of one row, so the insert trigger stays per row), and within one
+# transaction each upsert walks every version of that row written before it:
+# a statement's cost grows with its size squared (200,000 a statement took
+# 867 s to load a million; see benchmarks/batch_deletes.py for deletes).
+LOAD_SLICE = 4_000
+
+
 def load_finished(services: Services, count: int) -> float:
     began = time.monotonic()
     with harness.connect(services.pg_url) as conn:
         remaining = count
-        while remaining > 0:  # in slices, so no single statement holds too much
-            chunk = min(remaining, 200_000)
+        while remaining > 0:
+            chunk = min(remaining, LOAD_SLICE)
             conn.execute(FINISHED, {"count": chunk})
             remaining -= chunk
     return time.monotonic() - began
