@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -62,12 +64,36 @@ class Services:
 
 
 @contextlib.contextmanager
+def stopped_like_ctrl_c() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt here, as Ctrl-C does.
+
+    By default they end Python at once, skipping every ``finally``: a
+    benchmark stopped with ``kill`` (or a ``timeout``) left its web process
+    and workers running, their process groups of their own, and they went on
+    taking messages from the next run on the same servers. Unwinding instead
+    stops every child the way the end of a run does. (SIGKILL still cannot be
+    caught: after one, the children live on.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread can install handlers
+        return
+    stops = (signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in stops}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
 def bench_services(home: Path) -> Iterator[Services]:
     """``DATABASE_URL``/``REDIS_URL`` when set, else embedded servers under `home`
-    (stopped on exit unless another local process still uses them); migrated."""
+    (stopped on exit unless another local process still uses them); migrated.
+    Inside, ``kill`` and ``timeout`` stop the benchmark as Ctrl-C does, so what
+    it started is stopped too."""
     database_env = os.environ.get("DATABASE_URL")
     redis_env = os.environ.get("REDIS_URL")
-    with service_urls(database_env, redis_env, home) as urls:
+    with stopped_like_ctrl_c(), service_urls(database_env, redis_env, home) as urls:
         where = ", ".join(
             [
                 "DATABASE_URL" if database_env else f"embedded PostgreSQL in {home / 'postgres'}",
