@@ -48,3 +48,15 @@ class NotRenewed:
     status: SessionStatus | None
     epoch: int | None
     owner: str | None
+
+
+# RENEW_LEASES reports each lost lease as its statement's snapshot saw it: a
+# renewal that waited on the row lock of a concurrent cancel (or takeover)
+# sees the row as it was before that commit, still held at its own epoch.
+# Those are read again here, in a statement (a snapshot) of their own.
+NOT_RENEWED_NOW = """
+SELECT held.id, held.epoch AS held_epoch, s.status, s.lease_epoch AS epoch,
+       s.lease_owner AS owner
+FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[]) AS held(id, epoch)
+LEFT JOIN sessions s ON s.id = held.id
+"""

@@ -18,7 +18,9 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from typing import Any
 
+from psycopg import Connection
 from psycopg.rows import class_row
 
 from resumable.models import lease_queries, step_queries
@@ -28,6 +30,16 @@ from resumable.models.status import SessionStatus
 from resumable.models.step_queries import Renewal
 
 logger = logging.getLogger(__name__)
+
+
+def _looks_renewable(row: NotRenewed) -> bool:
+    """A lost lease its row still shows as held at its epoch: the renewal's
+    snapshot predates the commit that took it (see NOT_RENEWED_NOW)."""
+    return (
+        row.status in (SessionStatus.RUNNING, SessionStatus.COMPENSATING)
+        and row.epoch == row.held_epoch
+        and row.owner is not None
+    )
 
 
 class LeaseKeeper:
@@ -86,18 +98,11 @@ class LeaseKeeper:
             # One statement for every lease: hundreds of async runs in flight
             # must not make a pass take longer than the lease (lease_queries.py).
             with self._db.connection() as conn:
-                lost = (
-                    conn.cursor(row_factory=class_row(NotRenewed))
-                    .execute(
-                        lease_queries.RENEW_LEASES,
-                        {
-                            "ids": [session_id for session_id, _ in held],
-                            "epochs": [epoch for _, epoch in held],
-                            "lease_seconds": self._lease_seconds,
-                        },
-                    )
-                    .fetchall()
-                )
+                lost = self._not_renewed(conn, lease_queries.RENEW_LEASES, held)
+                stale = [(row.id, row.held_epoch) for row in lost if _looks_renewable(row)]
+                if stale:
+                    lost = [row for row in lost if not _looks_renewable(row)]
+                    lost += self._not_renewed(conn, lease_queries.NOT_RENEWED_NOW, stale)
             for row in lost:
                 now = None
                 if row.status is not None and row.epoch is not None:
@@ -106,6 +111,17 @@ class LeaseKeeper:
         except Exception:
             # The database may be briefly unreachable; the next tick retries.
             logger.exception("lease renewal failed", extra={"action": "lease_renewal_failed"})
+
+    def _not_renewed(
+        self, conn: Connection[Any], query: str, held: list[tuple[uuid.UUID, int]]
+    ) -> list[NotRenewed]:
+        params = {
+            "ids": [session_id for session_id, _ in held],
+            "epochs": [epoch for _, epoch in held],
+            "lease_seconds": self._lease_seconds,
+        }
+        cursor = conn.cursor(row_factory=class_row(NotRenewed))
+        return cursor.execute(query, params).fetchall()
 
     def _lost(self, session_id: uuid.UUID, epoch: int, now: Renewal | None) -> None:
         with self._lock:

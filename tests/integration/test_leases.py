@@ -4,6 +4,8 @@ warning that means what it says. Real workers, real PostgreSQL and Redis."""
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -12,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from resumable.client import Client
+from resumable.models import session_queries
 from resumable.models.database import Database, libpq_url
 from resumable.queue.lease import LeaseKeeper
 from resumable.settings import Settings
@@ -26,6 +30,18 @@ def _row(db: Database, sql: str, *params: Any) -> dict[str, Any]:
         row = conn.execute(sql, params).fetchone()
     assert row is not None
     return row
+
+
+def _running_at_epoch_2(client: Client, db: Database, lease_seconds: float) -> uuid.UUID:
+    """A session that looks held by a worker "test" at epoch 2."""
+    session_id = client.start("five")
+    with db.connection() as conn:
+        conn.execute(
+            "UPDATE sessions SET status = 'running', lease_epoch = 2, lease_owner = 'test', "
+            "lease_expires_at = now() + make_interval(secs => %s) WHERE id = %s",
+            (lease_seconds, session_id),
+        )
+    return session_id
 
 
 def _status(client: Client, session_id: uuid.UUID) -> str:
@@ -81,13 +97,7 @@ def test_dropping_a_lease_leaves_a_later_epoch_of_the_same_session_alone(
 ) -> None:
     """Point 2: a stuck thread's late drop (epoch 1) must not un-register the
     lease another thread of the same process took over (epoch 2)."""
-    session_id = client.start("five")
-    with db.connection() as conn:
-        conn.execute(
-            "UPDATE sessions SET status = 'running', lease_epoch = 2, lease_owner = 'test', "
-            "lease_expires_at = now() + interval '1 second' WHERE id = %s",
-            (session_id,),
-        )
+    session_id = _running_at_epoch_2(client, db, lease_seconds=1)
     keeper = LeaseKeeper(db, lease_seconds=60)
     keeper.hold(session_id, 1)
     keeper.hold(session_id, 2)  # taken over in this process
@@ -99,6 +109,36 @@ def test_dropping_a_lease_leaves_a_later_epoch_of_the_same_session_alone(
     )
     assert row["left"] > timedelta(seconds=50)  # renewed for epoch 2
     keeper.drop(session_id, 2)
+    assert not keeper.holds(session_id, 2)
+
+
+def test_a_renewal_that_waited_on_a_cancel_says_the_session_was_cancelled(
+    client: Client, db: Database, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A renewal queued behind a cancel's row lock read the row from before the
+    cancel (its statement's snapshot): it must still report the cancel, not a
+    takeover "now running at epoch 2" by the very worker it was renewing for."""
+    session_id = _running_at_epoch_2(client, db, lease_seconds=60)
+    keeper = LeaseKeeper(db, lease_seconds=60)
+    keeper.hold(session_id, 2)
+    caplog.set_level(logging.WARNING, logger="resumable.queue.lease")
+    with psycopg.connect(libpq_url(settings.database_url or "")) as canceller:
+        row = canceller.execute(
+            session_queries.CANCEL_SESSION, {"id": session_id, "actor": "test", "reason": None}
+        ).fetchone()
+        assert row is not None
+        renewal = threading.Thread(target=keeper.renew_all)
+        renewal.start()
+        wait_until(
+            lambda: any("lease_expires_at = now() +" in q for q in _lock_waits(settings)),
+            what="the renewal to queue behind the cancel",
+        )
+        canceller.commit()
+    renewal.join(timeout=10)
+    assert not renewal.is_alive()
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("was cancelled while this worker ran it (epoch 2)" in m for m in messages), messages
+    assert not any("taken over" in m for m in messages), messages
     assert not keeper.holds(session_id, 2)
 
 
