@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 import pytest
 import redis
+from dramatiq.message import Message
 from psycopg import sql
 from sqlalchemy.engine import make_url
 from starlette.applications import Starlette
@@ -59,6 +60,17 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+def exit_status(process: Process, timeout: float) -> int:
+    """The status `process` exits with within `timeout`; a failure showing its
+    log (where it got stuck) if it is still running then."""
+    try:
+        return process.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(
+            f"{process.name} still running after {timeout:g} s; its log:\n{process.tail(60)}"
+        ) from None
 
 
 @pytest.fixture(scope="session")
@@ -127,6 +139,14 @@ def db(settings: Settings) -> Iterator[Database]:
     truncate_all(database)
     yield database
     database.close()
+
+
+def queued_messages(redis_client: redis.Redis, settings: Settings) -> list[Message[None]]:
+    """Every message waiting on the session queue, decoded as a worker would."""
+    key = f"resumable:{settings.queue_name}"
+    ids = redis_client.lrange(key, 0, -1)
+    stored = redis_client.hmget(f"{key}.msgs", ids) if ids else []
+    return [Message.decode(data) for data in stored if isinstance(data, bytes)]
 
 
 @pytest.fixture

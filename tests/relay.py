@@ -5,6 +5,9 @@ one: a process under test is pointed at 127.0.0.1:<relay port> instead, and
 the relay forwards to the real server while it is open. ``cut()`` stops
 listening and drops every relayed connection (what a crashed or partitioned
 server looks like from the client); ``open()`` serves again on the same port.
+``stall()`` keeps every connection open but forwards nothing, either way (a
+hung server, or one behind a stalled proxy: connections are accepted and
+statements never answered) until ``flow()``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,15 @@ class Relay:
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._sockets: list[socket.socket] = []
+        self._flowing = threading.Event()
+        self._flowing.set()
+
+    def stall(self) -> None:
+        """Forward nothing more (connections stay open) until ``flow()``."""
+        self._flowing.clear()
+
+    def flow(self) -> None:
+        self._flowing.set()
 
     def open(self) -> Relay:
         listener = socket.socket()
@@ -72,12 +84,15 @@ class Relay:
             with self._lock:
                 self._sockets += [downstream, upstream]
             for source, sink in ((downstream, upstream), (upstream, downstream)):
-                threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
+                threading.Thread(
+                    target=_pump, args=(source, sink, self._flowing), daemon=True
+                ).start()
 
 
-def _pump(source: socket.socket, sink: socket.socket) -> None:
+def _pump(source: socket.socket, sink: socket.socket, flowing: threading.Event) -> None:
     with contextlib.suppress(OSError):
         while data := source.recv(65536):
+            flowing.wait()  # held while the relay stalls
             sink.sendall(data)
     for end in (source, sink):
         with contextlib.suppress(OSError):

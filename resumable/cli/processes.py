@@ -92,22 +92,47 @@ def web(settings: Settings, host: str | None, port: int | None) -> None:
     """Serve the HTTP API, callbacks and signals with uvicorn."""
     import uvicorn
 
+    from resumable.startup_heap import freeze_startup_heap
     from resumable.webhooks.app import create_app
 
     registry = optional_agents(settings.agents)
+    host = host or settings.web_host
+    port = port if port is not None else settings.web_port
+    _check_can_listen(host, port)
     # uvicorn re-raises the signal that stopped it once it has shut down; turn
     # that into an exit that unwinds the `with`, so embedded servers are released.
     for stop in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop, lambda _signum, _frame: sys.exit(0))
     with process_urls(settings) as urls:
         app = create_app(settings, urls.database_url, urls.redis_url, registry)
+        freeze_startup_heap()  # the app is built: its start-up heap stays put
         uvicorn.run(
             app,
-            host=host or settings.web_host,
-            port=port if port is not None else settings.web_port,
+            host=host,
+            port=port,
             log_config=None,
             access_log=False,
         )
+
+
+def _check_can_listen(host: str, port: int) -> None:
+    """Bind the address once before anything starts: uvicorn reports a port in
+    use, or a host that does not resolve, in several log lines and exits 3."""
+    import socket
+
+    where = f"{host}:{port} (--host/--port, RESUMABLE_WEB_HOST/RESUMABLE_WEB_PORT)"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        fail(f"cannot listen on {where}: {getattr(exc, 'strerror', None) or exc}")
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            fail(f"cannot listen on {where}: {exc.strerror or exc}")
 
 
 @click.command()

@@ -62,6 +62,10 @@ class WakingRedisBroker(RedisBroker):
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
         self.fetching = threading.Event()
         self.fetching.set()
+        #: The worker threads that run this process's messages (set by the
+        #: worker process; 0 when unknown): how many prefetched messages are
+        #: spare, which lets a busy consumer refill them in batches.
+        self.worker_threads = 0
 
     @property
     def consumer_class(self) -> type[_RedisConsumer]:
@@ -181,6 +185,24 @@ class WakingRedisBroker(RedisBroker):
             self.wake(queue_name, len(ids))
 
 
+def refill_batch(prefetch: int, threads: int) -> int:
+    """How many free prefetch slots a busy consumer waits for before it fetches.
+
+    dramatiq refills as soon as one slot is free, so under load a consumer
+    makes a Redis round trip (the fetch script, with the ack riding along)
+    for every message. Waiting for several free slots fetches several
+    messages, and sends their acks, per round trip. It must never leave a
+    thread idle: a thread idles only when no message waits for it, that is
+    with fewer than `threads` outstanding, so more than ``prefetch - threads``
+    slots free; the batch is at most one more than that. 1 (dramatiq's own
+    behaviour) when the thread count is unknown or nothing is spare.
+    """
+    spare = prefetch - threads
+    if threads <= 0 or spare <= 0:
+        return 1
+    return spare // 2 + 1
+
+
 class _WakingConsumer(_RedisConsumer):
     def __init__(self, broker: WakingRedisBroker, queue_name: str, prefetch: int, timeout: int):
         super().__init__(broker, queue_name, prefetch, timeout)  # type: ignore[no-untyped-call]
@@ -191,23 +213,33 @@ class _WakingConsumer(_RedisConsumer):
         # consumer's next fetch (see ``ack``).
         self._acks: list[str] = []
         self._acks_lock = threading.Lock()
+        self._refill = refill_batch(prefetch, broker.worker_threads)
+        # The last fetch got fewer messages than it asked for: the queue was
+        # empty then, and every message sent since left a wake-up token, so
+        # the next fetch can wait for one at once (see ``__next__``).
+        self._drained = False
 
     def _take_acks(self) -> list[str]:
         with self._acks_lock:
             acks, self._acks = self._acks, []
         return acks
 
+    def _free_slots(self) -> int:
+        return int(self.prefetch - self.outstanding_message_count)
+
     def _fetch(self, wait: float | None = None) -> list[bytes | None]:
         """The pending acks, then (after a wake-up, when `wait` is given) up
         to the free prefetch of messages: one round trip."""
         acks = self._take_acks()
-        count = self.prefetch - self.outstanding_message_count
+        count = self._free_slots()
         try:
-            return self._broker.fetch(self.queue_name, count, acks=acks, wait=wait)
+            messages = self._broker.fetch(self.queue_name, count, acks=acks, wait=wait)
         except BaseException:
             with self._acks_lock:  # not sent: kept for the next try
                 self._acks[:0] = acks
             raise
+        self._drained = len(messages) < count
+        return messages
 
     def flush_acks(self) -> None:
         acks = self._take_acks()
@@ -264,18 +296,27 @@ class _WakingConsumer(_RedisConsumer):
                     message.options[FETCHED_AT] = time.time()
                     self.queued_message_ids.add(message.message_id)
                     return MessageProxy(message)
-                if self.outstanding_message_count >= self.prefetch:
-                    # Full: wait for a worker thread to finish one of ours.
+                if self._free_slots() < self._refill:
+                    # Full, or too few slots free to be worth a round trip while
+                    # spare messages wait here: wait for threads to finish some.
                     self._capacity.clear()
-                    if self.outstanding_message_count >= self.prefetch:
-                        self._capacity.wait(self.timeout / 1000)
-                    return None
-                self.message_cache = self._fetch()
-                if self.message_cache:
-                    continue
-                # Idle: an enqueue between the fetch above and this wait left a
-                # token behind, so no wake-up is lost. The fetch that follows
-                # the wake-up rides in the same round trip.
+                    if self._free_slots() < self._refill and (
+                        self._capacity.wait(self.timeout / 1000) or self._free_slots() <= 0
+                    ):
+                        return None  # look again, or still full
+                    # Enough slots freed meanwhile, or some stayed free a whole
+                    # timeout (long steps): fetch for them, and send the acks.
+                if not self._drained:
+                    # The last fetch filled every slot it asked for: more may
+                    # wait, some without a token (tokens are capped).
+                    self.message_cache = self._fetch()
+                    if self.message_cache:
+                        continue
+                # Idle: the last fetch found the queue empty, and an enqueue
+                # since then left a token behind, so no wake-up is lost. The
+                # fetch that follows the wake-up rides in the same round trip:
+                # a message that arrives while the consumer is idle costs it
+                # one round trip, not a fetch of nothing and then a wait.
                 self.message_cache = self._fetch(wait=self.timeout / 1000)
                 if not self.message_cache:
                     return None
@@ -283,5 +324,7 @@ class _WakingConsumer(_RedisConsumer):
                     # Stopped while waiting: what was just fetched goes back.
                     self._return_prefetched()
                     return None
-        except redis.ConnectionError as exc:
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            # A stalled Redis (a timeout, see ``broker.REDIS_TIMEOUT_SECONDS``)
+            # is a lost connection too: one line, and the consumer restarts.
             raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]

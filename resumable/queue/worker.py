@@ -39,6 +39,7 @@ from resumable.queue.shutdown import ActiveRun
 from resumable.queue.startup_check import announce_versions, warn_unserved_positions
 from resumable.queue.wakeup import WakingRedisBroker
 from resumable.settings import Settings
+from resumable.startup_heap import freeze_startup_heap
 
 logger = logging.getLogger(__name__)
 
@@ -181,12 +182,14 @@ def run_worker(
     )
     if settings.worker_prefetch:
         worker.queue_prefetch = settings.worker_prefetch
+    runtime.broker.worker_threads = settings.worker_threads  # before the consumers start
     unserved = announce_agents(runtime)
     warn_unserved_positions(runtime.db, runtime.runner.registry, runtime.runner.worker_id)
     runtime.heartbeat.start()
     runtime.keeper.start()
     worker.start()
     enqueue_waiting(runtime, unserved)
+    freeze_startup_heap()
     logger.info(
         "worker started: %s%d threads on queue %r, up to %d async runs in flight",
         "" if slot is None else f"process {slot}, ",

@@ -12,12 +12,16 @@ with capped exponential backoff and says when it answers again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
+import threading
 from datetime import UTC, datetime
 from functools import partial
 from types import FrameType
 
+from apscheduler.events import EVENT_SCHEDULER_STARTED
+from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.blocking import BlockingScheduler
 
 from resumable.agent import AgentRegistry
@@ -33,6 +37,7 @@ from resumable.reachability import (
 from resumable.scheduler.jobs import SchedulerJobs
 from resumable.scheduler.outages import Dependency, Outages
 from resumable.settings import Settings
+from resumable.startup_heap import freeze_startup_heap
 
 logger = logging.getLogger(__name__)
 
@@ -100,12 +105,26 @@ def run_scheduler(
             misfire_grace_time=max(1, int(interval * 5)),
         )
 
+    stopping = threading.Event()
+
     def _stop(signum: int, _frame: FrameType | None) -> None:
         logger.info("received %s; stopping", signal.Signals(signum).name)
-        scheduler.shutdown(wait=False)
+        stopping.set()
+        # Not running yet when the signal came as it was starting (a loaded
+        # machine): it stops as soon as it has started, not as "a bug".
+        with contextlib.suppress(SchedulerNotRunningError):
+            scheduler.shutdown(wait=False)
+
+    def _stop_if_asked(_event: object) -> None:
+        if stopping.is_set():
+            with contextlib.suppress(SchedulerNotRunningError):
+                scheduler.shutdown(wait=False)
+
+    scheduler.add_listener(_stop_if_asked, EVENT_SCHEDULER_STARTED)
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    freeze_startup_heap()
     logger.info("scheduler started: every %.2f s", interval, extra={"action": "scheduler_started"})
     try:
         scheduler.start()

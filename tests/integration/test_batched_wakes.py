@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from typing import Any
 
 import redis
 from dramatiq.broker import MessageProxy
@@ -15,18 +16,17 @@ from dramatiq.message import Message
 
 from resumable.client import Client
 from resumable.models.database import Database
-from resumable.queue.broker import SESSION_ACTOR, enqueue_sessions
-from resumable.queue.wakeup import ENQUEUED_AT, FETCHED_AT, WakingRedisBroker, wakeup_key
+from resumable.queue.broker import SESSION_ACTOR, build_broker, enqueue_sessions
+from resumable.queue.wakeup import (
+    ENQUEUED_AT,
+    FETCHED_AT,
+    WakingRedisBroker,
+    refill_batch,
+    wakeup_key,
+)
 from resumable.scheduler.jobs import SchedulerJobs
 from resumable.settings import Settings
-
-
-def _queued(redis_client: redis.Redis, settings: Settings) -> list[Message[None]]:
-    """Every message waiting on the session queue, decoded as a worker would."""
-    key = f"resumable:{settings.queue_name}"
-    ids = redis_client.lrange(key, 0, -1)
-    stored = redis_client.hmget(f"{key}.msgs", ids) if ids else []
-    return [Message.decode(data) for data in stored if isinstance(data, bytes)]
+from tests.conftest import queued_messages
 
 
 def _suspend_due(db: Database, count: int, kind: str) -> list[uuid.UUID]:
@@ -52,7 +52,7 @@ def test_a_batch_is_stored_as_dramatiq_messages_with_a_token_each(
 ) -> None:
     ids = [uuid.uuid4() for _ in range(3)]
     assert enqueue_sessions(client.broker, settings, ids) == 3
-    queued = _queued(redis_client, settings)
+    queued = queued_messages(redis_client, settings)
     assert [m.args for m in queued] == [(str(i),) for i in ids]
     assert {m.actor_name for m in queued} == {SESSION_ACTOR}
     assert len({m.options["redis_message_id"] for m in queued}) == 3
@@ -75,7 +75,7 @@ def test_dramatiqs_own_consumer_fetches_and_acks_a_batch(
             consumer.ack(message)
     consumer.close()
     assert [m.args[0] for m in fetched] == ids
-    assert _queued(redis_client, settings) == []
+    assert queued_messages(redis_client, settings) == []
     assert redis_client.hlen(f"resumable:{settings.queue_name}.msgs") == 0
 
 
@@ -91,7 +91,7 @@ def test_two_schedulers_wake_a_burst_of_due_timers_once_each(
     for thread in threads:
         thread.join(timeout=60)
     assert sum(c.get("timer", 0) for c in counts) == len(ids)
-    sent = Counter(m.args[0] for m in _queued(redis_client, settings))
+    sent = Counter(m.args[0] for m in queued_messages(redis_client, settings))
     assert sent == Counter(str(i) for i in ids)  # every one, none twice
     with db.connection() as conn:
         pending = conn.execute("SELECT count(*) AS n FROM sessions WHERE status = 'pending'")
@@ -103,7 +103,7 @@ def test_due_retries_beyond_one_batch_are_all_woken(
 ) -> None:
     ids = _suspend_due(db, 250, "retry")
     assert SchedulerJobs(settings, db, client.broker, batch=100).wake_due_retries() == len(ids)
-    assert Counter(m.args[0] for m in _queued(redis_client, settings)) == Counter(
+    assert Counter(m.args[0] for m in queued_messages(redis_client, settings)) == Counter(
         str(i) for i in ids
     )
 
@@ -142,6 +142,58 @@ def test_an_idle_consumer_gets_its_message_in_the_call_that_waited(
         consumer.ack(got[0])
     finally:
         consumer.close()
+
+
+class _Counting:
+    """Mixed into a redis-py connection class: counts what it sends, one call
+    per round trip (a pipeline's commands go in one)."""
+
+    sent = 0
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        _Counting.sent += 1
+        super().send_packed_command(command, check_health)  # type: ignore[misc]
+
+
+def test_a_message_that_finds_the_consumer_idle_costs_it_one_round_trip(
+    client: Client, settings: Settings, redis_client: redis.Redis
+) -> None:
+    """Once a fetch has found the queue empty, the next one waits for a token
+    and fetches in one pipeline at once: each message that arrives while the
+    consumer is idle costs one round trip, not a fetch of nothing and a wait."""
+    broker = build_broker(settings, settings.redis_url or "")
+    pool = broker.client.connection_pool
+    pool.connection_class = type("Counted", (_Counting, pool.connection_class), {})
+    pool.connection_kwargs["client_name"] = "counted-consumer"
+    assert broker.do_fetch(settings.queue_name, 1) == []  # the fetch script is loaded
+    consumer = broker.consume(settings.queue_name, prefetch=4, timeout=5_000)
+
+    def blocked() -> bool:
+        return any(
+            c.get("name") == "counted-consumer" and c.get("cmd") == "blpop"
+            for c in redis_client.client_list()
+        )
+
+    try:
+        _Counting.sent = 0
+        for _ in range(5):
+            session_id = str(uuid.uuid4())
+            got: list[MessageProxy | None] = []
+            thread = threading.Thread(target=lambda got=got: got.append(next(consumer)))
+            thread.start()
+            deadline = time.monotonic() + 10
+            while not blocked():
+                assert time.monotonic() < deadline, "the consumer never waited"
+                time.sleep(0.002)
+            enqueue_sessions(client.broker, settings, [session_id])
+            thread.join(timeout=10)
+            assert len(got) == 1 and got[0] is not None and got[0].args == (session_id,)
+            consumer.ack(got[0])  # sent with the next fetch: no round trip of its own
+        # The first message: a fetch of nothing, then the wait; each other: the wait.
+        assert _Counting.sent == 6
+    finally:
+        consumer.close()
+        broker.close()
 
 
 def test_the_waiting_fetch_works_after_redis_forgot_the_fetch_script(
@@ -192,3 +244,94 @@ def test_acks_ride_with_the_next_fetch(
     finally:
         consumer.close()
     assert redis_client.hlen(f"resumable:{settings.queue_name}.msgs") == 0
+
+
+def test_the_refill_batch_never_leaves_a_thread_idle() -> None:
+    """A thread idles only with fewer than `threads` messages outstanding, so
+    with more than ``prefetch - threads`` slots free: the batch a busy consumer
+    waits for is never more than one above that."""
+    assert refill_batch(16, 0) == 1  # thread count unknown: dramatiq's own refill
+    assert refill_batch(16, 8) == 5
+    for threads in range(1, 40):
+        for prefetch in range(1, 120):
+            batch = refill_batch(prefetch, threads)
+            assert 1 <= batch <= max(1, prefetch - threads + 1), (prefetch, threads)
+
+
+def _full_consumer(
+    broker: WakingRedisBroker, settings: Settings, ids: list[str], timeout: int
+) -> tuple[Any, list[MessageProxy]]:
+    """A consumer of 2 threads' worth with a prefetch of 6 (a refill batch of
+    3), holding the first 6 of `ids` (enqueued here), none acked yet."""
+    enqueue_sessions(broker, settings, ids)
+    broker.worker_threads = 2
+    try:
+        consumer = broker.consume(settings.queue_name, prefetch=6, timeout=timeout)
+    finally:
+        broker.worker_threads = 0
+    deadline = time.monotonic() + 10
+    taken: list[MessageProxy] = []
+    while len(taken) < 6:
+        assert time.monotonic() < deadline, "the consumer fetched nothing"
+        message = next(consumer)
+        if message is not None:
+            taken.append(message)
+    return consumer, taken
+
+
+def test_a_busy_consumer_refills_its_prefetch_in_batches(
+    client: Client, settings: Settings, redis_client: redis.Redis
+) -> None:
+    """A full consumer waits for 3 free slots, then fetches 3 messages (and
+    sends the 3 acks) in one round trip, instead of a round trip per finished
+    message."""
+    assert isinstance(client.broker, WakingRedisBroker)
+    ids = [str(uuid.uuid4()) for _ in range(20)]
+    key, stored = f"resumable:{settings.queue_name}", f"resumable:{settings.queue_name}.msgs"
+    consumer, taken = _full_consumer(client.broker, settings, ids, timeout=5_000)
+    try:
+        assert redis_client.llen(key) == 14  # one fetch of 6
+        consumer.ack(taken[0])  # one slot free: not worth a round trip yet
+        answers: list[MessageProxy | None] = []
+        waiting = threading.Thread(target=lambda: answers.append(next(consumer)))
+        waiting.start()
+        capacity = consumer._capacity
+        deadline = time.monotonic() + 10
+        while capacity.is_set():  # until the consumer has started to wait
+            assert time.monotonic() < deadline, "the consumer never waited"
+            time.sleep(0.001)
+        consumer.ack(taken[1])
+        consumer.ack(taken[2])
+        waiting.join(timeout=10)
+        assert answers == [None]  # woken by the acks, it asks again: nothing fetched meanwhile
+        assert redis_client.llen(key) == 14
+        assert redis_client.hexists(stored, taken[0].options["redis_message_id"])  # not sent yet
+        refilled = [next(consumer) for _ in range(3)]  # three free: one round trip for three
+        assert [m.args if m else None for m in refilled] == [(i,) for i in ids[6:9]]
+        assert redis_client.llen(key) == 11
+        assert not any(
+            redis_client.hexists(stored, m.options["redis_message_id"]) for m in taken[:3]
+        )
+    finally:
+        consumer.close()
+
+
+def test_a_slot_left_free_a_whole_timeout_is_filled(
+    client: Client, settings: Settings, redis_client: redis.Redis
+) -> None:
+    """Fewer free slots than a batch, for as long as the consumer's timeout
+    (long steps): it fetches for them anyway, and its acks go out."""
+    assert isinstance(client.broker, WakingRedisBroker)
+    ids = [str(uuid.uuid4()) for _ in range(10)]
+    key, stored = f"resumable:{settings.queue_name}", f"resumable:{settings.queue_name}.msgs"
+    consumer, taken = _full_consumer(client.broker, settings, ids, timeout=200)
+    try:
+        consumer.ack(taken[0])
+        started = time.monotonic()
+        late = next(consumer)
+        assert late is not None and late.args == (ids[6],)
+        assert time.monotonic() - started >= 0.19  # after the timeout, not at once
+        assert redis_client.llen(key) == 3
+        assert not redis_client.hexists(stored, taken[0].options["redis_message_id"])
+    finally:
+        consumer.close()
