@@ -421,7 +421,8 @@ class AgentRegistry:
             module_name, _, attr = spec.partition(":")
             try:
                 module = importlib.import_module(module_name)
-            except ImportError as exc:
+            except (ImportError, ValueError, TypeError) as exc:
+                # ValueError: an empty name; TypeError: a relative one ("../x").
                 raise AgentDefinitionError(
                     f"cannot import agent module {module_name!r}: {exc}"
                 ) from exc

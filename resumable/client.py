@@ -32,13 +32,14 @@ from psycopg.rows import class_row
 from sqlmodel import Session as DbSession
 from sqlmodel import col, select
 
-from resumable import serialization, tracing
+from resumable import arguments, serialization, tracing
 from resumable.agent import AgentRegistry
 from resumable.coordination import children, shared
 from resumable.coordination.records import SharedDocument, SharedVersion
 from resumable.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.errors import (
     IdempotencyConflictError,
+    InvalidArgumentError,
     InvalidCursorError,
     SessionExistsError,
     SessionNotFoundError,
@@ -195,10 +196,20 @@ class Client:
     ) -> Started:
         """As `start`, and whether this call created the session (False: an
         earlier call with the same idempotency key did)."""
+        arguments.text(agent, "agent")
+        arguments.idempotency_key(idempotency_key)
+        if session_id is not None and not isinstance(session_id, uuid.UUID):
+            try:
+                session_id = uuid.UUID(str(session_id))
+            except ValueError:
+                message = f"session_id must be a UUID, got {session_id!r}"
+                raise InvalidArgumentError(message) from None
         new_id = session_id or uuid.uuid4()
         # The session's trace: the caller's current span's (see resumable/tracing.py).
         with tracing.session_start(agent, new_id) as trace_context:
-            return self._create_session(agent, input, idempotency_key, new_id, trace_context)
+            return self._create_session(
+                agent, input, idempotency_key, new_id, trace_context, chosen=session_id is not None
+            )
 
     def _create_session(
         self,
@@ -207,6 +218,8 @@ class Client:
         idempotency_key: str | None,
         session_id: uuid.UUID,
         trace_context: dict[str, str] | None,
+        *,
+        chosen: bool = False,
     ) -> Started:
         cursor = None
         if self.registry is not None:
@@ -234,9 +247,13 @@ class Client:
                 ).fetchone()
                 if existing is None:  # pragma: no cover - the key's row cannot vanish
                     raise IdempotencyConflictError("idempotency key conflict; try again")
-                same = existing["agent"] == agent and serialization.canonical(
-                    existing["input"]
-                ) == serialization.canonical(input)
+                # The same request: the same agent and input, and the same id
+                # if the caller chose one (another id is another session).
+                same = (
+                    existing["agent"] == agent
+                    and serialization.canonical(existing["input"]) == serialization.canonical(input)
+                    and (not chosen or uuid.UUID(str(existing["id"])) == session_id)
+                )
                 if not same:
                     raise IdempotencyConflictError(
                         f"idempotency key {idempotency_key!r} was used for a different request"
@@ -261,6 +278,9 @@ class Client:
         Fences out a running worker (the epoch moves on) and closes its callbacks;
         SessionStateError if it had already finished."""
         sid = _as_uuid(session_id)
+        arguments.storable(actor, "actor")
+        if reason is not None:
+            arguments.storable(reason, "reason")
         with self.db.connection() as conn:
             row = conn.execute(
                 session_queries.CANCEL_SESSION, {"id": sid, "actor": actor, "reason": reason}
@@ -289,6 +309,9 @@ class Client:
         SessionNotFoundError for no such session, SessionStateError once it
         has finished (as HTTP answers 404 and 409)."""
         sid = _as_uuid(session_id)
+        arguments.text(topic, "topic")
+        arguments.idempotency_key(idempotency_key)
+        arguments.storable(actor, "actor")
         inbox = Inbox(self.settings, self.db, self.broker)
         receipt = inbox.signal(sid, topic, payload, idempotency_key, actor)
         if receipt.verdict is Verdict.UNKNOWN:
@@ -321,6 +344,7 @@ class Client:
         step past its time limit or running longer than that. `unserved` keeps
         only sessions waiting for a worker that loads their agent (none is alive).
         `parent` keeps only the children that session spawned."""
+        arguments.count(limit, "limit")
         rows, next_cursor = self._session_rows(
             parent=parent,
             status=status,
@@ -422,6 +446,7 @@ class Client:
     ) -> list[HungSession]:
         """Running sessions whose current step has run past its time limit or
         longer than `after_seconds`, longest-running first."""
+        arguments.count(limit, "limit")
         return hung_sessions(self.db, after_seconds=after_seconds, limit=limit)
 
     def events(
@@ -435,6 +460,11 @@ class Client:
         """The session's audit log, oldest first, from the event after `after`
         (an `event_id`), at most `limit` of them; or only its `latest` N
         events (still oldest first). An unknown session has none."""
+        arguments.position(after, "after")
+        if limit is not None:
+            arguments.count(limit, "limit", minimum=0)
+        if latest is not None:
+            arguments.count(latest, "latest", minimum=0)
         query = (
             select(AuditEventRow)
             .where(AuditEventRow.session_id == _as_uuid(session_id))
@@ -458,6 +488,8 @@ class Client:
         """The session's history, oldest first, from the checkpoint after `after`
         (a `seq`); SessionNotFoundError if there is no such session."""
         sid = _as_uuid(session_id)
+        arguments.position(after, "after")
+        arguments.count(limit, "limit")
         rows = TimeTravel(self.db, self.registry).checkpoints(sid, after=after, limit=limit)
         return [Checkpoint.from_row(sid, row) for row in rows]
 
@@ -509,6 +541,7 @@ class Client:
     ) -> Page[DeadLetter]:
         """Dead letters, newest first, without tracebacks (read one for it);
         pass `next_cursor` back as `cursor` for the next page."""
+        arguments.count(limit, "limit")
         where = DeadLetterFilter(
             status=None if status == "all" else status,
             agent=agent,
@@ -524,7 +557,9 @@ class Client:
 
     def dead_letter(self, dead_letter_id: int) -> DeadLetter:
         """One dead letter, with its traceback; DeadLetterNotFoundError if none."""
-        return DeadLetter.from_row(self._dead_letters().get(dead_letter_id))
+        return DeadLetter.from_row(
+            self._dead_letters().get(arguments.dead_letter_id(dead_letter_id))
+        )
 
     def retry_dead_letter(
         self,
@@ -537,7 +572,10 @@ class Client:
         """Resume its session from the latest checkpoint, attempts reset (and
         the state patched first, if given); the dead letter, now `retried`."""
         self._dead_letters().retry(
-            dead_letter_id, actor=actor, reason=reason, state_patch=state_patch
+            arguments.dead_letter_id(dead_letter_id),
+            actor=actor,
+            reason=reason,
+            state_patch=state_patch,
         )
         return self.dead_letter(dead_letter_id)
 
@@ -545,7 +583,9 @@ class Client:
         self, dead_letter_id: int, *, reason: str, actor: str = "python"
     ) -> DeadLetter:
         """Close it without retrying; the dead letter, now `discarded`."""
-        self._dead_letters().discard(dead_letter_id, actor=actor, reason=reason)
+        self._dead_letters().discard(
+            arguments.dead_letter_id(dead_letter_id), actor=actor, reason=reason
+        )
         return self.dead_letter(dead_letter_id)
 
     def shared(self, name: str) -> SharedDocument | None:
@@ -558,6 +598,9 @@ class Client:
     ) -> list[SharedVersion]:
         """The shared document's committed values with the session and step
         that wrote each, newest first (older than version `before` if given)."""
+        arguments.count(limit, "limit")
+        if before is not None:
+            arguments.position(before, "before")
         rows = shared.history(self.db, name, limit=limit, before=before)
         return [SharedVersion.from_row(row) for row in rows]
 
@@ -626,9 +669,4 @@ def dead_letter_cursor(cursor: str | None) -> int | None:
 
 
 def _as_uuid(value: uuid.UUID | str) -> uuid.UUID:
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise SessionNotFoundError(f"{value!r} is not a session id") from None
+    return arguments.session_id(value)

@@ -55,6 +55,13 @@ class NotSerializableError(ResumableError):
     code = "not_serializable"
 
 
+class InvalidArgumentError(ResumableError, ValueError):
+    """An argument of a Python API call that it cannot take (a malformed value,
+    text PostgreSQL cannot store, a limit out of range); nothing was done."""
+
+    code = "invalid_argument"
+
+
 class InvalidStepResultError(ResumableError):
     """A step returned something that is neither a next step nor a completion."""
 

@@ -128,7 +128,10 @@ def diff(old: Any, new: Any) -> list[dict[str, Any]]:
     try:
         _diff(old, new, "", ops)
         for op in ops:
-            if "value" in op and serialization.find_bad_value(op["value"], "state") is not None:
+            # The value sits as deep as its path says: nested within the limit
+            # counted from the top of the whole state, not of the value.
+            depth = op["path"].count("/") + 1
+            if "value" in op and serialization.find_bad_value(op["value"], "state", depth):
                 raise _NotJsonError
     except _NotJsonError:
         serialization.dumps(new, "state")  # raises, naming the bad value

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
 from resumable.errors import NotSerializableError
@@ -29,18 +30,28 @@ def unstorable_text(text: str) -> str | None:
     return None
 
 
-def find_bad_value(value: Any, path: str) -> str | None:
-    """The path of the first value JSON or PostgreSQL cannot hold, for the error message."""
+#: The deepest nesting stored, as the HTTP API takes it (and far below where
+#: Python's recursion, or pydantic's when a response holds the value, gives up).
+MAX_DEPTH = 100
+
+
+def find_bad_value(value: Any, path: str, depth: int = 1) -> str | None:
+    """The path of the first value JSON or PostgreSQL cannot hold, for the error
+    message. `depth`: the nesting level `value` sits at (1: the top)."""
     if isinstance(value, str):
         problem = unstorable_text(value)
         return f"{path} (contains {problem})" if problem else None
-    if value is None or isinstance(value, bool | int):
+    if value is None or isinstance(value, bool):
         return None
+    if isinstance(value, int):
+        return _too_long(value, path)
     if isinstance(value, float):
         return None if math.isfinite(value) else f"{path} (non-finite float {value!r})"
+    if isinstance(value, list | tuple | dict) and depth > MAX_DEPTH:
+        return f"{path} (nested deeper than {MAX_DEPTH} levels)"
     if isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            found = find_bad_value(item, f"{path}[{index}]")
+            found = find_bad_value(item, f"{path}[{index}]", depth + 1)
             if found:
                 return found
         return None
@@ -51,11 +62,44 @@ def find_bad_value(value: Any, path: str) -> str | None:
             problem = unstorable_text(key)
             if problem:
                 return f"{path} (a key contains {problem})"
-            found = find_bad_value(item, f"{path}.{key}")
+            found = find_bad_value(item, f"{path}.{key}", depth + 1)
             if found:
                 return found
         return None
     return f"{path} ({type(value).__name__})"
+
+
+def _too_long(value: int, path: str) -> str | None:
+    """An integer too long for json to write (Python's int-to-text limit,
+    4,300 digits by default) or for PostgreSQL's numeric to hold."""
+    if value.bit_length() < 10_000:  # at most 3,011 digits: fine either way
+        return None
+    limit = sys.get_int_max_str_digits() or _NUMERIC_DIGITS
+    limit = min(limit, _NUMERIC_DIGITS)
+    if abs(value) < 10**limit:
+        return None
+    return f"{path} (an integer of more than {limit} digits)"
+
+
+# PostgreSQL's numeric (what jsonb stores numbers as) holds up to 131,072
+# digits before the decimal point.
+_NUMERIC_DIGITS = 131_072
+
+
+def _encode(value: Any, what: str, **options: Any) -> str:
+    try:
+        bad = find_bad_value(value, what)
+    except RecursionError:
+        bad = f"{what} (nested too deeply)"
+    if bad is not None:
+        raise NotSerializableError(f"{what} is not JSON-serializable at {bad}")
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), **options)
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        # What the walk above lets through and json still refuses: raised as
+        # the permanent error it is, so a step (or a tool call whose result
+        # this is) is not retried for it.
+        raise NotSerializableError(f"{what} is not JSON-serializable: {exc}") from None
 
 
 def dumps(value: Any, what: str = "value") -> str:
@@ -65,15 +109,9 @@ def dumps(value: Any, what: str = "value") -> str:
     key becomes a string, a tuple a list is fine), so that a state read back
     after a crash is exactly the state the step left.
     """
-    bad = find_bad_value(value, what)
-    if bad is not None:
-        raise NotSerializableError(f"{what} is not JSON-serializable at {bad}")
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _encode(value, what)
 
 
 def canonical(value: Any, what: str = "value") -> str:
     """Deterministic encoding (sorted keys), used to derive idempotency keys."""
-    bad = find_bad_value(value, what)
-    if bad is not None:
-        raise NotSerializableError(f"{what} is not JSON-serializable at {bad}")
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return _encode(value, what, sort_keys=True)

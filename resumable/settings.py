@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -262,15 +263,22 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _postgres_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.split("://", 1)[0].startswith("postgres"):
+        if value is None:
+            return value
+        if not value.split("://", 1)[0].startswith("postgres"):
             raise ValueError("must be a postgresql:// URL")
+        _check_postgres_url(value)
         return value
 
     @field_validator("redis_url")
     @classmethod
     def _redis_url(cls, value: str | None) -> str | None:
-        if value is not None and value.split("://", 1)[0] not in {"redis", "rediss", "unix"}:
+        if value is None:
+            return value
+        scheme = value.split("://", 1)[0]
+        if scheme not in {"redis", "rediss", "unix"}:
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        _check_redis_url(value, scheme)
         return value
 
     @field_validator("public_url", "alert_webhook_url")
@@ -278,6 +286,8 @@ class Settings(BaseSettings):
     def _http_url(cls, value: str | None) -> str | None:
         if value is None:
             return value
+        if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
+            raise ValueError("must not contain control characters")
         parts = urlsplit(value)
         if parts.scheme not in {"http", "https"} or not parts.hostname:
             raise ValueError("must be an http:// or https:// URL with a host")
@@ -306,10 +316,14 @@ class Settings(BaseSettings):
 
 
 def env_name(field: str) -> str:
-    """The environment variable that sets `field`."""
-    return {"database_url": "DATABASE_URL", "redis_url": "REDIS_URL"}.get(
-        field, f"RESUMABLE_{field.upper()}"
-    )
+    """The environment variable that sets `field` (pydantic reports a field
+    read through an alias by the alias: DATABASE_URL is already one)."""
+    name = {"database_url": "DATABASE_URL", "redis_url": "REDIS_URL"}.get(field, field)
+    if name in ("DATABASE_URL", "REDIS_URL"):
+        # Either spelling sets it: name the one the environment holds.
+        prefixed = f"RESUMABLE_{name}"
+        return prefixed if prefixed in os.environ and name not in os.environ else name
+    return name if name.isupper() else f"RESUMABLE_{name.upper()}"
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -326,6 +340,48 @@ def load_settings(**overrides: object) -> Settings:
             for error in exc.errors()
         ]
         raise ConfigurationError("invalid setting " + "; ".join(problems)) from None
+
+
+# libpq options that take a number: a word there fails only at connect time,
+# with an error that quotes the URL.
+_NUMERIC_LIBPQ_OPTIONS = (
+    "connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval",
+    "keepalives_count", "tcp_user_timeout", "port",
+)  # fmt: skip
+
+
+def _check_postgres_url(value: str) -> None:
+    """Parseable as SQLAlchemy and libpq read it: messages never quote the
+    URL, which may hold a password."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(value)
+        url.port  # noqa: B018 - parsed lazily: a bad port (or IPv6 literal) raises here
+    except (ArgumentError, ValueError):
+        raise ValueError("is not a valid postgresql:// URL") from None
+    for option in _NUMERIC_LIBPQ_OPTIONS:
+        given = url.query.get(option)
+        for item in (given,) if isinstance(given, str) else given or ():
+            if not item.strip().lstrip("-").isdigit():
+                raise ValueError(f"has a {option} that is not a whole number") from None
+
+
+def _check_redis_url(value: str, scheme: str) -> None:
+    """redis-py reads a database number that is not one as database 0."""
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 - raises for a port that is not a number
+    except ValueError:
+        raise ValueError("has a port that is not a number") from None
+    db = parts.path.strip("/") if scheme != "unix" else ""
+    for query_db in parse_qs(parts.query).get("db", []):
+        db = db or query_db
+        if not query_db.isdigit():
+            raise ValueError("has a db that is not a database number") from None
+    if db and not db.isdigit():
+        raise ValueError("names a database that is not a number (redis://host:6379/0)")
 
 
 def _check_secret(secret: str, which: str) -> None:

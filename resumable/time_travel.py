@@ -68,6 +68,9 @@ class TimeTravel:
 
     def state_at(self, session_id: uuid.UUID, seq: int) -> PastState:
         """The state right after step `seq`, rebuilt from the nearest snapshot."""
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**31:
+            self._agent_of(session_id)  # an unknown session is a different error
+            raise CheckpointNotFoundError(f"session {session_id} has no checkpoint {seq!r}")
         with self.db.connection() as conn:
             rows = conn.execute(
                 checkpoint_queries.CHAIN_TO, {"id": session_id, "seq": seq}

@@ -21,12 +21,14 @@ passes first, the ``then`` step runs with ``ctx.wake.kind == "timeout"``.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from resumable import serialization
 from resumable.errors import WaitDefinitionError
 
 WakeKind = Literal[
@@ -34,13 +36,50 @@ WakeKind = Literal[
 ]
 
 
-def _seconds(value: float | timedelta | None) -> float | None:
+# A wait longer than this is a mistake (and past what a datetime can hold).
+MAX_WAIT_SECONDS = 100 * 366 * 86_400
+
+
+def check_seconds(value: float | timedelta | None) -> float | None:
     if value is None:
         return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = math.inf
+    else:
+        raise WaitDefinitionError(f"a wait duration must be seconds or a timedelta, got {value!r}")
+    if math.isnan(seconds):
+        raise WaitDefinitionError("a wait duration cannot be NaN")
     if seconds < 0:
         raise WaitDefinitionError(f"a wait duration cannot be negative ({seconds} s)")
+    if seconds > MAX_WAIT_SECONDS:
+        raise WaitDefinitionError(
+            f"a wait duration must be at most {MAX_WAIT_SECONDS} s (100 years), got {seconds} s"
+        )
     return seconds
+
+
+def check_name(value: object, what: str) -> str:
+    """A topic, check or lock name: non-empty text PostgreSQL can store."""
+    if not isinstance(value, str) or not value:
+        raise WaitDefinitionError(f"{what} must be a non-empty string, got {value!r}")
+    problem = serialization.unstorable_text(value)
+    if problem:
+        raise WaitDefinitionError(f"{what} {value!r} contains {problem}")
+    return value
+
+
+def _child_id(value: object) -> str:
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        raise WaitDefinitionError(
+            f"Children(...) takes session ids (from ctx.spawn), got {value!r}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -75,10 +114,12 @@ class Timer:
 
     def due(self, now: datetime) -> datetime:
         if self.at is not None:
+            if not isinstance(self.at, datetime):
+                raise WaitDefinitionError(f"Timer(at=...) needs a datetime, got {self.at!r}")
             if self.at.tzinfo is None:
                 raise WaitDefinitionError("Timer(at=...) needs a timezone-aware datetime")
             return self.at
-        seconds = _seconds(self.seconds)
+        seconds = check_seconds(self.seconds)
         if seconds is None:
             raise WaitDefinitionError("Timer needs seconds= or at=")
         return now + timedelta(seconds=seconds)
@@ -94,6 +135,14 @@ class Poll:
     every: float | timedelta = 5.0
     timeout: float | timedelta | None = None
 
+    def spec(self) -> dict[str, Any]:
+        every = check_seconds(self.every) or 0.0
+        if every <= 0:
+            raise WaitDefinitionError("Poll(every=...) must be positive")
+        if not isinstance(self.args, dict):
+            raise WaitDefinitionError("Poll(args=...) must be a dict")
+        return {"check": check_name(self.check, "a Poll check"), "args": self.args, "every": every}
+
 
 @dataclass(frozen=True)
 class Lock:
@@ -106,6 +155,14 @@ class Lock:
     name: str
     permits: int = 1
     timeout: float | timedelta | None = None
+
+    def spec(self) -> dict[str, Any]:
+        permits = self.permits
+        if not isinstance(permits, int) or isinstance(permits, bool) or not 1 <= permits < 2**31:
+            raise WaitDefinitionError(
+                f"Lock(permits=...) must be an integer from 1 to {2**31 - 1}, got {permits!r}"
+            )
+        return {"name": check_name(self.name, "a Lock name"), "permits": permits}
 
 
 @dataclass(frozen=True)
@@ -127,11 +184,13 @@ class Children:
     timeout: float | timedelta | None = None
 
     def spec(self) -> dict[str, Any]:
-        ids = [str(i) for i in self.ids]
+        if isinstance(self.ids, str | bytes):
+            raise WaitDefinitionError("Children(...) takes a list of session ids, not one string")
+        ids = [_child_id(i) for i in self.ids]
         if not ids:
             raise WaitDefinitionError("Children(...) needs at least one child id")
         need = len(ids) if self.need == "all" else 1 if self.need == "any" else self.need
-        if not isinstance(need, int) or not 1 <= need <= len(ids):
+        if not isinstance(need, int) or isinstance(need, bool) or not 1 <= need <= len(ids):
             raise WaitDefinitionError(
                 f"Children(need=...) must be 'all', 'any' or 1..{len(ids)}, got {self.need!r}"
             )
@@ -163,7 +222,7 @@ class Wait:
             if isinstance(condition, Callback):
                 spec["callbacks"].append(condition.token)
             elif isinstance(condition, Signal):
-                spec["signals"].append(condition.topic)
+                spec["signals"].append(check_name(condition.topic, "a Signal topic"))
             elif isinstance(condition, Timer):
                 # Compared as datetimes: ISO strings in different UTC offsets
                 # do not sort by the instant they name.
@@ -171,17 +230,12 @@ class Wait:
             elif isinstance(condition, Poll):
                 if "poll" in spec:
                     raise WaitDefinitionError("a wait can hold at most one Poll")
-                every = _seconds(condition.every) or 0.0
-                if every <= 0:
-                    raise WaitDefinitionError("Poll(every=...) must be positive")
-                spec["poll"] = {"check": condition.check, "args": condition.args, "every": every}
-                due.append(now + timedelta(seconds=every))
+                spec["poll"] = condition.spec()
+                due.append(now + timedelta(seconds=spec["poll"]["every"]))
             elif isinstance(condition, Lock):
                 if "lock" in spec:
                     raise WaitDefinitionError("a wait can hold at most one Lock")
-                if not isinstance(condition.permits, int) or condition.permits < 1:
-                    raise WaitDefinitionError("Lock(permits=...) must be a positive integer")
-                spec["lock"] = {"name": condition.name, "permits": condition.permits}
+                spec["lock"] = condition.spec()
             elif isinstance(condition, Children):
                 if "children" in spec:
                     raise WaitDefinitionError("a wait can hold at most one Children")
@@ -191,8 +245,8 @@ class Wait:
         if timers:
             spec["timer_at"] = min(timers).isoformat()
             due.append(min(timers))
-        timeouts = [_seconds(self.timeout)] + [
-            _seconds(c.timeout) for c in self.conditions if not isinstance(c, Timer)
+        timeouts = [check_seconds(self.timeout)] + [
+            check_seconds(c.timeout) for c in self.conditions if not isinstance(c, Timer)
         ]
         given = [t for t in timeouts if t is not None]
         timeout = min(given) if given else None
@@ -203,6 +257,9 @@ class Wait:
         if not self.conditions and timeout is None:
             raise WaitDefinitionError("a wait needs at least one condition or a timeout")
         spec["wake_at"] = min(due).isoformat() if due else None
+        # Everything stored must be storable (a poll's args, say): refused
+        # here, as the step's own permanent error, not at the commit.
+        serialization.dumps(spec, "wait")
         return spec
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import time
 import urllib.error
@@ -14,7 +15,7 @@ from resumable import Agent, Complete, StepContext
 from resumable.checkpoints import EventSourced, Incremental
 from resumable.errors import PermanentError, TransientError
 from resumable.retries import RetryPolicy
-from resumable.waits import Poll, Signal, Timer, Wait
+from resumable.waits import Children, Lock, Poll, Signal, Timer, Wait
 
 
 def post_json(url: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
@@ -509,3 +510,54 @@ def book_flight(ctx: StepContext) -> str:
 @stuck_saga.step
 def cancelled_route(ctx: StepContext) -> Complete:
     raise PermanentError("the airline cancelled the route")
+
+
+heap_report = Agent("heap_report")
+
+
+@heap_report.step
+def report_heap(ctx: StepContext) -> Complete:
+    """What the worker process running this step has frozen (startup_heap.py)."""
+    return Complete({"frozen": gc.get_freeze_count()})
+
+
+# -- hostile step outcomes ----------------------------------------------------------------
+
+# Each of these once failed outside the step's error handling, or as an error
+# the retry policy took for transient: retried (repeating a tool call) or left
+# running for the reconciler to re-enqueue forever.
+hostile = Agent("hostile", retry=RetryPolicy(max_attempts=3, min_delay=0.05, max_delay=0.1))
+
+
+def huge_result(counter: str, idempotency_key: str) -> dict[str, int]:
+    bump(counter)  # the side effect, counted outside the session
+    return {"n": 10**5000}  # more digits than json writes
+
+
+@hostile.step
+def misbehave(ctx: StepContext) -> Any:
+    how = ctx.input["how"]
+    if how == "huge_tool_result":
+        ctx.tool("huge", huge_result, ctx.input["counter"])
+        return Complete(None)
+    if how == "huge_result":
+        return Complete(10**5000)
+    if how == "deep_state":
+        nested: list[Any] = []
+        for _ in range(50_000):
+            nested = [nested]
+        ctx.state["deep"] = nested
+        return Complete(None)
+    waits: dict[str, Any] = {
+        "nul_signal": lambda: ctx.wait(Signal("a\x00b"), then="misbehave"),
+        "surrogate_signal": lambda: ctx.wait(Signal("\ud800"), then="misbehave"),
+        "int_signal": lambda: ctx.wait(Signal(5), then="misbehave"),  # type: ignore[arg-type]
+        "nul_poll_args": lambda: ctx.wait(Poll("x", {"a": "\x00"}, every=1), then="misbehave"),
+        "nul_lock": lambda: ctx.wait(Lock("L\x00"), then="misbehave"),
+        "bad_child": lambda: ctx.wait(Children(["not-a-uuid"]), then="misbehave"),
+        "nan_sleep": lambda: ctx.sleep(float("nan"), then="misbehave"),
+        "huge_sleep": lambda: ctx.sleep(1e300, then="misbehave"),
+        "inf_timeout": lambda: ctx.wait(Signal("go"), then="misbehave", timeout=float("inf")),
+        "nul_callback": lambda: ctx.wait(ctx.callback("a\x00"), then="misbehave"),
+    }
+    return waits[how]()

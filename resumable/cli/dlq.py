@@ -15,7 +15,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from resumable.cli.ids import resolve_dead_letter
-from resumable.cli.json_args import parse_patch, parse_text
+from resumable.cli.json_args import DATE_TIME, STORED_TEXT, RateRange, parse_patch, parse_text
 from resumable.cli.sessions import actor
 from resumable.cli.support import ErrorGroup, connected, console
 from resumable.client import dead_letter_cursor
@@ -59,13 +59,15 @@ def _filters(
 def filter_options(func: Any) -> Any:
     for option in reversed(
         [
-            click.option("--agent", default=None, help="Only this agent."),
-            click.option("--error-type", default=None, help="Only this exception type."),
-            click.option("--step", default=None, help="Only failures at this step."),
+            click.option("--agent", type=STORED_TEXT, default=None, help="Only this agent."),
             click.option(
-                "--since", type=click.DateTime(), default=None, help="Failed at or after."
+                "--error-type", type=STORED_TEXT, default=None, help="Only this exception type."
             ),
-            click.option("--until", type=click.DateTime(), default=None, help="Failed before."),
+            click.option(
+                "--step", type=STORED_TEXT, default=None, help="Only failures at this step."
+            ),
+            click.option("--since", type=DATE_TIME, default=None, help="Failed at or after."),
+            click.option("--until", type=DATE_TIME, default=None, help="Failed before."),
             click.option(
                 "--compensation",
                 type=click.Choice(COMPENSATIONS),
@@ -168,7 +170,7 @@ def dlq_show(settings: Settings, dead_letter_id: str) -> None:
 @click.argument("dead_letter_id")
 @click.option("--patch", default=None, help="RFC 6902 JSON Patch applied to the state.")
 @click.option("--reason", default=None, help="Why (kept in the audit log).")
-@click.option("--by", default=None, help="Who (default: cli:<user>).")
+@click.option("--by", type=STORED_TEXT, default=None, help="Who (default: cli:<user>).")
 @click.pass_obj
 def dlq_retry(
     settings: Settings, dead_letter_id: str, patch: str | None, reason: str | None,
@@ -188,7 +190,7 @@ def dlq_retry(
 @dlq.command("discard")
 @click.argument("dead_letter_id")
 @click.option("--reason", required=True, help="Why (kept in the audit log).")
-@click.option("--by", default=None, help="Who (default: cli:<user>).")
+@click.option("--by", type=STORED_TEXT, default=None, help="Who (default: cli:<user>).")
 @click.pass_obj
 def dlq_discard(settings: Settings, dead_letter_id: str, reason: str, by: str | None) -> None:
     """Close a dead letter without retrying it."""
@@ -205,10 +207,10 @@ def dlq_discard(settings: Settings, dead_letter_id: str, reason: str, by: str | 
 @click.option("--dry-run", is_flag=True, help="List what would happen; change nothing.")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
 @click.option(
-    "--rate", type=click.FloatRange(MIN_RATE, MAX_RATE), default=None, help="Max per second."
+    "--rate", type=RateRange(MIN_RATE, MAX_RATE), default=None, help="Max per second (N or N/s)."
 )
 @click.option("--reason", default=None, help="Why (required to discard).")
-@click.option("--by", default=None, help="Who (default: cli:<user>).")
+@click.option("--by", type=STORED_TEXT, default=None, help="Who (default: cli:<user>).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def dlq_drain(

@@ -4,18 +4,20 @@ refused up front when PostgreSQL could not store it.
 Valid JSON is not enough: PostgreSQL rejects ``\\u0000`` in ``jsonb`` and
 ``text``, psycopg cannot encode a lone surrogate (``"\\ud800"``, or a byte that
 is not UTF-8 in ``argv``), and Python's parser gives up on deep nesting and
-huge integers. Each is a ``click.UsageError`` naming the option and where
+huge integers, and NaN or an overflowing number has no JSON text. Each is a
+``click.UsageError`` naming the option and where
 in the value the problem sits, before anything is written.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import click
 
-from resumable.serialization import unstorable_text
+from resumable.serialization import find_bad_value, unstorable_text
 
 
 def _bad_text(text: str) -> str | None:
@@ -58,6 +60,11 @@ def parse_json(value: str | None, option: str) -> Any:
     problem = _find_bad_text(decoded, "$")
     if problem:
         raise click.UsageError(f"{option}: {problem}")
+    # Deeper than the API stores (as an HTTP body is), or a number JSON has
+    # no text for (NaN, 1e400 read as infinity): a bad argument too.
+    stored = find_bad_value(decoded, "$")
+    if stored:
+        raise click.UsageError(f"{option} cannot be stored: {stored}")
     return decoded
 
 
@@ -79,3 +86,64 @@ def parse_patch(value: str | None, option: str = "--patch") -> list[dict[str, An
     if patch is not None and not isinstance(patch, list):
         raise click.UsageError(f"{option} must be a JSON array of operations")
     return patch
+
+
+class StoredText(click.ParamType):  # type: ignore[type-arg]
+    """An option kept as text (who did it, a filter): refused (exit 2) when
+    PostgreSQL could not store or compare it (a NUL, a byte that is not UTF-8)."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        problem = _bad_text(text)
+        if problem:
+            self.fail(problem, param, ctx)
+        return text
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange, which lets NaN through every bound check."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        converted = super().convert(value, param, ctx)
+        if converted is not None and math.isnan(converted):
+            self.fail("NaN is not a number of seconds or a rate", param, ctx)
+        return converted
+
+
+STORED_TEXT = StoredText()
+
+
+def parse_key(value: str | None, option: str) -> str | None:
+    """An idempotency key, bounded as the HTTP API bounds one: 1 to 256
+    characters, not all blank (an empty key would dedupe as a real one)."""
+    parse_text(value, option)
+    if value is not None and (not value.strip() or len(value) > MAX_KEY_LENGTH):
+        raise click.UsageError(f"{option} must be 1 to {MAX_KEY_LENGTH} characters, not blank")
+    return value
+
+
+MAX_KEY_LENGTH = 256
+
+
+class RateRange(FiniteFloatRange):
+    """A rate per second, written ``5`` or ``5/s`` (as the README writes it)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.strip().endswith("/s"):
+            value = value.strip().removesuffix("/s")
+        return super().convert(value, param, ctx)
+
+
+#: Dates as ``dlq list --since`` takes them: the plain forms, and RFC 3339 with
+#: a ``Z`` or an offset (what the HTTP API's ``since`` takes).
+DATE_TIME = click.DateTime(
+    formats=[
+        "%Y-%m-%d",
+        "%Y-%m-%dT%H:%M:%S",
+        "%Y-%m-%d %H:%M:%S",
+        "%Y-%m-%dT%H:%M:%S%z",
+        "%Y-%m-%dT%H:%M:%S.%f%z",
+    ]
+)

@@ -6,6 +6,7 @@ import click
 
 from resumable.cli.support import ErrorGroup, console
 from resumable.embedded import EmbeddedServices, reap_orphans
+from resumable.errors import EmbeddedServiceError
 from resumable.settings import Settings
 
 
@@ -25,6 +26,11 @@ def services_status(settings: Settings) -> None:
 @click.pass_obj
 def services_stop(settings: Settings) -> None:
     """Stop this home's servers, and any left behind by killed processes."""
-    EmbeddedServices(settings.home_dir).stop()
+    try:
+        EmbeddedServices(settings.home_dir).stop()
+    except OSError as exc:  # a home that is a file, or not readable
+        raise EmbeddedServiceError(
+            f"RESUMABLE_HOME {settings.home_dir} cannot be used ({exc.strerror or exc})"
+        ) from None
     reaped = reap_orphans()
     console.print(f"stopped {settings.home_dir}" + (f"; reaped {reaped}" if reaped else ""))

@@ -17,7 +17,14 @@ from rich.table import Table
 
 from resumable.agent import AgentRegistry
 from resumable.cli.ids import resolve_session
-from resumable.cli.json_args import parse_json, parse_patch, parse_text
+from resumable.cli.json_args import (
+    STORED_TEXT,
+    FiniteFloatRange,
+    parse_json,
+    parse_key,
+    parse_patch,
+    parse_text,
+)
 from resumable.cli.support import ErrorGroup, connected, console, optional_agents
 from resumable.client import HUNG_AFTER_SECONDS
 from resumable.errors import (
@@ -35,8 +42,6 @@ from resumable.settings import Settings
 # The same names the HTTP API accepts.
 _TOPIC = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 STATUSES = [status.value for status in SessionStatus]
-# Idempotency keys are indexed; a btree row holds at most ~2,700 bytes.
-MAX_KEY_BYTES = 256
 
 
 def actor(by: str | None) -> str:
@@ -80,7 +85,7 @@ def enqueue(
     payload = parse_json(input_json, "--input")
     if payload is None and input_json is None:
         payload = {}
-    parse_text(idempotency_key, "--idempotency-key", max_length=MAX_KEY_BYTES)
+    parse_key(idempotency_key, "--idempotency-key")
     registry = optional_agents(agent_modules or settings.agents)
     with connected(settings, registry, broker=True) as c:
         _check_agent(c.db, registry, agent)
@@ -95,7 +100,7 @@ def sessions() -> None:
 
 @sessions.command("list")
 @click.option("--status", type=click.Choice(STATUSES), default=None)
-@click.option("--agent", default=None)
+@click.option("--agent", type=STORED_TEXT, default=None)
 @click.option("--parent", default=None, help="Only the children this session spawned (ID).")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option(
@@ -105,7 +110,7 @@ def sessions() -> None:
 )
 @click.option(
     "--hung-after",
-    type=click.FloatRange(1, 30 * 86_400),
+    type=FiniteFloatRange(1, 30 * 86_400),
     default=HUNG_AFTER_SECONDS,
     show_default=True,
     help="Seconds a step may run before --hung lists it.",
@@ -258,7 +263,7 @@ def sessions_state(
 @click.argument("session_id")
 @click.option("--at", "seq", type=click.IntRange(min=1), required=True, help="Checkpoint.")
 @click.option("--patch", default=None, help="RFC 6902 JSON Patch applied to that state.")
-@click.option("--by", default=None, help="Who (default: cli:<user>).")
+@click.option("--by", type=STORED_TEXT, default=None, help="Who (default: cli:<user>).")
 @click.option("--agents", "agent_modules", multiple=True, help="For event-sourced agents.")
 @click.option(
     "--allow-compensated",
@@ -296,7 +301,7 @@ def sessions_fork(
 @sessions.command("cancel")
 @click.argument("session_id")
 @click.option("--reason", required=True, help="Why (kept in the audit log).")
-@click.option("--by", default=None, help="Who (default: cli:<user>).")
+@click.option("--by", type=STORED_TEXT, default=None, help="Who (default: cli:<user>).")
 @click.pass_obj
 def sessions_cancel(settings: Settings, session_id: str, reason: str, by: str | None) -> None:
     """Cancel a session that has not finished (fences out a running worker)."""
@@ -314,7 +319,7 @@ def sessions_cancel(settings: Settings, session_id: str, reason: str, by: str | 
 @click.argument("topic")
 @click.option("--payload", default=None, help="The signal's value as JSON (default: null).")
 @click.option("--idempotency-key", default=None, help="Same key, same signal (sent once).")
-@click.option("--by", default=None, help="Who (default: cli:<user>).")
+@click.option("--by", type=STORED_TEXT, default=None, help="Who (default: cli:<user>).")
 @click.pass_obj
 def sessions_signal(
     settings: Settings,
@@ -331,7 +336,7 @@ def sessions_signal(
     if not _TOPIC.match(topic):
         raise click.UsageError("TOPIC must be 1-100 of [A-Za-z0-9_.:-]")
     value: Any = parse_json(payload, "--payload")
-    parse_text(idempotency_key, "--idempotency-key", max_length=MAX_KEY_BYTES)
+    parse_key(idempotency_key, "--idempotency-key")
     with connected(settings, broker=True) as c:
         sid = resolve_session(c.db, session_id)
         receipt = Inbox(settings, c.db, c.client.broker).signal(
@@ -349,7 +354,7 @@ def sessions_signal(
 @click.command()
 @click.option(
     "--grace",
-    type=click.FloatRange(0, 86_400),
+    type=FiniteFloatRange(0, 86_400),
     default=None,
     help="Seconds a pending session may sit.",
 )
@@ -386,7 +391,7 @@ def _blocked_action(
 
 
 _REASON = click.option("--reason", required=True, help="Why (kept in the audit log).")
-_BY = click.option("--by", default=None, help="Who (default: cli:<user>).")
+_BY = click.option("--by", type=STORED_TEXT, default=None, help="Who (default: cli:<user>).")
 
 
 @sessions.command("resume")

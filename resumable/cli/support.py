@@ -194,7 +194,9 @@ def process_urls(settings: Settings, *, check: bool = False) -> Iterator[Service
     `check=True` (the worker, which can do nothing without both servers)
     fails at once, naming the setting, if either does not answer or the
     schema is missing. The web process starts anyway and answers 503 on
-    ``/readyz``; the scheduler starts anyway and reports the outage."""
+    ``/readyz``; the scheduler starts anyway and reports the outage. A
+    database that answers without the schema fails them all: no retry
+    fixes that, `resumable db upgrade` does."""
     with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
         if not settings.database_url:
             from resumable.models import migrate
@@ -202,4 +204,18 @@ def process_urls(settings: Settings, *, check: bool = False) -> Iterator[Service
             migrate.upgrade(urls.database_url)
         if check:
             check_servers(settings, urls, broker=True, migrate_embedded=False)
+        else:
+            _require_schema_if_reachable(urls.database_url)
         yield urls
+
+
+def _require_schema_if_reachable(database_url: str) -> None:
+    from resumable.models.database import libpq_url
+
+    try:
+        with psycopg.connect(libpq_url(database_url), connect_timeout=2) as conn:
+            found = conn.execute("SELECT to_regclass('sessions') IS NOT NULL").fetchone()
+    except psycopg.Error:
+        return  # unreachable: an outage the process reports and rides out
+    if not (found and found[0]):
+        raise ConfigurationError(_NO_SCHEMA)

@@ -59,13 +59,16 @@ WITH src AS (
     SELECT %(id)s, seq, step, next_step, state, kind, patch, events, created_at
     FROM checkpoints WHERE session_id = %(source)s AND seq <= %(seq)s AND EXISTS (SELECT 1 FROM s)
 ), t AS (
-    -- Tool results before the fork point come along, under the fork's own keys.
+    -- Tool results before the fork point come along, under the fork's own keys,
+    -- without their compensations: those effects are the origin's, undone by
+    -- the origin's saga if it fails (or already undone, for a fork allowed to
+    -- reuse compensated calls), never by the fork's, which undoes its own calls.
     INSERT INTO tool_execution_cache (idempotency_key, session_id, step_seq, step, call_index,
                                       tool, request, status, response, error, lease_epoch,
                                       attempts, compensation)
     SELECT 'rsm_' || encode(sha256(convert_to(%(id)s::text || idempotency_key, 'UTF8')), 'hex'),
            %(id)s, step_seq, step, call_index, tool, request, status, response, error, 0,
-           attempts, compensation
+           attempts, NULL
     FROM tool_execution_cache
     WHERE session_id = %(source)s AND step_seq <= %(seq)s AND status = 'completed'
       AND EXISTS (SELECT 1 FROM s)

@@ -245,7 +245,11 @@ WITH p AS (
       AND status = 'suspended' AND wait ? 'children'
     FOR UPDATE
 ), kids AS (
-    SELECT jsonb_array_elements_text(p.wait -> 'children' -> 'ids')::uuid AS id FROM p
+    -- Only ids that are uuids: a wait stored before Children(...) checked its
+    -- ids would otherwise fail this statement, and with it the scheduler's
+    -- backstop for every parent after it.
+    SELECT k::uuid AS id FROM p, jsonb_array_elements_text(p.wait -> 'children' -> 'ids') AS k
+    WHERE k ~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$'
 ), done AS (
     SELECT c.id, c.status, c.result, c.error FROM sessions c JOIN kids ON c.id = kids.id
     WHERE c.status IN ('completed', 'cancelled')

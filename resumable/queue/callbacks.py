@@ -17,7 +17,7 @@ from datetime import timedelta
 from resumable.errors import LeaseLostError
 from resumable.models import wait_queries
 from resumable.models.database import Database
-from resumable.waits import Callback
+from resumable.waits import Callback, check_name, check_seconds
 
 
 class CallbackFactory:
@@ -34,6 +34,8 @@ class CallbackFactory:
         self._next_index = 0
 
     def create(self, topic: str, timeout: float | timedelta | None = None) -> Callback:
+        check_name(topic, "a callback topic")  # before anything is stored
+        check_seconds(timeout)
         index = self._next_index
         self._next_index += 1
         with self._db.connection() as conn:

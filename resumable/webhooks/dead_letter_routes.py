@@ -199,7 +199,14 @@ DRAIN = Operation(
     headers=(ACTOR,),
     body=DrainDeadLetters,
     body_required=True,
-    answers=(Answer(200, "What was matched, done and not done.", response_models.DrainReport),),
+    answers=(
+        Answer(200, "What was matched, done and not done.", response_models.DrainReport),
+        Answer(
+            422,
+            f"A paced drain (`limit / rate`) that would take over {MAX_PACED_DRAIN_SECONDS:g} s.",
+            codes=("drain_too_slow",),
+        ),
+    ),
 )
 
 

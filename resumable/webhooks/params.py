@@ -31,9 +31,11 @@ TOKEN_PATTERN = r"^[A-Za-z0-9_\-]{1,128}$"
 
 class _Digits(Convertor[str]):
     """Matches an id's digits only, so that ``/v1/dead-letters/drain`` is not also
-    a dead letter named "drain" (its GET would not be a 405 otherwise)."""
+    a dead letter named "drain" (its GET would not be a 405 otherwise). Any
+    number of them: one out of range is a dead letter that is not there (404
+    ``dead_letter_not_found``), not a path the API does not have."""
 
-    regex = "[0-9]{1,19}"
+    regex = "[0-9]+"
 
     def convert(self, value: str) -> str:
         return value

@@ -5,12 +5,22 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from resumable.agent import AgentRegistry
 from resumable.client import Client
-from resumable.errors import IdempotencyConflictError, NotSerializableError, UnknownAgentError
+from resumable.errors import (
+    CheckpointNotFoundError,
+    DeadLetterNotFoundError,
+    IdempotencyConflictError,
+    InvalidArgumentError,
+    NotSerializableError,
+    ResumableError,
+    SessionNotFoundError,
+    UnknownAgentError,
+)
 from tests import agents
 from tests.conftest import WorkerProcess, run_cli, wait_until
 
@@ -101,6 +111,11 @@ def test_idempotency_key_returns_the_same_session_and_refuses_a_different_reques
     assert again.session_id == first.session_id
     with pytest.raises(IdempotencyConflictError):
         client.start("five", {"a": 2}, idempotency_key="order-42")
+    # A session id chosen by the caller is part of the request: another one
+    # under the same key is a different request; the same one is a replay.
+    with pytest.raises(IdempotencyConflictError):
+        client.start("five", {"a": 1}, idempotency_key="order-42", session_id=uuid.uuid4())
+    assert client.start("five", {"a": 1}, idempotency_key="order-42", session_id=first.session_id)
     assert client.count_by_status() == {"pending": 1}
 
 
@@ -116,3 +131,94 @@ def test_cli_reports_errors_with_a_message_and_nonzero_exit(client: Client) -> N
     assert "no session" in missing.stderr
     assert client.count_by_status() == {}
     assert agents.five.name == "five"
+
+
+@pytest.mark.parametrize(
+    ("how", "code", "message"),
+    [
+        ("huge_tool_result", "not_serializable", "an integer of more than 4300 digits"),
+        ("huge_result", "not_serializable", "an integer of more than 4300 digits"),
+        ("deep_state", "not_serializable", "nested deeper than 100 levels"),
+        ("nul_signal", "invalid_wait", "a Signal topic 'a\\x00b' contains NUL"),
+        ("surrogate_signal", "invalid_wait", "a lone surrogate"),
+        ("int_signal", "invalid_wait", "a Signal topic must be a non-empty string, got 5"),
+        ("nul_poll_args", "not_serializable", "wait.poll.args.a (contains NUL"),
+        ("nul_lock", "invalid_wait", "a Lock name 'L\\x00' contains NUL"),
+        ("bad_child", "invalid_wait", "takes session ids (from ctx.spawn), got 'not-a-uuid'"),
+        ("nan_sleep", "invalid_wait", "cannot be NaN"),
+        ("huge_sleep", "invalid_wait", "must be at most"),
+        ("inf_timeout", "invalid_wait", "must be at most"),
+        ("nul_callback", "invalid_wait", "a callback topic 'a\\x00' contains NUL"),
+    ],
+)
+def test_a_step_outcome_that_cannot_be_stored_fails_once_for_good(
+    client: Client,
+    start_worker: Callable[..., WorkerProcess],
+    tmp_path: Path,
+    how: str,
+    code: str,
+    message: str,
+) -> None:
+    """A result, state or wait that cannot be stored is the step's permanent
+    error: the session fails at once, with a dead letter, its tool calls made
+    once. (Such values once raised outside the step's error handling, leaving
+    the session running for the reconciler to re-enqueue forever, or as an
+    error the retry policy took for transient, repeating the tool call.)"""
+    start_worker()
+    counter = tmp_path / "calls"
+    session_id = client.start("hostile", {"how": how, "counter": str(counter)})
+    assert wait_until(lambda: _finished(client, session_id), timeout=20) == "failed"
+    session = client.get(session_id)
+    assert session.error is not None
+    assert session.error.code == code, session.error
+    assert message in (session.error.message or ""), session.error.message
+    assert [e.type for e in client.events(session_id)].count("step_failed") <= 1
+    assert client.dead_letters(agent="hostile").items[0].session_id == session_id
+    if how == "huge_tool_result":
+        assert counter.read_text() == "1"  # the side effect ran once
+
+
+def test_bad_arguments_to_the_python_client_raise_its_own_errors_and_write_nothing(
+    client: Client,
+) -> None:
+    """What the HTTP API refuses with a 4xx, the Python API refuses with an
+    exception from resumable (InvalidArgumentError is a ValueError), before any
+    statement: not a psycopg or SQLAlchemy error from inside a query."""
+    unknown = str(uuid.uuid4())
+    for call in (
+        lambda: client.get(123),  # type: ignore[arg-type]
+        lambda: client.get(None),  # type: ignore[arg-type]
+        lambda: client.start("five", session_id="not-a-uuid"),  # type: ignore[arg-type]
+        lambda: client.start("fi\x00ve"),
+        lambda: client.start(""),
+        lambda: client.start("five", idempotency_key="k\x00"),
+        lambda: client.start("five", idempotency_key="k" * 257),
+        lambda: client.start("five", {"n": 10**5000}),
+        lambda: client.signal(unknown, "to\x00pic"),
+        lambda: client.signal(unknown, "topic", {"n": 10**5000}),
+        lambda: client.page_sessions(limit=0),
+        lambda: client.page_sessions(limit=-1),
+        lambda: client.list_sessions(limit=10**20),
+        lambda: client.dead_letters(limit=-1),
+        lambda: client.events(unknown, limit=-1),
+        lambda: client.events(unknown, latest=-1),
+        lambda: client.events(unknown, after=2**70),
+        lambda: client.hung_sessions(limit=0),
+        lambda: client.cancel(unknown, actor="ops\x00"),
+    ):
+        with pytest.raises(ResumableError) as raised:
+            call()
+        assert isinstance(raised.value, InvalidArgumentError | NotSerializableError), raised.value
+    for call in (lambda: client.get("not-a-uuid"), lambda: client.events("nope")):
+        with pytest.raises(SessionNotFoundError):
+            call()
+    for bad_id in (2**70, "abc", -1, True):
+        with pytest.raises(DeadLetterNotFoundError):
+            client.dead_letter(bad_id)  # type: ignore[arg-type]
+    session_id = client.start("five")
+    for seq in (2**70, -1, "1"):
+        with pytest.raises(CheckpointNotFoundError):
+            client.checkpoint_state(session_id, seq)  # type: ignore[arg-type]
+        with pytest.raises(CheckpointNotFoundError):
+            client.fork(session_id, seq)  # type: ignore[arg-type]
+    assert client.count_by_status() == {"pending": 1}  # only the good start

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 from resumable.client import Client
+from resumable.coordination import children
 from resumable.models.database import Database
 from resumable.settings import Settings
 from tests.conftest import LocalDeployment, run_cli, wait_until
@@ -112,3 +113,32 @@ def test_cancelling_a_parent_cancels_its_children(
         str(c.session_id) for c in kids
     )
     assert {item["parent_id"] for item in page["items"]} == {str(parent)}
+
+
+def test_a_stored_wait_on_a_child_id_that_is_no_uuid_does_not_stop_the_backstop(
+    client: Client, db: Database
+) -> None:
+    """A parent stored (before Children(...) checked its ids) waiting on
+    "not-a-uuid" sorts first among the waiting parents; the scheduler's
+    backstop must still wake the parent after it whose child has finished."""
+    done_child, bad_parent, good_parent = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    with db.connection() as conn:
+        conn.execute(
+            """
+            INSERT INTO sessions (id, agent, status, cursor, state, wait, updated_at, parent_id,
+                                  result, finished_at)
+            VALUES (%(bad)s, 'kids', 'suspended', 'gather', '{}',
+                    '{"then": "gather", "children": {"ids": ["not-a-uuid"], "need": 1,
+                      "on_failure": "inform"}}', now() - interval '2 minutes', NULL, NULL, NULL),
+                   (%(good)s, 'kids', 'suspended', 'gather', '{}',
+                    jsonb_build_object('then', 'gather', 'children', jsonb_build_object(
+                      'ids', jsonb_build_array(%(child)s::text), 'need', 1,
+                      'on_failure', 'inform')), now() - interval '1 minute', NULL, NULL, NULL),
+                   (%(child)s, 'kids', 'completed', NULL, '{}', NULL, now(), %(good)s,
+                    '{"n": 1}', now())
+            """,
+            {"bad": bad_parent, "good": good_parent, "child": done_child},
+        )
+    assert children.wake_waiting_parents(db, client.broker, client.settings) == 1
+    assert client.get(good_parent).status == "pending"
+    assert client.get(bad_parent).status == "suspended"

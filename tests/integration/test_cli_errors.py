@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -124,13 +125,20 @@ def test_a_database_without_the_schema_says_to_run_db_upgrade(client: Client) ->
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     try:
-        result = _run(
-            "sessions",
-            "list",
-            client=client,
-            env={"DATABASE_URL": _with_url(client, database=name)},
-        )
-        _one_line_error(result, "run `resumable db upgrade`")
+        env = {"DATABASE_URL": _with_url(client, database=name)}
+        # A one-shot command, and the long-running processes too: the worker,
+        # and the web process and the scheduler, which ride out an outage but
+        # not a schema that is not there (they once ran on, answering 500 or
+        # logging a traceback a second).
+        for command in (
+            ("sessions", "list"),
+            ("worker", "--agents", "tests.agents"),
+            ("web", "--port", str(free_port())),
+            ("scheduler",),
+        ):
+            result = _run(*command, client=client, env=env)
+            _one_line_error(result, "run `resumable db upgrade`")
+            assert result.returncode == 1
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
@@ -165,6 +173,9 @@ def test_an_unusable_home_is_one_line_naming_it(tmp_path: Path, where: str) -> N
         home, why = Path("/sys/resumable-home"), "not permitted"  # read-only, even for root
     result = _run("sessions", "list", env={"RESUMABLE_HOME": str(home)})
     _one_line_error(result, f"RESUMABLE_HOME {home}", why)
+    if where == "under-a-file":  # (/sys/resumable-home does not exist: nothing to stop)
+        stopped = _run("services", "stop", env={"RESUMABLE_HOME": str(home)})
+        _one_line_error(stopped, f"RESUMABLE_HOME {home}", why)
 
 
 # -- bad arguments ------------------------------------------------------------------------
@@ -177,6 +188,9 @@ def test_an_unusable_home_is_one_line_naming_it(tmp_path: Path, where: str) -> N
         ('{"\\u0000": 1}', "a key in $ contains NUL"),
         ('["ok", "\\ud800"]', "$[1] contains a lone surrogate"),
         ("[" * 50_000, "nested too deeply"),
+        ("[" * 300 + "]" * 300, "nested deeper than 100 levels"),
+        ("[1e400]", "$[0] (non-finite float inf)"),
+        ("NaN", "non-finite float nan"),
         ("1" * 5000, "--input:"),
         ("{nope", "--input is not valid JSON"),
     ],
@@ -335,3 +349,67 @@ def test_worker_imports_agents_from_the_working_directory(client: Client, tmp_pa
         finally:
             worker.terminate()
             worker.wait(timeout=30)
+
+
+def _run_bytes(client: Client, *args: bytes) -> subprocess.CompletedProcess[str]:
+    """A command whose argv holds bytes that are not UTF-8 (Python sees lone surrogates)."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(ROOT),
+        "HOME": "/tmp",
+        "DATABASE_URL": client.settings.database_url or "",
+        "REDIS_URL": client.settings.redis_url or "",
+    }
+    done = subprocess.run(
+        [sys.executable.encode(), b"-m", b"resumable.cli", *args],
+        capture_output=True, env=env, cwd=ROOT, check=False, timeout=60,
+    )  # fmt: skip
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode(errors="replace")
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "fragment"),
+    [
+        ((b"sessions", b"cancel", b"{sid}", b"--reason", b"r", b"--by", b"a\xff"), 2, "--by"),
+        ((b"sessions", b"list", b"--agent", b"a\xff"), 2, "--agent"),
+        ((b"dlq", b"list", b"--step", b"a\xff"), 2, "--step"),
+        ((b"dlq", b"list", b"--error-type", b"a\x01\xfe"), 2, "--error-type"),
+        ((b"sessions", b"list", b"--hung", b"--hung-after", b"nan"), 2, "--hung-after"),
+        ((b"reconcile", b"--grace", b"nan"), 2, "--grace"),
+        ((b"dlq", b"drain", b"--action", b"retry", b"--rate", b"nan"), 2, "--rate"),
+        ((b"enqueue", b"five", b"--idempotency-key", b""), 2, "--idempotency-key"),
+        ((b"enqueue", b"five", b"--idempotency-key", b"   "), 2, "--idempotency-key"),
+        ((b"worker", b"--agents", b""), 1, "cannot import agent module ''"),
+        ((b"worker", b"--agents", b"../etc"), 1, "cannot import agent module '../etc'"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_change_nothing(
+    client: Client, args: tuple[bytes, ...], code: int, fragment: str
+) -> None:
+    """Each of these was an "unexpected ... (a bug)" line, or accepted (an empty
+    idempotency key then deduped as a real one)."""
+    sid = client.start("five")
+    argv = [arg.replace(b"{sid}", str(sid).encode()) for arg in args]
+    result = _run_bytes(client, *argv)
+    assert result.returncode == code, result.stderr
+    line = _one_line_error(result, fragment)
+    assert "a bug" not in line
+    assert client.count_by_status() == {"pending": 1}
+
+
+def test_web_on_a_port_in_use_or_a_host_that_does_not_resolve_is_one_line(
+    client: Client,
+) -> None:
+    """uvicorn said so in several log lines and exited 3."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _run("web", "--port", str(port), client=client)
+        _one_line_error(result, f"cannot listen on 127.0.0.1:{port}", "Address already in use")
+        assert result.returncode == 1
+    result = _run("web", "--host", "no-such-host.invalid", client=client)
+    _one_line_error(result, "cannot listen on no-such-host.invalid:")
+    assert result.returncode == 1

@@ -4,6 +4,7 @@ compensation that fails permanently is not tried again."""
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,3 +63,25 @@ def test_a_compensation_raising_permanent_error_is_not_retried(
     letter = _dead_letter(db, session_id)
     assert (letter["compensation"], letter["attempts"]) == ("failed", 1)
     assert "the airline refuses refunds" in letter["compensation_error"]["message"]
+
+
+def test_a_forks_saga_undoes_only_the_calls_the_fork_made(
+    client: Client, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    """The tool results a fork keeps from its origin are the origin's effects:
+    its saga (had it not run already) undoes them. A fork that fails undoes
+    only what it booked itself, so neither an origin still relying on a
+    booking loses it, nor an undone one is undone again under a new key."""
+    start_worker()
+    with FakeAPI() as api:
+        origin = client.start("saga", {"api": api.url})
+        wait_until(lambda: client.get(origin).status == "failed", what="the origin's saga")
+        # Forked after flight and hotel (both undone by the origin's saga, so
+        # the fork must be allowed to reuse them): it books a card and fails.
+        fork = client.fork(origin, 2, allow_compensated=True)
+        wait_until(lambda: client.get(fork.session_id).status == "failed", what="the fork")
+        undone = Counter(body["what"] for path, body in api.order if path.endswith("/undo"))
+    # The origin undid its three bookings; the fork only the card it booked.
+    assert undone == {"flight": 1, "hotel": 1, "card": 2}
+    fork_events = [e.type for e in client.events(fork.session_id)]
+    assert fork_events.count("compensation_completed") == 1

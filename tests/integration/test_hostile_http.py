@@ -484,3 +484,55 @@ def test_a_real_web_process_bounds_header_size_and_refuses_nul_headers(
     # uvicorn's parser refuses this one itself (plain text); the app's guard
     # covers servers that pass it on.
     assert get(b"X-Resumable-Actor: a\x00b")[0] == 400
+
+
+def _deep(levels: int) -> Any:
+    value: Any = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        # Each copy doubles the state: 30 of them, under a kilobyte, make gigabytes.
+        [{"op": "add", "path": "/d", "value": ["x" * 100]}]
+        + [{"op": "copy", "from": "/d", "path": "/d/0"}] * 30,
+        # Values each within the request's 100 levels, nested into one another.
+        [
+            {"op": "add", "path": "/a", "value": _deep(95)},
+            {"op": "add", "path": "/a/0/0/0/0/0/0/0/0/0/0", "value": _deep(95)},
+        ],
+    ],
+    ids=["copies", "nesting"],
+)
+def test_a_state_patch_that_makes_an_unstorable_state_is_422(
+    api: TestClient, db: Database, world: dict[str, str], patch: list[dict[str, Any]]
+) -> None:
+    """The patched state is what must be storable, not only the patch: a fork
+    or a retry whose patch would build a huge or too deep state is refused as
+    it applies, and nothing is written (it once answered 500 after committing
+    the fork, or 200 with a dead letter no one could read again)."""
+    before = snapshot(db)
+    for path in (
+        f"/v1/sessions/{world['session_id']}/fork",
+        f"/v1/dead-letters/{world['dead_letter_id']}/retry",
+    ):
+        body = {"state_patch": patch, **({"at": 1} if path.endswith("fork") else {})}
+        answer = api.post(path, json=body, headers=AUTH)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"]["code"] == "invalid_state_patch"
+    assert snapshot(db) == before
+
+
+def test_a_dead_letter_id_out_of_range_is_a_dead_letter_not_found(api: TestClient) -> None:
+    """A number past any id is a dead letter that is not there (as the
+    documented code says), not a path the API has no route for."""
+    for digits in ("9" * 19, "1" * 20, "9" * 400):
+        for method, suffix in (("GET", ""), ("POST", "/retry")):
+            answer = api.request(
+                method, f"/v1/dead-letters/{digits}{suffix}", json={}, headers=AUTH
+            )
+            assert answer.status_code == 404, (digits[:5], answer.text)
+            assert answer.json()["error"]["code"] == "dead_letter_not_found"

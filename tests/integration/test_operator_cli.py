@@ -214,3 +214,18 @@ def test_fork_of_a_compensated_saga_needs_allow_compensated(
     fork_id = uuid.UUID(allowed.stdout.strip())
     [created] = [e for e in client.events(fork_id) if e.type == "session_created"]
     assert created.payload["compensated_calls_reused"] == 2
+
+
+def test_dates_in_rfc_3339_and_rates_written_per_second_are_taken(client: Client) -> None:
+    """`--since` takes the form the HTTP API's `since` takes (a Z or an
+    offset), and `--rate` the `N/s` the README writes."""
+    for since in ("2026-11-01", "2026-11-01T09:00:00", "2026-11-01T09:00:00Z",
+                  "2026-11-01T09:00:00+05:30", "2026-11-01T09:00:00.250Z"):  # fmt: skip
+        listed = _cli(client, "dlq", "list", "--since", since, "--json")
+        assert listed.returncode == 0, (since, listed.stderr)
+        assert json.loads(listed.stdout)["items"] == []
+    for rate in ("5", "5/s", "0.5/s"):
+        drained = _cli(client, "dlq", "drain", "--action", "retry", "--dry-run", "--rate", rate)
+        assert drained.returncode == 0, (rate, drained.stderr)
+    refused = _cli(client, "dlq", "drain", "--action", "retry", "--rate", "5/min")
+    assert refused.returncode == 2 and "--rate" in refused.stderr

@@ -93,3 +93,26 @@ def test_a_web_started_without_its_database_answers_503_at_once(
         created, took = _timed(lambda: http.post("/v1/sessions", json={"agent": "five"}))
         assert created.status_code == 503 and took < 4.0, (created.text, took)
         assert created.headers["retry-after"] == "5"
+
+
+def test_readiness_answers_in_time_while_the_database_hangs(
+    settings: Settings, start_web_on: Callable[[str], ManagedProcess], web_port: int
+) -> None:
+    """A database that takes connections and statements but never answers
+    (hung, or behind a stalled proxy): readiness still answers 503 within about
+    a second and a half, instead of waiting on the statement for ever."""
+    proxy = Relay(database_target(settings.database_url or "")).open()
+    start_web_on(database_url_via(settings.database_url or "", proxy))
+    base = f"http://127.0.0.1:{web_port}"
+    with httpx.Client(base_url=base, headers=AUTH, timeout=40) as http:
+        assert http.get("/readyz").status_code == 200
+        proxy.stall()
+        for _ in range(3):  # each probe on another pooled connection, or a new one
+            ready, took = _timed(lambda: http.get("/readyz"))
+            assert ready.status_code == 503 and took < 2.5, (ready.text, took)
+            checks = ready.json()["checks"]
+            assert checks["database"].startswith("error: "), checks  # timed out, or no free
+            assert checks["broker"] == "ok"  # connection left (the others hang): PoolTimeout
+        proxy.flow()
+        wait_until(lambda: http.get("/readyz").status_code == 200, what="readiness again")
+    proxy.cut()

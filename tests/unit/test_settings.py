@@ -66,6 +66,16 @@ def test_a_value_past_either_bound_names_the_variable(
         ("RESUMABLE_ALERT_WEBHOOK_URL", "ftp://ops", "http:// or https://"),
         ("RESUMABLE_WEB_PORT", "80000", "less than or equal to 65535"),
         ("RESUMABLE_QUEUE_NAME", "", "at least 1 character"),
+        # Once "unexpected ValueError ... (a bug)" quoting part of the URL, or
+        # (a Redis database that is no number) silently database 0.
+        ("DATABASE_URL", "postgresql://u:pw@[::1/db", "is not a valid postgresql:// URL"),
+        ("DATABASE_URL", "postgresql://u:pw@h:abc/db", "is not a valid postgresql:// URL"),
+        ("DATABASE_URL", "postgresql://u:pw@h/db?connect_timeout=abc", "connect_timeout"),
+        ("RESUMABLE_DATABASE_URL", "postgresql://u:pw@[::1/db", "not a valid postgresql"),
+        ("REDIS_URL", "redis://h:6379/abc", "names a database that is not a number"),
+        ("REDIS_URL", "redis://h:6379?db=x", "a db that is not a database number"),
+        ("REDIS_URL", "redis://h:port/0", "a port that is not a number"),
+        ("RESUMABLE_PUBLIC_URL", "http://a\x01b", "control characters"),
     ],
 )
 def test_malformed_values_are_refused_naming_the_variable_not_the_value(
@@ -75,8 +85,8 @@ def test_malformed_values_are_refused_naming_the_variable_not_the_value(
     with pytest.raises(ConfigurationError) as caught:
         load_settings()
     assert f"{variable}: " in caught.value.message and why in caught.value.message
-    if "SECRET" in variable:
-        assert value not in caught.value.message
+    if "SECRET" in variable or "URL" in variable:
+        assert value not in caught.value.message and "pw" not in caught.value.message
 
 
 def test_good_values_pass_and_an_empty_url_means_unset(monkeypatch: pytest.MonkeyPatch) -> None:
