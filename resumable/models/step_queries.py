@@ -160,13 +160,25 @@ def _claim(runnable: str, *, stamp_start: bool = True) -> str:
     run, bumping the epoch (which fences out the previous owner), with its
     audit event; a session that never ran is stamped with this worker's version
     (and, with `stamp_start`, with its first step and that step's deadline).
-    The row returned carries the cursor as it was before the claim."""
+    The row returned carries the cursor as it was before the claim.
+
+    The row is locked before it is judged, whatever its status: a claim
+    that meets a transaction still holding the row (a receiver that sent the
+    queue message before committing its wake, see ``inbox``) waits for it
+    and judges the row as committed. Filtered in the locking SELECT itself,
+    a row that its snapshot saw suspended would be skipped without a wait,
+    and the wake lost until the reconciler."""
     start = _START if stamp_start else "NULL::jsonb"
     return f"""
-WITH old AS (
-    SELECT id, status, lease_owner, lease_epoch, cursor, {start} AS start FROM sessions
-    WHERE id = %(id)s AND {runnable} AND {CLAIMABLE}
+WITH locked AS (
+    SELECT id, status, lease_owner, lease_epoch, lease_expires_at, cursor, agent,
+           agent_version, wake_at
+    FROM sessions WHERE id = %(id)s
     FOR UPDATE
+), old AS (
+    SELECT id, status, lease_owner, lease_epoch, cursor, {start} AS start
+    FROM locked AS sessions
+    WHERE {runnable} AND {CLAIMABLE}
 ), s AS (
     UPDATE sessions SET
         status = CASE WHEN old.status = 'compensating' THEN 'compensating' ELSE 'running' END,

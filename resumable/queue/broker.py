@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterable
 
 import dramatiq
+import redis
 from dramatiq.middleware import CurrentMessage
 
 from resumable.queue.wakeup import WakingRedisBroker
@@ -21,6 +22,16 @@ from resumable.settings import Settings
 
 SESSION_ACTOR = "resumable_run_session"
 NAMESPACE = "resumable"
+
+# How long a Redis command or connection may take before it fails (redis-py
+# 8 defaults to 5 s too; before 8, which pyproject admits, it waits for
+# ever). A Redis that takes connections and answers nothing, a hung server or
+# a stalled proxy, must not hang a sender: a callback's receiver enqueues
+# while it holds the session row (see ``inbox``), and a failed enqueue is
+# left to the reconciler. Well above a consumer's blocking wait for a wake-up
+# (dramatiq's worker timeout, 1 s). A ``socket_timeout`` or
+# ``socket_connect_timeout`` in REDIS_URL wins.
+REDIS_TIMEOUT_SECONDS = 5.0
 
 
 def build_broker(settings: Settings, redis_url: str) -> WakingRedisBroker:
@@ -37,8 +48,13 @@ def build_broker(settings: Settings, redis_url: str) -> WakingRedisBroker:
     session from PostgreSQL once its lease expires. The one middleware kept,
     ``CurrentMessage``, only sets a context variable per message.
     """
+    pool = redis.ConnectionPool.from_url(
+        redis_url,
+        socket_timeout=REDIS_TIMEOUT_SECONDS,
+        socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+    )
     broker = WakingRedisBroker(
-        url=redis_url,
+        connection_pool=pool,
         namespace=NAMESPACE,
         heartbeat_timeout=settings.heartbeat_timeout_ms,
         maintenance_chance=settings.maintenance_chance,

@@ -12,6 +12,7 @@ import time
 import redis
 
 from resumable.client import Client
+from resumable.queue.broker import REDIS_TIMEOUT_SECONDS
 from resumable.settings import Settings
 from tests.conftest import LocalDeployment, ManagedProcess, wait_until
 from tests.relay import Relay, database_target, database_url_via, redis_target, redis_url_via
@@ -118,4 +119,34 @@ def test_scheduler_reports_a_redis_outage_once_and_resumes(
         assert not [line for line in lines if "Traceback" in line or "ERROR" in line], lines
     finally:
         scheduler.stop()
+        relay.cut()
+
+
+def test_a_worker_says_a_stalled_redis_in_one_line_and_runs_again_once_it_answers(
+    settings: Settings, client: Client, deployment: LocalDeployment
+) -> None:
+    """Redis takes connections and answers nothing: the consumer's fetch times
+    out, which is said as a lost connection (one line, no traceback, where
+    dramatiq logged its "unexpected error" with one), and it fetches again once
+    Redis answers."""
+    relay = Relay(redis_target(settings.redis_url or "")).open()
+    worker = deployment.worker(REDIS_URL=redis_url_via(settings.redis_url or "", relay))
+    try:
+        relay.stall()
+        wait_until(
+            lambda: "Consumer encountered a connection error" in worker.output(),
+            timeout=REDIS_TIMEOUT_SECONDS * 4,
+            what="the stall to be said",
+        )
+        relay.flow()
+        session_id = client.start("five")
+        wait_until(
+            lambda: client.get(session_id).status == "completed",
+            timeout=30,
+            what="the session to run once Redis answers",
+        )
+        assert "Traceback" not in worker.output(), worker.output()
+    finally:
+        relay.flow()
+        worker.stop()
         relay.cut()
