@@ -18,9 +18,15 @@ worker`` processes running ``benchmarks/burst_agent.py``.
    at the same instant T (the database's clock). Reported: the time from T until
    the last of them completed (``max(finished_at) - T``), wakes/s, and that time
    against N / steps/s: the target is at most 1.3.
+3. The CPU each process spent (the workers, the schedulers, PostgreSQL with all
+   its children, Valkey, this process) per step in step 1 and per resumed
+   session in step 2, counted from T: what a resume costs against a step.
 
 The scheduler's interval (``--interval``, default 0.1 s) is part of what is
-measured: the first scan after T finds the burst.
+measured: the first scan after T finds the burst. Each burst starts settled
+(``harness.settle``: VACUUM ANALYZE, CHECKPOINT), as the step-rate phase starts
+on freshly emptied tables, so that none pays for the cleanup of what ran
+before it.
 
 ``DATABASE_URL``/``REDIS_URL`` are used when set; otherwise embedded servers run
 under ``--home`` (default ``.resumable/bench-bursts``). The tables are truncated
@@ -32,6 +38,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +48,7 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
 
 from benchmarks import harness
 from benchmarks.burst_agent import POLL_AGENT, STEPS_AGENT, TIMER_AGENT
+from benchmarks.cpu import CpuMeter, GroupCpu
 from benchmarks.harness import BenchDeployment, Services
 from benchmarks.report import add_deployment, bench_parser, command_line, machine, parse
 from resumable.queue.broker import enqueue_sessions
@@ -71,8 +80,15 @@ def started_and_finished(conn: Any, agent: str) -> tuple[float, float]:
     return float(row[0]), float(row[1])
 
 
-def step_rate(args: argparse.Namespace, services: Services, conn: Any) -> float:
-    """The workers' steps/s on the counting agent, measured now."""
+# CPU so far by process (the workers, the schedulers, the servers, this one).
+Meter = Callable[[], GroupCpu]
+
+
+def step_rate(
+    args: argparse.Namespace, services: Services, conn: Any, meter: Meter
+) -> tuple[float, str]:
+    """The workers' steps/s on the counting agent, measured now, and the CPU per step."""
+    before = meter()
     with harness.bench_client(services.settings(), pool_size=8) as client:
         ids = harness.start_sessions(
             client, STEPS_AGENT, [{"steps": args.steps}] * args.step_sessions, threads=8
@@ -85,7 +101,8 @@ def step_rate(args: argparse.Namespace, services: Services, conn: Any) -> float:
         ids=ids,
     )
     first, last = started_and_finished(conn, STEPS_AGENT)
-    return float(args.step_sessions * args.steps / (last - first))
+    steps = args.step_sessions * args.steps
+    return float(steps / (last - first)), meter().describe(before, steps)
 
 
 # The ideal scheduler, for comparison: the benchmark itself wakes every
@@ -112,11 +129,18 @@ def last_woken(conn: Any, agent: str) -> float:
 
 
 def burst(
-    args: argparse.Namespace, services: Services, conn: Any, kind: str, size: int, direct: bool
-) -> tuple[float, float]:
+    args: argparse.Namespace,
+    services: Services,
+    conn: Any,
+    meter: Meter,
+    kind: str,
+    size: int,
+    direct: bool,
+) -> tuple[float, float, str]:
     """Suspend `size` sessions, make them all due at once (or, `direct`, wake and
     enqueue them all from here); (seconds until the last was woken, seconds
-    until the last completed)."""
+    until the last completed, the CPU per resumed session from the moment
+    they fell due)."""
     agent = AGENTS[kind]
     conn.execute(f"DELETE FROM sessions {harness.BENCH_TAG} WHERE agent = %s", [agent])
     with harness.bench_client(services.settings(), pool_size=8) as client:
@@ -129,6 +153,8 @@ def burst(
         agent=agent,  # all of the agent's sessions are the burst's (deleted above)
         interval=0.1,
     )
+    harness.settle(conn, TABLES)
+    before = meter()
     if direct:
         rows = conn.execute(WAKE_ALL, [agent]).fetchall()
         due_at = float(rows[0][1])
@@ -150,10 +176,11 @@ def burst(
         # sessions, so polling often would take CPU from the burst it measures.
         interval=0.25,
     )
+    cpu = meter().describe(before, size)
     _, last = started_and_finished(conn, agent)
     if not direct:
         woken = last_woken(conn, agent) - due_at
-    return woken, last - due_at
+    return woken, last - due_at, cpu
 
 
 def run(args: argparse.Namespace, services: Services) -> None:
@@ -173,13 +200,21 @@ def run(args: argparse.Namespace, services: Services) -> None:
         BenchDeployment(services, log_dir, env) as deployment,
         harness.connect(services.pg_url) as conn,
     ):
-        for index in range(args.schedulers):
-            deployment.processes.scheduler(name=f"scheduler-{index}").wait_ready(
-                harness.START_TIMEOUT
-            )
-        deployment.start_workers(args.workers, "benchmarks.burst_agent")
-        rate = step_rate(args, services, conn)
+        schedulers = [
+            deployment.processes.scheduler(name=f"scheduler-{index}")
+            for index in range(args.schedulers)
+        ]
+        for scheduler in schedulers:
+            scheduler.wait_ready(harness.START_TIMEOUT)
+        workers = deployment.start_workers(args.workers, "benchmarks.burst_agent")
+        meter = partial(
+            GroupCpu.sample,
+            CpuMeter.find(services.pg_url, services.redis_url),
+            {"workers": [w.pid for w in workers], "schedulers": [s.pid for s in schedulers]},
+        )
+        rate, step_cpu = step_rate(args, services, conn, meter)
         print(f"step rate: {args.step_sessions} sessions x {args.steps} steps: {rate:,.0f} steps/s")
+        print(f"  CPU per step (ms): {step_cpu}")
         print(
             f"{'burst':<14}{'woken in':>10}{'resumed in':>12}{'wakes/s':>9}"
             f"{'direct':>9}{'x direct':>10}{'N/steps/s':>11}{'ratio':>7}"
@@ -188,8 +223,10 @@ def run(args: argparse.Namespace, services: Services) -> None:
         for kind in args.kinds:
             for size in args.sizes:
                 deployment.check_alive()
-                woken, elapsed = burst(args, services, conn, kind, size, direct=False)
-                _, ideal = burst(args, services, conn, kind, size, direct=True)
+                woken, elapsed, burst_cpu = burst(
+                    args, services, conn, meter, kind, size, direct=False
+                )
+                _, ideal, direct_cpu = burst(args, services, conn, meter, kind, size, direct=True)
                 floor = size / rate
                 ratio = elapsed / floor
                 worst = max(worst, ratio)
@@ -198,6 +235,8 @@ def run(args: argparse.Namespace, services: Services) -> None:
                     f"{size / elapsed:>9,.0f}{ideal:>8.2f}s{elapsed / ideal:>10.2f}"
                     f"{floor:>10.2f}s{ratio:>7.2f}"
                 )
+                print(f"  CPU per resumed session (ms), the scheduler's burst: {burst_cpu}")
+                print(f"  CPU per resumed session (ms), direct: {direct_cpu}")
         verdict = "PASS" if worst <= TARGET_RATIO else "MISS"
         print(f"target: every burst within {TARGET_RATIO:g}x N / steps/s: {verdict} ({worst:.2f})")
 

@@ -201,3 +201,36 @@ class Contention:
             total = sum(ns - before.waited_ns.get(pid, 0) for pid, ns in self.waited_ns.items())
             parts.append(f"{who} waited {total / 1e6 / per:.2f} ms per {what} in run queues")
         return "; ".join(parts) or "not measurable here (no /proc)"
+
+
+@dataclass(frozen=True)
+class GroupCpu:
+    """CPU seconds so far of named groups of processes (each with its live
+    children) and of the servers and this process: what a benchmark reports
+    per resume or per step, by process."""
+
+    seconds: dict[str, float]
+
+    @classmethod
+    def sample(cls, meter: CpuMeter, groups: dict[str, list[int]]) -> GroupCpu:
+        servers = meter.sample([])
+        return cls(
+            {
+                **{
+                    name: sum(tree_seconds(pid) or 0.0 for pid in pids)
+                    for name, pids in groups.items()
+                },
+                "postgres": servers.postgres,
+                "valkey": servers.valkey,
+                "this process": servers.bench,
+            }
+        )
+
+    def describe(self, before: GroupCpu, count: int) -> str:
+        """Milliseconds of CPU per one of `count` (resumes, steps), by group, since `before`."""
+        parts = [
+            f"{name} {(seconds - before.seconds[name]) / count * 1e3:.2f}"
+            for name, seconds in self.seconds.items()
+        ]
+        total = sum(self.seconds.values()) - sum(before.seconds.values())
+        return f"{', '.join(parts)}; in all {total / count * 1e3:.2f} ms"

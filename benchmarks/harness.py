@@ -146,6 +146,19 @@ def reset_data(
         client.close()
 
 
+def settle(conn: psycopg.Connection[Any], tables: Sequence[str]) -> None:
+    """VACUUM ANALYZE `tables`, then CHECKPOINT (where allowed): a measured phase
+    then starts from the same state whatever ran before it. Otherwise the dead
+    rows and dirty pages of the phase before are cleaned up during the next one
+    (autovacuum, the checkpointer), whose PostgreSQL CPU and time they swell:
+    a 10,000-timer burst right after bursts.py's step-rate phase took 13-28 s
+    (PostgreSQL 1.6-4.4 ms of CPU per session), settled first 9.1-9.3 s (0.9 ms),
+    and whichever of the burst and the direct wake ran first paid for it."""
+    conn.execute(f"VACUUM ANALYZE {', '.join(tables)}")
+    with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+        conn.execute("CHECKPOINT")
+
+
 # -- processes -----------------------------------------------------------------------------
 
 

@@ -67,7 +67,7 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import harness
-from benchmarks.cpu import Contention, CpuMeter, ServerPids, tree_seconds
+from benchmarks.cpu import Contention, CpuMeter, GroupCpu, ServerPids
 from benchmarks.harness import BenchDeployment, Services
 from benchmarks.report import (
     add_deployment,
@@ -246,6 +246,30 @@ def redis_floor(redis_url: str, samples: int, gap: float) -> list[float]:
     return latencies
 
 
+def commit_floor(pg_url: str, samples: int, gap: float) -> tuple[list[float], list[float]]:
+    """PostgreSQL round trips from this process, seconds, each after `gap` idle:
+    ``SELECT 1`` (no WAL), and a one-row UPDATE committed on its own (one WAL
+    flush, as each of the resume path's two transactions pays: the callback's
+    before its 202, the worker's claim before the step runs)."""
+    table = "bench_commit_floor"
+    selects: list[float] = []
+    commits: list[float] = []
+    with harness.connect(pg_url) as conn:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (id int PRIMARY KEY, n bigint)")
+        conn.execute(f"INSERT INTO {table} VALUES (1, 0) ON CONFLICT DO NOTHING")
+        try:
+            for query, into in (("SELECT 1", selects), (f"UPDATE {table} SET n = n + 1", commits)):
+                for index in range(samples + 20):  # the first 20 warm up
+                    time.sleep(gap)
+                    started = time.perf_counter()
+                    conn.execute(query)
+                    if index >= 20:
+                        into.append(time.perf_counter() - started)
+        finally:
+            conn.execute(f"DROP TABLE {table}")
+    return selects, commits
+
+
 # -- CPU contention ------------------------------------------------------------------------
 
 RESUME_PATH = "web, workers, PostgreSQL, Valkey and this process"
@@ -256,39 +280,10 @@ def resume_path_pids(deployment: BenchDeployment, servers: ServerPids) -> list[i
     return [os.getpid(), *deployment.pids, *servers.all()]
 
 
-def _tree_cpu_seconds(pids: list[int]) -> float:
-    """CPU seconds of these processes and their live children."""
-    return sum(tree_seconds(pid) or 0.0 for pid in pids)
-
-
-@dataclass(frozen=True)
-class PathCpu:
-    """CPU seconds so far of each process on the resume path."""
-
-    seconds: dict[str, float]
-
-    @classmethod
-    def sample(cls, meter: CpuMeter, deployment: BenchDeployment) -> PathCpu:
-        web = [deployment.web.pid] if deployment.web is not None else []
-        servers = meter.sample([])
-        return cls(
-            {
-                "web": _tree_cpu_seconds(web),
-                "workers": _tree_cpu_seconds([w.pid for w in deployment.workers]),
-                "postgres": servers.postgres,
-                "valkey": servers.valkey,
-                "this process": servers.bench,
-            }
-        )
-
-    def describe(self, before: PathCpu, resumes: int) -> str:
-        """Milliseconds of CPU per resume, by process, since `before`."""
-        parts = [
-            f"{name} {(seconds - before.seconds[name]) / resumes * 1e3:.2f}"
-            for name, seconds in self.seconds.items()
-        ]
-        total = sum(self.seconds.values()) - sum(before.seconds.values())
-        return f"{', '.join(parts)}; in all {total / resumes * 1e3:.2f} ms"
+def path_cpu(meter: CpuMeter, deployment: BenchDeployment) -> GroupCpu:
+    """CPU so far of each process on the resume path."""
+    web = [deployment.web.pid] if deployment.web is not None else []
+    return GroupCpu.sample(meter, {"web": web, "workers": [w.pid for w in deployment.workers]})
 
 
 # -- the phases ----------------------------------------------------------------------------
@@ -495,7 +490,7 @@ HOP_NAMES = [
 
 @dataclass
 class Hops:
-    """Per-hop durations (seconds) of the phase A resumes."""
+    """Per-hop durations (seconds) of one phase's resumes."""
 
     hops: list[list[float]] = field(default_factory=lambda: [[] for _ in HOP_NAMES])
     sent_to_accepted: list[float] = field(default_factory=list)
@@ -522,6 +517,18 @@ def hop_breakdown(poller: PG, samples: list[Sample]) -> Hops:
 # -- report --------------------------------------------------------------------------------
 
 
+def print_hops(phase: str, hops: Hops) -> None:
+    print(latency_header(f"{phase}, hop by hop (DB, step and sender clocks)"))
+    for (name, what), values in zip(HOP_NAMES, hops.hops, strict=True):
+        print(latency_line(name, values))
+        print(f"    ({what})")
+    print(latency_line("(beside) queue message sent -> 202 received", hops.sent_to_accepted))
+    print(latency_line("(after) resumed step -> its commit", hops.step_to_committed))
+    sums = [sum(parts) for parts in zip(*hops.hops, strict=True)]
+    print(latency_line("sum of the hops (= resume)", sums))
+    print()
+
+
 def report(
     args: argparse.Namespace,
     services: Services,
@@ -529,8 +536,9 @@ def report(
     http_lat: list[float],
     http_idle_lat: list[float],
     redis_lat: list[float],
+    pg_lat: tuple[list[float], list[float]],
     latency: list[Sample],
-    hops: Hops,
+    hops: tuple[Hops, Hops],
     load: Throughput,
     contention: tuple[str, str],
     cpu: tuple[str, str],
@@ -554,6 +562,15 @@ def report(
     print(latency_line("HTTP GET /healthz, keep-alive, back to back", http_lat))
     print(latency_line(f"HTTP GET /healthz, keep-alive, {args.gap_ms:g} ms apart", http_idle_lat))
     print(latency_line(f"Redis LPUSH -> BLPOP elsewhere, {args.gap_ms:g} ms apart", redis_lat))
+    print(latency_line(f"PostgreSQL SELECT 1, {args.gap_ms:g} ms apart", pg_lat[0]))
+    print(latency_line(f"PostgreSQL UPDATE + COMMIT, {args.gap_ms:g} ms apart", pg_lat[1]))
+    commit50 = percentile(pg_lat[1], 0.5)
+    floor = idle50 + 2 * commit50 + redis50
+    print(
+        f"  a resume's floor (p50s): HTTP after idle + 2 commits (the callback's, the claim's)"
+        f" + Redis wake = {idle50 * 1e3:.2f} + 2 x {commit50 * 1e3:.2f} + {redis50 * 1e3:.2f}"
+        f" = {floor * 1e3:.2f} ms"
+    )
     print()
     print(
         latency_header(
@@ -580,15 +597,7 @@ def report(
         f" {latency[0].accepted * 1e3:.2f} ms to accept, {latency[0].resume * 1e3:.2f} ms to resume"
     )
     print()
-    print(latency_header("phase A, hop by hop (DB, step and sender clocks)"))
-    for (name, what), values in zip(HOP_NAMES, hops.hops, strict=True):
-        print(latency_line(name, values))
-        print(f"    ({what})")
-    print(latency_line("(beside) queue message sent -> 202 received", hops.sent_to_accepted))
-    print(latency_line("(after) resumed step -> its commit", hops.step_to_committed))
-    sums = [sum(parts) for parts in zip(*hops.hops, strict=True)]
-    print(latency_line("sum of the hops (= resume)", sums))
-    print()
+    print_hops("phase A", hops[0])
     burst = load.last_accepted - load.first_sent
     print(latency_header(f"phase B: {len(load.samples)} callbacks, {args.concurrency} senders"))
     print(latency_line("callback accepted (POST -> 202)", [s.accepted for s in load.samples]))
@@ -602,6 +611,9 @@ def report(
     print(f"  CPU contention: {contention[1]}")
     print(f"  CPU per resume (ms): {cpu[1]}")
     print()
+    # Under load, which hop holds the tail: the web process queueing requests,
+    # the queue (messages waiting for a worker thread) or the workers' claims.
+    print_hops("phase B", hops[1])
     p50_ok = resume50 * 1e3 < TARGET_P50_MS
     p99_ok = resume99 * 1e3 < TARGET_P99_MS
     print(
@@ -672,18 +684,20 @@ def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
             http_lat = http_floor(http, args.floor_samples)
             http_idle_lat = http_floor(http, args.floor_samples, args.gap_ms / 1000)
             redis_lat = redis_floor(services.redis_url, args.floor_samples, args.gap_ms / 1000)
+            pg_lat = commit_floor(services.pg_url, args.floor_samples, args.gap_ms / 1000)
             print(f"floors measured; phase A: {half} callbacks one at a time")
             pids = resume_path_pids(deployment, servers)
             meter = CpuMeter(servers)
-            before, cpu_before = Contention.sample(pids), PathCpu.sample(meter, deployment)
+            before, cpu_before = Contention.sample(pids), path_cpu(meter, deployment)
             latency = phase_a(args, deployment, sender, http, poller, targets[:half])
-            after_a, cpu_a = Contention.sample(pids), PathCpu.sample(meter, deployment)
+            after_a, cpu_a = Contention.sample(pids), path_cpu(meter, deployment)
             hops = hop_breakdown(poller, latency)
             print(f"phase B: {len(targets) - half} callbacks, {args.concurrency} senders")
-            before_b, cpu_before_b = Contention.sample(pids), PathCpu.sample(meter, deployment)
+            before_b, cpu_before_b = Contention.sample(pids), path_cpu(meter, deployment)
             load = phase_b(args, deployment, sender, poller, targets[half:])
+            hops_b = hop_breakdown(poller, load.samples)
             after_b = Contention.sample(resume_path_pids(deployment, servers))
-            cpu_b = PathCpu.sample(meter, deployment)
+            cpu_b = path_cpu(meter, deployment)
             contention = (
                 after_a.describe(before, len(latency), RESUME_PATH, "resume"),
                 after_b.describe(before_b, len(load.samples), RESUME_PATH, "resume"),
@@ -699,8 +713,9 @@ def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
         http_lat,
         http_idle_lat,
         redis_lat,
+        pg_lat,
         latency,
-        hops,
+        (hops, hops_b),
         load,
         contention,
         cpu,
