@@ -194,9 +194,10 @@ def test_a_child_that_exits_stops_the_others_and_dev_fails(dev: DevProcess) -> N
     children = dev.record_children()
     descendants = list(dev.children.values())
 
-    # Its SIGTERM handler is set once it says it started; before that (a
-    # loaded machine) the signal kills it instead of stopping it cleanly.
-    wait_until(lambda: "scheduler started" in dev.output(), what="the scheduler to start")
+    # Its SIGTERM handler is set once it logs that it started; before that (a
+    # loaded machine) the signal kills it instead of stopping it cleanly. Its
+    # own line, not dev's "scheduler started (pid N)", said as it spawns it.
+    wait_until(lambda: "scheduler started: every" in dev.output(), what="the scheduler to start")
     children["scheduler"].terminate()  # it stops by itself, as on a bad setting
     assert dev.proc.wait(timeout=STOP_TIMEOUT) == 1, dev.output()
 
