@@ -23,6 +23,7 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 from starlette.applications import Starlette
 
+from resumable import procfs
 from resumable.client import Client
 from resumable.dev import processes
 from resumable.dev.processes import Deployment, Process
@@ -64,13 +65,33 @@ def wait_until(
 
 def exit_status(process: Process, timeout: float) -> int:
     """The status `process` exits with within `timeout`; a failure showing its
-    log (where it got stuck) if it is still running then."""
+    log and where each of its threads (and its children's) is stuck if it is
+    still running then."""
     try:
         return process.proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         raise AssertionError(
             f"{process.name} still running after {timeout:g} s; its log:\n{process.tail(60)}"
+            f"\n{python_stacks(process.pid)}"
         ) from None
+
+
+def python_stacks(pid: int) -> str:
+    """py-spy's dump of `pid` and its children (a hang's evidence in CI)."""
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():
+        return "(no py-spy in this environment: no stacks)"
+    dumps = []
+    for each in [pid, *procfs.children(pid)]:
+        done = subprocess.run(
+            [str(spy), "dump", "--pid", str(each)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        dumps.append(f"-- py-spy dump --pid {each}\n{done.stdout}{done.stderr}")
+    return "\n".join(dumps)
 
 
 @pytest.fixture(scope="session")

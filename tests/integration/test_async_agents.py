@@ -17,7 +17,7 @@ from resumable.agent import AgentRegistry
 from resumable.client import Client
 from resumable.models.database import Database
 from resumable.time_travel import TimeTravel
-from tests.conftest import LocalDeployment, wait_until
+from tests.conftest import LocalDeployment, exit_status, wait_until
 from tests.fake_api import FakeAPI
 from tests.integration.test_history import recording
 from tests.signing import signed
@@ -322,7 +322,7 @@ def test_sigterm_hands_back_every_async_run_in_flight(
         stopping.signal(signal.SIGTERM)
         wait_until(lambda: "received SIGTERM" in stopping.output(), what="the signal")
         (tmp_path / "hold").unlink()  # the steps in flight finish, then are handed back
-        assert stopping.proc.wait(timeout=15) == 0
+        assert exit_status(stopping, 15) == 0
         wait_until(
             lambda: client.count_by_status() == {"completed": sessions},
             timeout=60,

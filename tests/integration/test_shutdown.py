@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from resumable.client import Client
 from resumable.webhooks.metrics import DatabaseCollector
-from tests.conftest import ManagedProcess, run_cli, wait_until
+from tests.conftest import ManagedProcess, exit_status, run_cli, wait_until
 from tests.fake_api import FakeAPI
 
 
@@ -40,7 +40,7 @@ def test_sigterm_mid_run_hands_the_session_to_another_worker_at_once(
             interval=0.01,
             what="the other worker to take the session",
         )
-        assert stopping.proc.wait(timeout=15) == 0
+        assert exit_status(stopping, 15) == 0
         wait_until(lambda: client.get(session_id).status == "completed", what="completion")
 
         # Handed back, not left to lapse: with no scheduler running here, a lease
@@ -98,7 +98,7 @@ def test_hung_steps_are_listed_and_stopping_names_the_threads_it_leaves(
 
     worker.signal(signal.SIGTERM)
     started = time.monotonic()
-    assert worker.proc.wait(timeout=20) == 0
+    assert exit_status(worker, 20) == 0, worker.tail(40)
     assert time.monotonic() - started < 10  # not the 120 s the steps would take
     out = worker.output()
     assert f"still blocked in step block of session {cancelled}" in out

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from resumable.client import Client
 from resumable.dev.processes import free_port
-from tests.conftest import ManagedProcess, wait_until
+from tests.conftest import ManagedProcess, exit_status, wait_until
 from tests.fake_api import FakeAPI
 
 TWO_BY_TWO = {"RESUMABLE_WORKER_PROCESSES": "2", "RESUMABLE_WORKER_THREADS": "2"}
@@ -72,7 +72,7 @@ def test_sigterm_to_the_parent_hands_back_every_childs_sessions(
         )
 
         os.kill(worker.pid, signal.SIGTERM)  # the parent alone, not its group
-        assert worker.proc.wait(timeout=20) == 0, worker.tail(40)
+        assert exit_status(worker, 20) == 0, worker.tail(40)
         for pid in children.values():
             wait_until(_gone(pid), timeout=5, what=f"child {pid} to exit")
         # Every session was handed back: committed, released and re-enqueued,
@@ -149,7 +149,7 @@ def test_a_killed_child_loses_nothing_and_is_replaced(
         # under a new epoch and found its charge in the cache or deduped by key.
         assert api.effect_count() == steps * sessions
         worker.signal(signal.SIGTERM)
-        assert worker.proc.wait(timeout=20) == 0, worker.tail(40)
+        assert exit_status(worker, 20) == 0, worker.tail(40)
     for session_id in ids:
         _each_step_once(client, session_id, steps)
     recovered = [
