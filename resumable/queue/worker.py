@@ -216,6 +216,10 @@ def hand_back_and_stop(runtime: WorkerRuntime, worker: dramatiq.Worker) -> None:
     def still_held(run: ActiveRun) -> bool:
         return keeper.holds(run.session_id, run.epoch)
 
+    _say_what_the_stop_waits_for(
+        [run for run in runner.shutdown.runs() if still_held(run)],
+        runtime.settings.max_seconds_per_run,
+    )
     left = runner.shutdown.wait(still_held, runtime.settings.max_seconds_per_run)
     for run in left:
         _leave_behind(runtime, run, still_held(run))
@@ -231,6 +235,32 @@ def hand_back_and_stop(runtime: WorkerRuntime, worker: dramatiq.Worker) -> None:
         returned,
         len(left),
         extra={"action": "worker_stopped", "handed_back": runner.shutdown.handed_back_count},
+    )
+
+
+# The runs a stop's line names one by one; beyond, only their count.
+_RUNS_NAMED = 5
+
+
+def _say_what_the_stop_waits_for(held: list[ActiveRun], limit: float) -> None:
+    """One line before a stop waits on steps in flight: a stop that takes
+    seconds (up to RESUMABLE_MAX_SECONDS_PER_RUN) says which sessions and steps
+    it is waiting for, rather than looking hung until it ends."""
+    if not held:
+        return
+    now = time.monotonic()
+    named = ", ".join(
+        f"session {run.session_id} in step {run.step} for {now - run.step_started:.1f} s"
+        for run in held[:_RUNS_NAMED]
+    )
+    more = len(held) - _RUNS_NAMED
+    logger.info(
+        "stopping: waiting up to %g s for %d step(s) in flight to commit and hand back: %s%s",
+        limit,
+        len(held),
+        named,
+        f" and {more} more" if more > 0 else "",
+        extra={"action": "worker_stop_waiting", "runs": len(held)},
     )
 
 

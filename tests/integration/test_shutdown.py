@@ -41,6 +41,10 @@ def test_sigterm_mid_run_hands_the_session_to_another_worker_at_once(
             what="the other worker to take the session",
         )
         assert exit_status(stopping, 15) == 0
+        assert (
+            "stopping: waiting up to 30 s for 1 step(s) in flight to commit and hand back: "
+            f"session {session_id} in step "
+        ) in stopping.output()
         wait_until(lambda: client.get(session_id).status == "completed", what="completion")
 
         # Handed back, not left to lapse: with no scheduler running here, a lease
@@ -103,6 +107,12 @@ def test_hung_steps_are_listed_and_stopping_names_the_threads_it_leaves(
     out = worker.output()
     assert f"still blocked in step block of session {cancelled}" in out
     assert f"still blocked in step block of session {held}" in out
+    # Said before it waited: only the run whose lease it still held (the
+    # cancelled one's was lost), for up to RESUMABLE_MAX_SECONDS_PER_RUN.
+    assert (
+        "stopping: waiting up to 1 s for 1 step(s) in flight to commit and hand back: "
+        f"session {held} in step block for "
+    ) in out
     assert "no longer this worker's (cancelled or taken over)" in out
     assert "its lease is released and the session re-enqueued" in out
     assert client.get(cancelled).status == "cancelled"
