@@ -69,21 +69,20 @@ def find_bad_value(value: Any, path: str, depth: int = 1) -> str | None:
     return f"{path} ({type(value).__name__})"
 
 
-def _too_long(value: int, path: str) -> str | None:
-    """An integer too long for json to write (Python's int-to-text limit,
-    4,300 digits by default) or for PostgreSQL's numeric to hold."""
-    if value.bit_length() < 10_000:  # at most 3,011 digits: fine either way
-        return None
-    limit = sys.get_int_max_str_digits() or _NUMERIC_DIGITS
-    limit = min(limit, _NUMERIC_DIGITS)
-    if abs(value) < 10**limit:
-        return None
-    return f"{path} (an integer of more than {limit} digits)"
-
-
 # PostgreSQL's numeric (what jsonb stores numbers as) holds up to 131,072
 # digits before the decimal point.
 _NUMERIC_DIGITS = 131_072
+
+
+def _too_long(value: int, path: str) -> str | None:
+    """An integer too long for json to write (Python's int-to-text limit,
+    4,300 digits by default; 0: none) or for PostgreSQL's numeric to hold."""
+    if value.bit_length() < 10_000:  # at most 3,011 digits: fine either way
+        return None
+    limit = min(sys.get_int_max_str_digits() or _NUMERIC_DIGITS, _NUMERIC_DIGITS)
+    if abs(value) < 10**limit:
+        return None
+    return f"{path} (an integer of more than {limit} digits)"
 
 
 def _encode(value: Any, what: str, **options: Any) -> str:

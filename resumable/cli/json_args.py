@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from resumable.arguments import MAX_IDEMPOTENCY_KEY_LENGTH
 from resumable.serialization import find_bad_value, unstorable_text
 
 
@@ -119,12 +120,11 @@ def parse_key(value: str | None, option: str) -> str | None:
     """An idempotency key, bounded as the HTTP API bounds one: 1 to 256
     characters, not all blank (an empty key would dedupe as a real one)."""
     parse_text(value, option)
-    if value is not None and (not value.strip() or len(value) > MAX_KEY_LENGTH):
-        raise click.UsageError(f"{option} must be 1 to {MAX_KEY_LENGTH} characters, not blank")
+    if value is not None and (not value.strip() or len(value) > MAX_IDEMPOTENCY_KEY_LENGTH):
+        raise click.UsageError(
+            f"{option} must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters, not blank"
+        )
     return value
-
-
-MAX_KEY_LENGTH = 256
 
 
 class RateRange(FiniteFloatRange):

@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from resumable import tracing
+from resumable import arguments, tracing
 from resumable.inbox import Receipt, Verdict
 from resumable.webhooks import response_models
 from resumable.webhooks.bodies import parse_json, require_json_content_type
@@ -17,7 +17,7 @@ from resumable.webhooks.params import TOKEN
 from resumable.webhooks.state import web_state
 
 # Idempotency keys and webhook ids are indexed; a btree row holds ~2,700 bytes.
-MAX_IDEMPOTENCY_KEY_LENGTH = 256
+MAX_IDEMPOTENCY_KEY_LENGTH = arguments.MAX_IDEMPOTENCY_KEY_LENGTH
 
 RECEIPT_ANSWERS = (
     Answer(202, "Accepted: committed, and will be consumed exactly once.", response_models.Receipt),
