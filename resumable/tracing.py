@@ -258,7 +258,7 @@ async def delivery_received(db: Database, kind: str, receipt: Receipt) -> None:
     session's trace, with what became of it (accepted, duplicate, ...)."""
     if _on.tracer is None or receipt.session_id is None:
         return
-    from starlette.concurrency import run_in_threadpool
+    from resumable.webhooks.database_calls import database_call
 
     attributes: dict[str, Any] = {
         "resumable.delivery.kind": kind,
@@ -267,7 +267,7 @@ async def delivery_received(db: Database, kind: str, receipt: Receipt) -> None:
     }
     if receipt.delivery_id is not None:
         attributes["resumable.delivery.id"] = receipt.delivery_id
-    await run_in_threadpool(
+    await database_call(
         instant_spans, db, f"resumable.{kind} received", {receipt.session_id: attributes}
     )
 

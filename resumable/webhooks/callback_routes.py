@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -11,6 +10,7 @@ from resumable import arguments, tracing
 from resumable.inbox import Receipt, Verdict
 from resumable.webhooks import response_models
 from resumable.webhooks.bodies import parse_json, require_json_content_type
+from resumable.webhooks.database_calls import database_call
 from resumable.webhooks.errors import ApiError, error_response
 from resumable.webhooks.operations import IDEMPOTENCY_KEY, Answer, ApiRoute, Header, Operation
 from resumable.webhooks.params import TOKEN
@@ -137,7 +137,7 @@ async def receive_callback(request: Request) -> Response:
     require_json_content_type(request, body)
     payload = parse_json(body)
     token = TOKEN(request)
-    receipt = await run_in_threadpool(state.inbox.callback, token, payload, key)
+    receipt = await database_call(state.inbox.callback, token, payload, key)
     state.metrics.deliveries.labels("callback", receipt.verdict.value).inc()
     await tracing.delivery_received(state.db, "callback", receipt)
     return receipt_response(receipt)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -12,6 +11,7 @@ from resumable.schemas import Checkpoint, CheckpointState, Page, Session
 from resumable.time_travel import TimeTravel
 from resumable.webhooks.auth import request_actor
 from resumable.webhooks.bodies import json_body
+from resumable.webhooks.database_calls import database_call
 from resumable.webhooks.operations import ACTOR, Answer, ApiRoute, Operation, json_answer
 from resumable.webhooks.params import SEQ, SESSION_ID, number_cursor
 from resumable.webhooks.request_models import (
@@ -55,7 +55,7 @@ async def list_checkpoints(request: Request) -> Response:
     session_id = SESSION_ID(request)
     query = parse_query(ListCheckpoints, request.query_params)
     after = number_cursor(query.cursor, MAX_SEQ)
-    rows = await run_in_threadpool(
+    rows = await database_call(
         _history(state).checkpoints, session_id, after=after, limit=query.limit + 1
     )
     items = [Checkpoint.from_row(session_id, row) for row in rows[: query.limit]]
@@ -86,7 +86,7 @@ async def get_checkpoint(request: Request) -> Response:
     state = web_state(request)
     session_id = SESSION_ID(request)
     seq = SEQ(request)
-    past = await run_in_threadpool(_history(state).state_at, session_id, seq)
+    past = await database_call(_history(state).state_at, session_id, seq)
     return json_answer(
         CheckpointState(
             session_id=session_id,
@@ -147,7 +147,7 @@ async def fork_session(request: Request) -> Response:
             allow_compensated=body.allow_compensated,
         )
 
-    return json_answer(await run_in_threadpool(fork), 201)
+    return json_answer(await database_call(fork), 201)
 
 
 routes = [

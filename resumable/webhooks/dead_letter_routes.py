@@ -7,7 +7,6 @@ from typing import Any
 
 from sqlmodel import Session as DbSession
 from sqlmodel import col, select
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -18,6 +17,7 @@ from resumable.schemas import DeadLetter, Event, Page
 from resumable.webhooks import response_models
 from resumable.webhooks.auth import request_actor
 from resumable.webhooks.bodies import json_body
+from resumable.webhooks.database_calls import DATABASE_DEADLINE_SECONDS, database_call
 from resumable.webhooks.errors import ApiError
 from resumable.webhooks.operations import ACTOR, Answer, ApiRoute, Operation, json_answer
 from resumable.webhooks.params import DEAD_LETTER_ID, number_cursor
@@ -84,7 +84,7 @@ async def list_dead_letters(request: Request) -> Response:
         until=query.until,
     )
     before = number_cursor(query.cursor, MAX_ID) or None
-    rows, next_before = await run_in_threadpool(
+    rows, next_before = await database_call(
         _letters(state).find, where, limit=query.limit, before_id=before
     )
     items = [DeadLetter.from_row(row, include_traceback=False) for row in rows]
@@ -115,7 +115,7 @@ async def show_dead_letter(request: Request) -> Response:
             events=_recent_events(state.db, letter.session_id),
         )
 
-    return json_answer(await run_in_threadpool(show))
+    return json_answer(await database_call(show))
 
 
 RETRY = Operation(
@@ -157,7 +157,7 @@ async def retry_dead_letter(request: Request) -> Response:
         )
         return letters.get(dead_letter_id)
 
-    return json_answer(DeadLetter.from_row(await run_in_threadpool(retry)))
+    return json_answer(DeadLetter.from_row(await database_call(retry)))
 
 
 DISCARD = Operation(
@@ -185,7 +185,7 @@ async def discard_dead_letter(request: Request) -> Response:
         letters.discard(dead_letter_id, actor=actor, reason=body.reason)
         return letters.get(dead_letter_id)
 
-    return json_answer(DeadLetter.from_row(await run_in_threadpool(discard)))
+    return json_answer(DeadLetter.from_row(await database_call(discard)))
 
 
 DRAIN = Operation(
@@ -229,7 +229,7 @@ async def drain_dead_letters(request: Request) -> Response:
         since=body.since,
         until=body.until,
     )
-    report = await run_in_threadpool(
+    report = await database_call(
         lambda: _letters(state).drain(
             body.action,
             where,
@@ -238,7 +238,9 @@ async def drain_dead_letters(request: Request) -> Response:
             dry_run=body.dry_run,
             limit=body.limit,
             rate=body.rate,
-        )
+        ),
+        # A paced drain takes up to that long by design.
+        deadline=MAX_PACED_DRAIN_SECONDS + DATABASE_DEADLINE_SECONDS,
     )
     return json_answer(response_models.DrainReport.model_validate(report.as_json()))
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from resumable.webhooks.database_calls import database_call
 from resumable.webhooks.operations import Answer, ApiRoute, Operation
 from resumable.webhooks.state import web_state
 
@@ -36,7 +36,7 @@ METRICS = Operation(
 
 async def metrics(request: Request) -> Response:
     state = web_state(request)
-    body = await run_in_threadpool(generate_latest, state.metrics.registry)
+    body = await database_call(generate_latest, state.metrics.registry)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -23,6 +22,7 @@ from resumable.webhooks.callback_routes import (
     idempotency_key,
     receipt_response,
 )
+from resumable.webhooks.database_calls import database_call
 from resumable.webhooks.operations import (
     ACTOR,
     IDEMPOTENCY_KEY,
@@ -126,7 +126,7 @@ async def create_session(request: Request) -> Response:
         return started, state.client.get(started.session_id)
 
     with tracing.remote_parent(request.headers):  # a caller's `traceparent`
-        started, session = await run_in_threadpool(start)
+        started, session = await database_call(start)
     headers = {} if started.created else {"Idempotent-Replayed": "true"}
     return json_answer(session, 201, headers)
 
@@ -145,7 +145,7 @@ GET = Operation(
 
 async def get_session(request: Request) -> Response:
     state = web_state(request)
-    return json_answer(await run_in_threadpool(state.client.get, SESSION_ID(request)))
+    return json_answer(await database_call(state.client.get, SESSION_ID(request)))
 
 
 LIST = Operation(
@@ -166,7 +166,7 @@ LIST = Operation(
 async def list_sessions(request: Request) -> Response:
     state = web_state(request)
     query = parse_query(ListSessions, request.query_params)
-    page = await run_in_threadpool(
+    page = await database_call(
         lambda: state.client.page_sessions(
             status=query.status,
             agent=query.agent,
@@ -204,7 +204,7 @@ async def session_events(request: Request) -> Response:
         state.client.get(session_id)
         return state.client.events(session_id, after=after, limit=query.limit + 1)
 
-    rows = await run_in_threadpool(read)
+    rows = await database_call(read)
     items = rows[: query.limit]
     next_cursor = str(items[-1].event_id) if len(rows) > query.limit else None
     return json_answer(Page[Event](items=items, next_cursor=next_cursor))
@@ -238,7 +238,7 @@ async def cancel_session(request: Request) -> Response:
     def cancel() -> Any:
         return state.client.cancel(session_id, actor=actor, reason=body.reason)
 
-    return json_answer(await run_in_threadpool(cancel))
+    return json_answer(await database_call(cancel))
 
 
 _BLOCKED_ACTIONS = {
@@ -297,7 +297,7 @@ def _blocked_endpoint(action: str) -> Callable[[Request], Awaitable[Response]]:
         body = parse_body(BlockedSessionAction, await json_body(request))
         blocked = BlockedSessions(state.settings, state.db, state.broker)
         act = {"resume": blocked.resume, "accept": blocked.accept, "fail": blocked.fail}[action]
-        outcome = await run_in_threadpool(act, session_id, actor=actor, reason=body.reason)
+        outcome = await database_call(act, session_id, actor=actor, reason=body.reason)
         return json_answer(
             BlockedSessionOutcome(
                 session_id=outcome.session_id,
@@ -350,7 +350,7 @@ async def post_signal(request: Request) -> Response:
     topic = TOPIC(request)
     key = dedupe_key(request)
     payload = await json_body(request)
-    receipt = await run_in_threadpool(state.inbox.signal, session_id, topic, payload, key, actor)
+    receipt = await database_call(state.inbox.signal, session_id, topic, payload, key, actor)
     state.metrics.deliveries.labels("signal", receipt.verdict.value).inc()
     await tracing.delivery_received(state.db, "signal", receipt)
     if receipt.verdict.value == "unknown":

@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Annotated
 
 from pydantic import Field
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
 from resumable.coordination.records import SharedDocument, SharedVersion
 from resumable.coordination.shared import MAX_NAME_LENGTH
 from resumable.schemas import Page
+from resumable.webhooks.database_calls import database_call
 from resumable.webhooks.errors import ApiError
 from resumable.webhooks.operations import Answer, ApiRoute, Operation, json_answer
 from resumable.webhooks.params import PathParam, number_cursor
@@ -60,7 +60,7 @@ GET = Operation(
 async def get_shared(request: Request) -> Response:
     state = web_state(request)
     name = NAME(request)
-    document = await run_in_threadpool(state.client.shared, name)
+    document = await database_call(state.client.shared, name)
     if document is None:
         raise ApiError(404, "shared_document_not_found", f"shared document {name!r} does not exist")
     return json_answer(document)
@@ -88,7 +88,7 @@ async def shared_history(request: Request) -> Response:
     name = NAME(request)
     query = parse_query(ListVersions, request.query_params)
     before = number_cursor(query.cursor, MAX_ID) or None
-    rows = await run_in_threadpool(
+    rows = await database_call(
         lambda: state.client.shared_history(name, limit=query.limit + 1, before=before)
     )
     items = rows[: query.limit]

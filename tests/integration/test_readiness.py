@@ -116,3 +116,41 @@ def test_readiness_answers_in_time_while_the_database_hangs(
         proxy.flow()
         wait_until(lambda: http.get("/readyz").status_code == 200, what="readiness again")
     proxy.cut()
+
+
+def test_requests_answer_503_in_time_while_the_database_hangs(
+    settings: Settings, start_web_on: Callable[[str], ManagedProcess], web_port: int
+) -> None:
+    """The README's promise for every route, not only readiness: a database
+    that takes statements and never answers makes a request answer 503
+    `database_unavailable` within the web process's deadline (5 s), not hang
+    until the client gives up; all works again once the database answers."""
+    proxy = Relay(database_target(settings.database_url or "")).open()
+    start_web_on(database_url_via(settings.database_url or "", proxy))
+    base = f"http://127.0.0.1:{web_port}"
+    with httpx.Client(base_url=base, headers=AUTH, timeout=40) as http:
+        created = http.post("/v1/sessions", json={"agent": "five"})
+        assert created.status_code == 201, created.text
+        session_id = created.json()["session_id"]
+        assert http.get("/v1/sessions").status_code == 200  # a second pooled connection
+
+        proxy.stall()
+        for request in (
+            lambda: http.get(f"/v1/sessions/{session_id}"),
+            lambda: http.post("/v1/sessions", json={"agent": "five"}),
+            lambda: http.get("/v1/sessions"),
+            lambda: http.get("/v1/dead-letters"),
+            lambda: http.get("/metrics"),
+        ):
+            answer, took = _timed(request)
+            assert answer.status_code == 503, answer.text
+            assert answer.json()["error"]["code"] == "database_unavailable"
+            assert answer.headers["retry-after"] == "5"
+            assert took < 7.0, took
+
+        proxy.flow()
+        wait_until(lambda: http.get("/readyz").status_code == 200, what="readiness again")
+        assert http.get(f"/v1/sessions/{session_id}").status_code == 200
+        again = http.post("/v1/sessions", json={"agent": "five"})
+        assert again.status_code == 201, again.text
+    proxy.cut()

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -34,6 +33,7 @@ from resumable.webhooks.console.drains import Progress
 from resumable.webhooks.console.forms import Form, FormError, action_form
 from resumable.webhooks.console.render import page
 from resumable.webhooks.console.state import console_state, operator, web_state
+from resumable.webhooks.database_calls import database_call
 from resumable.webhooks.request_models import MAX_DRAIN_LIMIT
 from resumable.webhooks.state import WebState
 
@@ -83,7 +83,7 @@ async def list_dead_letters(request: Request) -> Response:
             raise FormError(f"The status must be one of {', '.join(STATUSES)}")
         where = letter_filter(form, status=None if status == "all" else status)
         before = form.integer("before", "before", 1, 2**62)
-        rows, next_before = await run_in_threadpool(
+        rows, next_before = await database_call(
             lambda: DeadLetters(state.settings, state.db, state.broker).find(
                 where, limit=PAGE_SIZE, before_id=before
             )
@@ -164,8 +164,8 @@ async def preview_drain(request: Request) -> Response:
             request, "drain_preview.html", exc.status, report=None, drain=None, error=exc.message
         )
     dry_run = _run(state, drain, operator(request).actor, True)
-    report = await run_in_threadpool(lambda: dry_run(None))
-    shown = await run_in_threadpool(queries.letters_by_id, state.db, report.matched[:PREVIEW_ROWS])
+    report = await database_call(lambda: dry_run(None))
+    shown = await database_call(queries.letters_by_id, state.db, report.matched[:PREVIEW_ROWS])
     return page(
         request,
         "drain_preview.html",

@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
@@ -28,6 +27,7 @@ from resumable.webhooks.console.errors import status_of
 from resumable.webhooks.console.forms import Form, FormError, action_form
 from resumable.webhooks.console.session_pages import path_session_id, render_session
 from resumable.webhooks.console.state import operator, web_state
+from resumable.webhooks.database_calls import database_call
 from resumable.webhooks.request_models import MAX_SEQ
 
 TOPIC = re.compile(r"[A-Za-z0-9_.:\-]{1,100}")
@@ -45,14 +45,14 @@ async def _act(
     form: Form | None = None
     try:
         form = await action_form(request)  # CsrfError: a 403 page, nothing done
-        session_id = await run_in_threadpool(session_of)
-        target = await run_in_threadpool(act, form, operator(request).actor, session_id)
+        session_id = await database_call(session_of)
+        target = await database_call(act, form, operator(request).actor, session_id)
     except (FormError, ResumableError) as exc:
         status = exc.status if isinstance(exc, FormError) else status_of(exc)
         if status in (404, 500):
             raise
         typed = {k: v for k, v in (form.fields if form else {}).items() if k != "csrf"}
-        session_id = await run_in_threadpool(session_of)
+        session_id = await database_call(session_of)
         return await render_session(
             request, session_id, status=status, error=exc.message, failed=name, form=typed
         )

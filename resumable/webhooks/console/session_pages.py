@@ -8,7 +8,6 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -21,6 +20,7 @@ from resumable.webhooks.console.forms import Form, FormError
 from resumable.webhooks.console.render import page
 from resumable.webhooks.console.session_view import session_view
 from resumable.webhooks.console.state import web_state
+from resumable.webhooks.database_calls import database_call
 from resumable.webhooks.request_models import MAX_SEQ
 
 STATUSES = [status.value for status in SessionStatus]
@@ -86,15 +86,15 @@ async def list_sessions(request: Request) -> Response:
         cursor = form.text("cursor", "The page cursor", max_length=_MAX_CURSOR_LENGTH)
         limit = form.integer("limit", "The page size", 1, MAX_PAGE_SIZE) or PAGE_SIZE
         where = session_filter(form)
-        rows, next_cursor = await run_in_threadpool(
+        rows, next_cursor = await database_call(
             lambda: queries.find_sessions(state.db, where, limit=limit, cursor=cursor)
         )
     except FormError as exc:
         error, status = exc.message, exc.status
     except ResumableError as exc:  # a cursor this console did not hand out
         error, status = exc.message, status_of(exc)
-    counts = await run_in_threadpool(state.client.count_by_status)
-    agents = await run_in_threadpool(queries.known_agents, state.db)
+    counts = await database_call(state.client.count_by_status)
+    agents = await database_call(queries.known_agents, state.db)
     base = {k: v for k, v in form.fields.items() if k != "cursor" and v}
     return page(
         request,
@@ -138,7 +138,7 @@ async def render_session(
     except FormError as exc:
         at, events_after = None, 0
         error, status = error or exc.message, status if error else exc.status
-    view = await run_in_threadpool(
+    view = await database_call(
         lambda: session_view(state, session_id, at=at, events_after=events_after)
     )
     done = request.query_params.get("done")
