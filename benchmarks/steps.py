@@ -17,6 +17,13 @@ Run from the repository root::
    features a no-op step does not use sent as NULL), ``raw-tx`` is a plain
    ``BEGIN; UPDATE; INSERT; INSERT; COMMIT``.
 
+3. Per step and per session run: a second durable run with the same number of
+   step commits in longer sessions (``--long-steps`` each) splits the durable
+   CPU as ``a x sessions + b x steps``: ``b`` is what one more step costs (the
+   raw commit's counterpart), ``a`` what a session's run costs around its steps
+   (``Client.start``, the queue message, the claim, the completion). The target
+   is read on the first run, as always; the split says which of the two to cut.
+
 Statements are counted with ``pg_stat_statements`` when it can be loaded (on the
 benchmark's own embedded server it is preloaded with one restart), else
 estimated from ``pg_stat_database.xact_commit`` (autocommit: one statement per
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import queue
 import re
@@ -428,6 +436,62 @@ def run_raw(
     )
 
 
+# -- per step and per session run ---------------------------------------------------------
+
+
+@dataclass
+class Split:
+    """Durable CPU as ``per_session x sessions + per_step x steps``, from two runs
+    (CPU seconds per session run and per step, for each process group)."""
+
+    long_sessions: int
+    long_steps: int
+    per_session: dict[str, float]
+    per_step: dict[str, float]
+
+
+_GROUPS = ("clients", "postgres", "valkey", "bench")
+
+
+def _group_seconds(cpu: CpuSample) -> dict[str, float]:
+    return {g: 0.0 if math.isnan(getattr(cpu, g)) else getattr(cpu, g) for g in _GROUPS}
+
+
+def split_costs(args: argparse.Namespace, short: RunResult, long: RunResult) -> Split | None:
+    """Solve ``C = a S + b T`` for each process group from the two runs."""
+    if short.cpu is None or long.cpu is None:
+        return None
+    s1, t1 = args.sessions, short.steps
+    s2, t2 = args.long_sessions, long.steps
+    det = s1 * t2 - s2 * t1
+    if det == 0:
+        return None
+    c1, c2 = _group_seconds(short.cpu), _group_seconds(long.cpu)
+    per_session = {g: (c1[g] * t2 - c2[g] * t1) / det for g in _GROUPS}
+    per_step = {g: (s1 * c2[g] - s2 * c1[g]) / det for g in _GROUPS}
+    return Split(s2, args.long_steps, per_session, per_step)
+
+
+def report_split(split: Split, cte: RunResult | None) -> None:
+    def groups(costs: dict[str, float]) -> str:
+        names = {"clients": "workers", "bench": "benchmark process"}
+        return ", ".join(f"{names.get(g, g)} {costs[g] * 1e3:.3f}" for g in _GROUPS)
+
+    step, run = sum(split.per_step.values()), sum(split.per_session.values())
+    print(
+        f"durable CPU split by a second run of {split.long_sessions} sessions x"
+        f" {split.long_steps} steps (C = a x sessions + b x steps):"
+    )
+    against = ""
+    if cte is not None and cte.cpu is not None:
+        against = f"; raw-cte's step {cte.cpu_per_step * 1e3:.3f} ms, {cte.cpu_per_step / step:.3f}"
+    print(f"  a step: {step * 1e3:.3f} ms ({groups(split.per_step)}){against}")
+    print(
+        f"  a session's run around its steps (Client.start, queue message, claim, completion):"
+        f" {run * 1e3:.3f} ms ({groups(split.per_session)})"
+    )
+
+
 # -- report ------------------------------------------------------------------------------
 
 CPU_TARGET = 0.8  # durable CPU per step within 1/0.8 of the raw one-statement commit's
@@ -439,6 +503,7 @@ def report(
     stats: StatementStats,
     empty_query_commits: int,
     where: str,
+    split: Split | None = None,
 ) -> None:
     durable, raws = runs[0], runs[1:]
 
@@ -499,6 +564,8 @@ def report(
         ratio = cte.cpu_per_step / durable.cpu_per_step
         verdict = "PASS" if ratio >= CPU_TARGET else "MISS"
         print(f"target: durable >= {CPU_TARGET} of raw-cte by CPU per step: {ratio:.3f} {verdict}")
+    if split is not None:
+        report_split(split, cte)
     if durable.latencies:
         print(
             f"per-session completion (created_at -> finished_at): "
@@ -537,7 +604,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--skip-raw", action="store_true", help="only the durable run (no raw ceiling)"
     )
-    return parse(parser, argv, ("sessions", "steps", "workers", "threads", "enqueue_threads"))
+    parser.add_argument(
+        "--long-steps",
+        type=int,
+        default=100,
+        help="steps per session of the second durable run that splits the CPU per step"
+        " and per session run (0: no second run)",
+    )
+    args = parse(parser, argv, ("sessions", "steps", "workers", "threads", "enqueue_threads"))
+    if args.long_steps < 0:
+        parser.error("--long-steps must be 0 or more")
+    # As many step commits as the first run, in longer sessions.
+    args.long_sessions = max(1, args.sessions * args.steps // max(args.long_steps, 1))
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -551,13 +630,22 @@ def main(argv: list[str] | None = None) -> int:
         meter = CpuMeter.find(pg_url, services.redis_url)
         runs = [run_durable(args, services, stats, empty_query_commits, log_dir, meter)]
         print(f"  {runs[0].rate:.1f} steps/s")
+        split = None
+        if args.long_steps and args.long_steps != args.steps:
+            long_args = argparse.Namespace(
+                **{**vars(args), "sessions": args.long_sessions, "steps": args.long_steps}
+            )
+            print(f"durable run: {args.long_sessions} sessions x {args.long_steps} steps")
+            long = run_durable(long_args, services, stats, empty_query_commits, log_dir, meter)
+            print(f"  {long.rate:.1f} steps/s")
+            split = split_costs(args, runs[0], long)
         if not args.skip_raw:
             for variant in ("raw-cte", "raw-tx"):
                 print(f"{variant} run: {args.workers} processes x {args.threads} threads")
                 runs.append(run_raw(args, services, stats, variant, meter))
                 print(f"  {runs[-1].rate:.1f} step commits/s")
         harness.reset_data(pg_url, services.redis_url, TRUNCATED, TABLES)
-        report(args, runs, stats, empty_query_commits, services.where)
+        report(args, runs, stats, empty_query_commits, services.where, split)
     return 0
 
 
