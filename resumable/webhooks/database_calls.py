@@ -25,12 +25,17 @@ import anyio
 import anyio.to_thread
 import psycopg
 
+from resumable.queue.broker import REDIS_TIMEOUT_SECONDS
+
 T = TypeVar("T")
 
-#: How long a request waits for the database's answer. Longer than the pool's
-#: wait for a connection (``app.POOL_TIMEOUT_SECONDS``), so that a pool emptied
-#: by hung statements still answers with its own, quicker, error.
-DATABASE_DEADLINE_SECONDS = 5.0
+#: How long a request waits for the database's answer. It is longer than the
+#: pool's wait for a connection (``app.POOL_TIMEOUT_SECONDS``), so a pool
+#: emptied by hung statements still answers with its own, quicker, error. It
+#: also leaves room for one stalled Redis command (``REDIS_TIMEOUT_SECONDS``):
+#: a callback whose enqueue times out still commits and answers 202, and the
+#: reconciler sends its message.
+DATABASE_DEADLINE_SECONDS = REDIS_TIMEOUT_SECONDS + 5.0
 
 
 class DatabaseDidNotAnswer(psycopg.OperationalError):
