@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-import anyio
-import anyio.to_thread
 import redis
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from resumable.webhooks.database_calls import DatabaseDidNotAnswer, database_call
 from resumable.webhooks.openapi import openapi_document
 from resumable.webhooks.operations import Answer, ApiRoute, Operation, json_answer
 from resumable.webhooks.response_models import Health, Readiness
@@ -92,9 +91,10 @@ async def _within(check: Callable[[], str]) -> str:
     or behind a stalled proxy) holds a statement forever, and the probe must
     still answer in about a second. The abandoned thread ends when the server
     answers or the connection drops."""
-    with anyio.move_on_after(READY_TIMEOUT_SECONDS + 0.5):
-        return await anyio.to_thread.run_sync(check, abandon_on_cancel=True)
-    return "error: timed out"
+    try:
+        return await database_call(check, deadline=READY_TIMEOUT_SECONDS + 0.5)
+    except DatabaseDidNotAnswer:  # the broker's check too: the same abandoned thread
+        return "error: timed out"
 
 
 OPENAPI = Operation(
