@@ -94,6 +94,7 @@ def web(settings: Settings, host: str | None, port: int | None) -> None:
 
     from resumable.startup_heap import freeze_startup_heap
     from resumable.webhooks.app import create_app
+    from resumable.webhooks.database_calls import exit_past_abandoned_calls
 
     registry = optional_agents(settings.agents)
     host = host or settings.web_host
@@ -103,16 +104,19 @@ def web(settings: Settings, host: str | None, port: int | None) -> None:
     # that into an exit that unwinds the `with`, so embedded servers are released.
     for stop in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop, lambda _signum, _frame: sys.exit(0))
-    with process_urls(settings) as urls:
-        app = create_app(settings, urls.database_url, urls.redis_url, registry)
-        freeze_startup_heap()  # the app is built: its start-up heap stays put
-        uvicorn.run(
-            app,
-            host=host,
-            port=port,
-            log_config=None,
-            access_log=False,
-        )
+    try:
+        with process_urls(settings) as urls:
+            app = create_app(settings, urls.database_url, urls.redis_url, registry)
+            freeze_startup_heap()  # the app is built: its start-up heap stays put
+            uvicorn.run(
+                app,
+                host=host,
+                port=port,
+                log_config=None,
+                access_log=False,
+            )
+    finally:
+        exit_past_abandoned_calls()
 
 
 def _check_can_listen(host: str, port: int) -> None:

@@ -17,9 +17,12 @@ answered 503 may have taken effect. A retry with the same
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+import threading
 from collections.abc import Callable
-from functools import partial
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -28,6 +31,8 @@ import psycopg
 from resumable.queue.broker import REDIS_TIMEOUT_SECONDS
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 #: How long a request waits for the database's answer. It is longer than the
 #: pool's wait for a connection (``app.POOL_TIMEOUT_SECONDS``), so a pool
@@ -45,6 +50,27 @@ class DatabaseDidNotAnswer(psycopg.OperationalError):
     it as they answer a database that cannot be reached."""
 
 
+class _Call(Generic[T]):
+    """One call's work, which leaves the abandoned set when it ends."""
+
+    def __init__(self, work: Callable[[], T]) -> None:
+        self.work = work
+        self.finished = False
+
+    def __call__(self) -> T:
+        try:
+            return self.work()
+        finally:
+            with _lock:
+                self.finished = True
+                _abandoned.discard(self)
+
+
+_lock = threading.Lock()
+#: Calls whose caller stopped waiting and whose thread still runs.
+_abandoned: set[_Call[Any]] = set()
+
+
 async def database_call(
     work: Callable[..., T],
     *args: object,
@@ -53,8 +79,31 @@ async def database_call(
 ) -> T:
     """``work(*args, **kwargs)`` on a worker thread; DatabaseDidNotAnswer
     after `deadline` seconds (the thread is abandoned, not stopped)."""
+    call = _Call(lambda: work(*args, **kwargs))
     with anyio.move_on_after(deadline):
-        return await anyio.to_thread.run_sync(
-            partial(work, *args, **kwargs), abandon_on_cancel=True
-        )
+        return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+    with _lock:
+        if not call.finished:  # it may have ended since the deadline
+            _abandoned.add(call)
     raise DatabaseDidNotAnswer(f"the database did not answer within {deadline:g} s")
+
+
+def exit_past_abandoned_calls() -> None:
+    """The web process's last act: if threads of abandoned calls still wait on
+    a database that never answered, exit without them (one line says so).
+    anyio's worker threads are not daemons, so the interpreter would otherwise
+    join them at exit, and a SIGTERM would leave the process running for as
+    long as the database hangs. Called after everything else has unwound."""
+    with _lock:
+        stuck = len(_abandoned)
+    if not stuck:
+        return
+    logger.warning(
+        "exiting without %d database call(s) the database never answered",
+        stuck,
+        extra={"action": "abandoned_database_calls"},
+    )
+    logging.shutdown()
+    error = sys.exc_info()[1]
+    clean = error is None or (isinstance(error, SystemExit) and not error.code)
+    os._exit(0 if clean else 1)

@@ -8,6 +8,7 @@ never stopped): closing the proxy drops every connection and refuses new ones.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
@@ -19,7 +20,14 @@ from resumable.client import Client
 from resumable.queue.broker import REDIS_TIMEOUT_SECONDS
 from resumable.settings import Settings
 from resumable.webhooks.database_calls import DATABASE_DEADLINE_SECONDS
-from tests.conftest import API_TOKEN, LocalDeployment, ManagedProcess, free_port, wait_until
+from tests.conftest import (
+    API_TOKEN,
+    LocalDeployment,
+    ManagedProcess,
+    exit_status,
+    free_port,
+    wait_until,
+)
 from tests.relay import Relay, database_target, database_url_via, redis_target, redis_url_via
 from tests.signing import signed
 
@@ -158,6 +166,26 @@ def test_requests_answer_503_in_time_while_the_database_hangs(
         again = http.post("/v1/sessions", json={"agent": "five"})
         assert again.status_code == 201, again.text
     proxy.cut()
+
+
+def test_sigterm_stops_a_web_whose_requests_the_hung_database_never_answered(
+    settings: Settings, start_web_on: Callable[..., ManagedProcess], web_port: int
+) -> None:
+    """A request abandoned at the deadline leaves a thread waiting on the hung
+    database; a SIGTERM must still stop the web process (in one line), not
+    leave it running for as long as the database hangs."""
+    proxy = Relay(database_target(settings.database_url or "")).open()
+    web = start_web_on(database_url_via(settings.database_url or "", proxy))
+    with httpx.Client(base_url=f"http://127.0.0.1:{web_port}", headers=AUTH, timeout=40) as http:
+        assert http.get("/v1/sessions").status_code == 200
+        proxy.stall()
+        assert http.get("/v1/sessions").status_code == 503
+    web.signal(signal.SIGTERM)
+    try:
+        assert exit_status(web, timeout=15) == 0
+        assert "exiting without 1 database call(s) the database never answered" in web.output()
+    finally:
+        proxy.cut()
 
 
 def test_a_callback_whose_enqueue_meets_a_stalled_redis_still_answers_202(
