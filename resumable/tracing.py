@@ -239,9 +239,18 @@ def child_span(name: str, attributes: dict[str, Any]) -> Iterator[Span | None]:
         yield span
 
 
-def instant_spans(db: Database, name: str, sessions: Mapping[uuid.UUID, dict[str, Any]]) -> None:
+def instant_spans(
+    db: Database,
+    name: str,
+    sessions: Mapping[uuid.UUID, dict[str, Any]],
+    *,
+    began_ns: int | None = None,
+) -> None:
     """A moment in each session's trace (a delivery received, a wake-up), one
-    query for all of them."""
+    query for all of them. ``began_ns`` (``time.time_ns()``) is when the act
+    began: the span is recorded after it, and by then a resume the act set off
+    in a worker may already have started, so a span starting at the recording
+    would wrongly follow its own effect in the trace."""
     if _on.tracer is None or not sessions:
         return
     parents = session_contexts(db, list(sessions))
@@ -250,12 +259,14 @@ def instant_spans(db: Database, name: str, sessions: Mapping[uuid.UUID, dict[str
             name,
             context=parents.get(session_id),
             attributes={"resumable.session.id": str(session_id), **attributes},
+            start_time=began_ns,
         ).end()
 
 
-async def delivery_received(db: Database, kind: str, receipt: Receipt) -> None:
+async def delivery_received(db: Database, kind: str, receipt: Receipt, began_ns: int) -> None:
     """A callback or signal received (the web routes): a moment in its
-    session's trace, with what became of it (accepted, duplicate, ...)."""
+    session's trace from ``began_ns``, with what became of it (accepted,
+    duplicate, ...)."""
     if _on.tracer is None or receipt.session_id is None:
         return
     from resumable.webhooks.database_calls import database_call
@@ -268,26 +279,30 @@ async def delivery_received(db: Database, kind: str, receipt: Receipt) -> None:
     if receipt.delivery_id is not None:
         attributes["resumable.delivery.id"] = receipt.delivery_id
     await database_call(
-        instant_spans, db, f"resumable.{kind} received", {receipt.session_id: attributes}
+        functools.partial(instant_spans, began_ns=began_ns),
+        db,
+        f"resumable.{kind} received",
+        {receipt.session_id: attributes},
     )
 
 
-def woken(db: Database, rows: list[dict[str, Any]]) -> None:
+def woken(db: Database, rows: list[dict[str, Any]], *, began_ns: int | None = None) -> None:
     """Sessions the scheduler woke (rows with ``id`` and ``kind``): a
-    ``resumable.wake`` moment in each one's trace."""
+    ``resumable.wake`` moment in each one's trace, from ``began_ns``."""
     if _on.tracer is None or not rows:
         return
     instant_spans(
         db,
         "resumable.wake",
         {uuid.UUID(str(row["id"])): {"resumable.wake.kind": str(row["kind"])} for row in rows},
+        began_ns=began_ns,
     )
 
 
-def recovered(db: Database, **found: list[uuid.UUID]) -> None:
+def recovered(db: Database, began_ns: int, **found: list[uuid.UUID]) -> None:
     """Sessions the reconciler re-enqueued, by why (``pending``: the message was
     lost; ``expired``/``orphaned``: its worker died): a ``resumable.recover``
-    moment in each one's trace."""
+    moment in each one's trace, from ``began_ns``, when the pass began."""
     if _on.tracer is None:
         return
     sessions = {
@@ -295,4 +310,4 @@ def recovered(db: Database, **found: list[uuid.UUID]) -> None:
         for reason, ids in found.items()
         for session_id in ids
     }
-    instant_spans(db, "resumable.recover", sessions)
+    instant_spans(db, "resumable.recover", sessions, began_ns=began_ns)

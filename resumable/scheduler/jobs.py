@@ -50,6 +50,7 @@ class SchedulerJobs:
         began = time.monotonic()
         sending = 0.0
         while True:
+            began_ns = time.time_ns()
             with self.db.connection() as conn:
                 rows = conn.execute(wait_queries.WAKE_DUE, {"limit": self.batch}).fetchall()
             sent = time.monotonic()
@@ -58,7 +59,7 @@ class SchedulerJobs:
             for row in rows:
                 kind = str(row["kind"])
                 counts[kind] = counts.get(kind, 0) + 1
-            tracing.woken(self.db, rows)
+            tracing.woken(self.db, rows, began_ns=began_ns)
             if len(rows) < self.batch:
                 break
         if counts:
@@ -119,9 +120,14 @@ class SchedulerJobs:
         return woke
 
     def reconcile(self) -> int:
+        began_ns = time.time_ns()
         report = reconcile(self.settings, self.db, self.broker)
         tracing.recovered(
-            self.db, pending=report.pending, expired=report.expired, orphaned=report.orphaned
+            self.db,
+            began_ns,
+            pending=report.pending,
+            expired=report.expired,
+            orphaned=report.orphaned,
         )
         return report.total
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -137,9 +139,10 @@ async def receive_callback(request: Request) -> Response:
     require_json_content_type(request, body)
     payload = parse_json(body)
     token = TOKEN(request)
+    began_ns = time.time_ns()
     receipt = await database_call(state.inbox.callback, token, payload, key)
     state.metrics.deliveries.labels("callback", receipt.verdict.value).inc()
-    await tracing.delivery_received(state.db, "callback", receipt)
+    await tracing.delivery_received(state.db, "callback", receipt, began_ns)
     return receipt_response(receipt)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -350,9 +351,10 @@ async def post_signal(request: Request) -> Response:
     topic = TOPIC(request)
     key = dedupe_key(request)
     payload = await json_body(request)
+    began_ns = time.time_ns()
     receipt = await database_call(state.inbox.signal, session_id, topic, payload, key, actor)
     state.metrics.deliveries.labels("signal", receipt.verdict.value).inc()
-    await tracing.delivery_received(state.db, "signal", receipt)
+    await tracing.delivery_received(state.db, "signal", receipt, began_ns)
     if receipt.verdict.value == "unknown":
         raise SessionNotFoundError(f"no session {session_id}")
     return receipt_response(receipt)
