@@ -21,6 +21,10 @@ worker`` processes running ``benchmarks/burst_agent.py``.
 3. The CPU each process spent (the workers, the schedulers, PostgreSQL with all
    its children, Valkey, this process) per step in step 1 and per resumed
    session in step 2, counted from T: what a resume costs against a step.
+4. The server's work behind those numbers, per step and per resumed session:
+   statements (with ``pg_stat_statements``, which the benchmark's own embedded
+   server preloads), rows written per table, how many ``sessions`` updates
+   were HOT (no index entry written), WAL bytes and flushes.
 
 The scheduler's interval (``--interval``, default 0.1 s) is part of what is
 measured: the first scan after T finds the burst. Each burst starts settled
@@ -39,6 +43,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -50,6 +55,14 @@ from benchmarks import harness
 from benchmarks.burst_agent import POLL_AGENT, STEPS_AGENT, TIMER_AGENT
 from benchmarks.cpu import CpuMeter, GroupCpu
 from benchmarks.harness import BenchDeployment, Services
+from benchmarks.pg_counters import (
+    Counters,
+    StatementStats,
+    enable_pg_stat_statements,
+    read_counters,
+    read_statements,
+    reset_statements,
+)
 from benchmarks.report import add_deployment, bench_parser, command_line, machine, parse
 from resumable.queue.broker import enqueue_sessions
 
@@ -83,11 +96,74 @@ def started_and_finished(conn: Any, agent: str) -> tuple[float, float]:
 # CPU so far by process (the workers, the schedulers, the servers, this one).
 Meter = Callable[[], GroupCpu]
 
+STATEMENT_NAMES = {  # a distinctive fragment of each statement a step or a resume runs
+    "COMMIT_STEP": "RETURNING id, step_seq, state",
+    "CLAIM_LEASE": "AS previous_status",
+    "WAKE_DUE": "THEN jsonb_build_object('kind', 'timeout')",
+    "CREATE_SESSION": "INSERT INTO sessions (id, agent, status",
+}
+
+
+MAIN_STATEMENT_SHARE = 0.04  # calls per unit from which a statement is named
+
+
+@dataclass
+class ServerWork:
+    """What PostgreSQL did between two readings, to be told per unit (a step,
+    a resumed session): the structure behind its CPU."""
+
+    url: str
+    stats: StatementStats
+    before: Counters = field(init=False)
+
+    def __post_init__(self) -> None:
+        reset_statements(self.url, self.stats)
+        self.before = read_counters(self.url, TABLES)
+
+    def describe(self, units: int) -> str:
+        after = read_counters(self.url, TABLES)
+        parts = []
+        if self.stats.precise:
+            statements = read_statements(self.url, self.stats, STATEMENT_NAMES)
+            # The scheduler's other periodic queries, run a few times a second
+            # whatever happens, are summed: per unit they are small.
+            main = [s for s in statements if s.calls / units >= MAIN_STATEMENT_SHARE]
+            rest = [s for s in statements if s.calls / units < MAIN_STATEMENT_SHARE]
+            told = [f"{s.name[:40]} {s.calls / units:.2f} x {s.mean_ms:.3f} ms" for s in main]
+            if rest:
+                calls = sum(s.calls for s in rest) / units
+                ms = sum(s.calls * s.mean_ms for s in rest) / units
+                told.append(f"others {calls:.2f}, {ms:.3f} ms in all")
+            parts.append(", ".join(told))
+        else:
+            parts.append(f"statements not counted ({self.stats.note})")
+        rows = []
+        for table in TABLES:
+            inserted = after.rows.get(table, (0, 0))[0] - self.before.rows.get(table, (0, 0))[0]
+            updated = after.rows.get(table, (0, 0))[1] - self.before.rows.get(table, (0, 0))[1]
+            if inserted:
+                rows.append(f"{table} +{inserted / units:.2f}")
+            if updated:
+                hot = after.hot.get(table, 0) - self.before.hot.get(table, 0)
+                rows.append(f"{table} ~{updated / units:.2f} ({100 * hot / updated:.0f}% HOT)")
+        parts.append("rows " + ", ".join(rows))
+        wal = (after.wal_bytes - self.before.wal_bytes) / units
+        commits = (after.xact_commit - self.before.xact_commit) / units
+        flushes = (
+            ""
+            if after.wal_syncs is None or self.before.wal_syncs is None
+            else f", {(after.wal_syncs - self.before.wal_syncs) / units:.2f} WAL flushes"
+        )
+        parts.append(f"{commits:.2f} commits, WAL {wal:,.0f} bytes{flushes}")
+        return "; ".join(parts)
+
 
 def step_rate(
-    args: argparse.Namespace, services: Services, conn: Any, meter: Meter
-) -> tuple[float, str]:
-    """The workers' steps/s on the counting agent, measured now, and the CPU per step."""
+    args: argparse.Namespace, services: Services, conn: Any, meter: Meter, stats: StatementStats
+) -> tuple[float, str, str]:
+    """The workers' steps/s on the counting agent, measured now, the CPU per
+    step and the server's work per step."""
+    work = ServerWork(services.pg_url, stats)
     before = meter()
     with harness.bench_client(services.settings(), pool_size=8) as client:
         ids = harness.start_sessions(
@@ -102,7 +178,8 @@ def step_rate(
     )
     first, last = started_and_finished(conn, STEPS_AGENT)
     steps = args.step_sessions * args.steps
-    return float(steps / (last - first)), meter().describe(before, steps)
+    cpu = meter().describe(before, steps)
+    return float(steps / (last - first)), cpu, work.describe(steps)
 
 
 # The ideal scheduler, for comparison: the benchmark itself wakes every
@@ -136,11 +213,12 @@ def burst(
     kind: str,
     size: int,
     direct: bool,
-) -> tuple[float, float, str]:
+    stats: StatementStats,
+) -> tuple[float, float, str, str]:
     """Suspend `size` sessions, make them all due at once (or, `direct`, wake and
     enqueue them all from here); (seconds until the last was woken, seconds
     until the last completed, the CPU per resumed session from the moment
-    they fell due)."""
+    they fell due, the server's work per resumed session)."""
     agent = AGENTS[kind]
     conn.execute(f"DELETE FROM sessions {harness.BENCH_TAG} WHERE agent = %s", [agent])
     with harness.bench_client(services.settings(), pool_size=8) as client:
@@ -154,6 +232,7 @@ def burst(
         interval=0.1,
     )
     harness.settle(conn, TABLES)
+    work = ServerWork(services.pg_url, stats)
     before = meter()
     if direct:
         rows = conn.execute(WAKE_ALL, [agent]).fetchall()
@@ -177,13 +256,14 @@ def burst(
         interval=0.25,
     )
     cpu = meter().describe(before, size)
+    server = work.describe(size)
     _, last = started_and_finished(conn, agent)
     if not direct:
         woken = last_woken(conn, agent) - due_at
-    return woken, last - due_at, cpu
+    return woken, last - due_at, cpu, server
 
 
-def run(args: argparse.Namespace, services: Services) -> None:
+def run(args: argparse.Namespace, services: Services, stats: StatementStats) -> None:
     log_dir = harness.log_dir_for(services.home)
     harness.reset_data(services.pg_url, services.redis_url, TABLES, vacuum=("sessions",))
     env = {
@@ -212,9 +292,10 @@ def run(args: argparse.Namespace, services: Services) -> None:
             CpuMeter.find(services.pg_url, services.redis_url),
             {"workers": [w.pid for w in workers], "schedulers": [s.pid for s in schedulers]},
         )
-        rate, step_cpu = step_rate(args, services, conn, meter)
+        rate, step_cpu, step_work = step_rate(args, services, conn, meter, stats)
         print(f"step rate: {args.step_sessions} sessions x {args.steps} steps: {rate:,.0f} steps/s")
         print(f"  CPU per step (ms): {step_cpu}")
+        print(f"  server's work per step: {step_work}")
         print(
             f"{'burst':<14}{'woken in':>10}{'resumed in':>12}{'wakes/s':>9}"
             f"{'direct':>9}{'x direct':>10}{'N/steps/s':>11}{'ratio':>7}"
@@ -223,10 +304,12 @@ def run(args: argparse.Namespace, services: Services) -> None:
         for kind in args.kinds:
             for size in args.sizes:
                 deployment.check_alive()
-                woken, elapsed, burst_cpu = burst(
-                    args, services, conn, meter, kind, size, direct=False
+                woken, elapsed, burst_cpu, burst_work = burst(
+                    args, services, conn, meter, kind, size, direct=False, stats=stats
                 )
-                _, ideal, direct_cpu = burst(args, services, conn, meter, kind, size, direct=True)
+                _, ideal, direct_cpu, direct_work = burst(
+                    args, services, conn, meter, kind, size, direct=True, stats=stats
+                )
                 floor = size / rate
                 ratio = elapsed / floor
                 worst = max(worst, ratio)
@@ -237,6 +320,8 @@ def run(args: argparse.Namespace, services: Services) -> None:
                 )
                 print(f"  CPU per resumed session (ms), the scheduler's burst: {burst_cpu}")
                 print(f"  CPU per resumed session (ms), direct: {direct_cpu}")
+                print(f"  server's work per resumed session, the scheduler's burst: {burst_work}")
+                print(f"  server's work per resumed session, direct: {direct_work}")
         verdict = "PASS" if worst <= TARGET_RATIO else "MISS"
         print(f"target: every burst within {TARGET_RATIO:g}x N / steps/s: {verdict} ({worst:.2f})")
 
@@ -266,7 +351,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with harness.bench_services(args.home) as services:
-        run(args, services)
+        stats = enable_pg_stat_statements(
+            services.pg_url, args.home, own_server=services.own_database
+        )
+        run(args, services, stats)
     return 0
 
 
