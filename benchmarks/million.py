@@ -1,5 +1,5 @@
 """Does every periodic query cost the same at a million finished sessions as at
-a thousand?
+a thousand, and with many sessions in long waits?
 
 Run from the repository root::
 
@@ -18,7 +18,9 @@ counted (``EXPLAIN (ANALYZE, BUFFERS)``: the work done, which unlike the time
 does not depend on what else the machine runs), its plan's scans of
 ``sessions`` are named, and the ratio of the two sizes is printed. The
 ``/metrics`` scrape is timed too, by calling the web process's own collector as
-it stands.
+it stands. Then ``--waiting`` sessions in long waits (timers days away,
+callbacks unanswered: what agents waiting on people pile up) join the million,
+and every query is timed again against the million alone.
 
 ``DATABASE_URL`` is used when set; otherwise an embedded server runs under
 ``--home`` (default ``.resumable/bench-million``). The tables are truncated:
@@ -45,6 +47,7 @@ from benchmarks.report import bench_parser, command_line, machine, parse
 from resumable.models import (
     alert_queries,
     checkpoint_queries,
+    coordination_queries,
     failure_queries,
     session_queries,
     step_queries,
@@ -89,6 +92,13 @@ SELECT gen_random_uuid(), '{AGENT}', 'suspended', 'a', '{{}}',
                           'every', 60)),
        now() + (i - 50.5) * interval '1 hour', now() - interval '1 hour'
 FROM generate_series(1, 100) AS i;
+-- parents suspended until their children finish
+INSERT INTO sessions (id, agent, status, cursor, state, wait, updated_at)
+SELECT gen_random_uuid(), '{AGENT}', 'suspended', 'a', '{{}}',
+       jsonb_build_object('then', 'a', 'children',
+                          jsonb_build_object('ids', jsonb_build_array(), 'need', 1)),
+       now() - interval '1 hour'
+FROM generate_series(1, 10) AS i;
 -- suspended on callbacks, 20 of them with a delivery no one woke them for
 INSERT INTO sessions (id, agent, status, cursor, state, wait, updated_at)
 SELECT gen_random_uuid(), '{AGENT}', 'suspended', 'a', '{{}}',
@@ -156,6 +166,22 @@ FROM s WHERE status = 'failed' AND random() < 0.4
 """
 
 
+# Sessions in long waits, `count` more: suspended on timers days away (none
+# falls due) and on callbacks no one has answered, as agents waiting on
+# people are. The live working set above stays as it is.
+WAITING = """
+INSERT INTO sessions (id, agent, status, cursor, state, wait, wake_at, updated_at)
+SELECT gen_random_uuid(), %(agent)s, 'suspended', 'a', '{}',
+       CASE WHEN i %% 2 = 0
+            THEN jsonb_build_object('then', 'a',
+                                    'timer_at', now() + (2 + i %% 30) * interval '1 day')
+            ELSE jsonb_build_object('then', 'a', 'callbacks', jsonb_build_array('wait-' || i)) END,
+       CASE WHEN i %% 2 = 0 THEN now() + (2 + i %% 30) * interval '1 day' END,
+       now() - (i %% 1000) * interval '1 minute' - interval '1 hour'
+FROM generate_series(1, %(count)s) AS i
+"""
+
+
 @dataclass(frozen=True)
 class Periodic:
     name: str
@@ -187,6 +213,20 @@ PERIODIC = [
     ),
     Periodic("alerts due", alert_queries.TAKE_DUE_ALERTS, {"limit": 100}, True),
     Periodic("hung sessions", step_queries.HUNG_SESSIONS, {"after": 86400.0, "limit": 100}, False),
+    Periodic(
+        "lingering sessions (alerts)",
+        alert_queries.SYNC_LINGERING,
+        {
+            "overdue": 300.0,
+            "unserved": 300.0,
+            "hung": 3600.0,
+            "blocked": 86400.0,
+            "alerts_enabled": True,
+        },
+        True,
+    ),
+    Periodic("grant_locks", coordination_queries.LOCKS_WITH_WAITERS, {"limit": 1000}, False),
+    Periodic("wake_parents", coordination_queries.WAITING_PARENTS, {"limit": 500}, False),
 ]
 
 
@@ -297,23 +337,42 @@ def run(args: argparse.Namespace, services: Services) -> None:
         total = int(conn.execute("SELECT count(*) FROM sessions").fetchone()[0])  # type: ignore[index]
     print(f"# bulk-loaded {total - max(args.small, live):,} finished sessions in {seconds:.0f} s")
     large = measure(services, args.repeat)
-    width = max(len(name) for name in small) + 2
+    worst = report(f"{args.small:,}", small, f"{total:,}", large)
+    print(f"worst ratio of buffers touched by the scheduler's periodic queries: {worst:.2f}")
+    if args.waiting:
+        began = time.monotonic()
+        with harness.connect(services.pg_url) as conn:
+            conn.execute(WAITING, {"agent": AGENT, "count": args.waiting})
+        print(
+            f"\n# then {args.waiting:,} sessions in long waits (timers days away, callbacks"
+            f" unanswered) in {time.monotonic() - began:.0f} s"
+        )
+        waiting = measure(services, args.repeat)
+        worst = report("as above", large, f"+{args.waiting:,} waiting", waiting)
+        print(f"worst ratio of buffers touched with sessions in long waits: {worst:.2f}")
+
+
+def report(
+    few_label: str, few_costs: dict[str, Cost], many_label: str, many_costs: dict[str, Cost]
+) -> float:
+    """Each periodic query's cost at two sizes; the worst ratio of buffers."""
+    width = max(len(name) for name in few_costs) + 2
     print(
-        f"{'periodic query':<{width}}{f'{args.small:,}':>10}{f'{total:,}':>12}{'ratio':>7}"
+        f"{'periodic query':<{width}}{few_label:>10}{many_label:>18}{'ratio':>7}"
         f"{'blocks':>8}{'blocks':>8}{'ratio':>7}  plan at the large size"
     )
     worst = 0.0
-    for name, few in small.items():
-        many = large[name]
+    for name, few in few_costs.items():
+        many = many_costs[name]
         ratio = many.ms / few.ms if few.ms > 0 else float("inf")
         block_ratio = many.blocks / few.blocks if few.blocks else float("nan")
         if not name.startswith("/metrics"):
             worst = max(worst, block_ratio)
         print(
-            f"{name:<{width}}{few.ms:>8.2f}ms{many.ms:>10.2f}ms{ratio:>7.2f}"
+            f"{name:<{width}}{few.ms:>8.2f}ms{many.ms:>16.2f}ms{ratio:>7.2f}"
             f"{few.blocks:>8}{many.blocks:>8}{block_ratio:>7.2f}  {many.plan}"
         )
-    print(f"worst ratio of buffers touched by the scheduler's periodic queries: {worst:.2f}")
+    return worst
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -321,7 +380,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--size", type=int, default=1_000_000, help="sessions at the large size")
     parser.add_argument("--small", type=int, default=1_000, help="sessions at the small size")
     parser.add_argument("--repeat", type=int, default=15, help="timed runs per query")
+    parser.add_argument(
+        "--waiting",
+        type=int,
+        default=200_000,
+        help="sessions in long waits added after the large size (0: none)",
+    )
     args = parse(parser, argv, ["size", "small", "repeat"])
+    if args.waiting < 0:
+        parser.error("--waiting must be at least 0")
     if args.size <= args.small:
         parser.error("--size must be larger than --small")
     return args

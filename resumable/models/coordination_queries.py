@@ -309,9 +309,13 @@ SELECT EXISTS (
 """
 
 # Parents waiting on children, for the scheduler's backstop (a child that
-# finished while its worker died before waking the parent, a discarded dead letter).
-WAITING_PARENTS = """
-SELECT id FROM sessions WHERE status = 'suspended' AND wait ? 'children'
+# finished while its worker died before waking the parent, a discarded dead
+# letter). Every tick asks, so a partial index holds just these sessions
+# (migration 0017): through the status index the question read every
+# suspended session, however long they wait and on what.
+WAITING_PARENTS_WHERE = "status = 'suspended' AND wait ? 'children'"
+WAITING_PARENTS = f"""
+SELECT id FROM sessions WHERE {WAITING_PARENTS_WHERE}
 ORDER BY updated_at LIMIT %(limit)s
 """
 

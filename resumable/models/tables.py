@@ -14,6 +14,7 @@ from sqlmodel import Field, SQLModel
 
 from resumable.live_state import install_orm_hooks
 from resumable.models import metrics_queries
+from resumable.models.coordination_queries import WAITING_PARENTS_WHERE
 from resumable.models.status import SagaOutcome, SessionStatus, ToolCallStatus, sql_values
 
 # Deterministic constraint names, so the schema built by the migrations and
@@ -88,6 +89,13 @@ class SessionRow(SQLModel, table=True):
             "ix_sessions_unfinished_children",
             "parent_id",
             postgresql_where=sa.text(f"parent_id IS NOT NULL AND status NOT IN ({_TERMINAL})"),
+        ),
+        # Migration 0017: the parents waiting on children, which the
+        # scheduler asks for every tick (coordination_queries.WAITING_PARENTS).
+        sa.Index(
+            "ix_sessions_waiting_parents",
+            "updated_at",
+            postgresql_where=sa.text(WAITING_PARENTS_WHERE),
         ),
         # Migration 0015 (0011 had step_seq here): compaction candidates
         # without reading every session.

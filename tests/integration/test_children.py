@@ -7,9 +7,11 @@ import json
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from resumable.client import Client
 from resumable.coordination import children
+from resumable.models import coordination_queries
 from resumable.models.database import Database
 from resumable.settings import Settings
 from tests.conftest import LocalDeployment, run_cli, wait_until
@@ -142,3 +144,43 @@ def test_a_stored_wait_on_a_child_id_that_is_no_uuid_does_not_stop_the_backstop(
     assert children.wake_waiting_parents(db, client.broker, client.settings) == 1
     assert client.get(good_parent).status == "pending"
     assert client.get(bad_parent).status == "suspended"
+
+
+def test_the_waiting_parents_backstop_reads_only_the_waiting_parents(db: Database) -> None:
+    """The scheduler asks for parents waiting on children every tick; sessions
+    in other long waits (timers days away, unanswered callbacks) must not be
+    read to answer it, or every tick costs every suspended session (59 ms at
+    200,000 through the status index, measured before migration 0017)."""
+    with db.connection() as conn:
+        conn.execute(
+            """
+            INSERT INTO sessions (id, agent, status, cursor, state, wait, wake_at, updated_at)
+            SELECT gen_random_uuid(), 'sleeper', 'suspended', 'nap', '{}',
+                   jsonb_build_object('then', 'nap', 'timer_at', now() + interval '3 days'),
+                   now() + interval '3 days', now() - i * interval '1 second'
+            FROM generate_series(1, 5000) AS i
+            """
+        )
+        conn.execute(
+            """
+            INSERT INTO sessions (id, agent, status, cursor, state, wait, updated_at)
+            SELECT gen_random_uuid(), 'kids', 'suspended', 'gather', '{}',
+                   jsonb_build_object('then', 'gather', 'children', jsonb_build_object(
+                     'ids', jsonb_build_array(gen_random_uuid()::text), 'need', 1,
+                     'on_failure', 'inform')), now() - interval '1 hour'
+            FROM generate_series(1, 3)
+            """
+        )
+        conn.execute("ANALYZE sessions")
+        explained = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + coordination_queries.WAITING_PARENTS,
+            {"limit": 500},
+        ).fetchone()
+    assert explained is not None
+    plan: Any = next(iter(explained.values()))  # the one column: the plan, as JSON
+    top = plan[0]["Plan"]
+    assert top["Actual Rows"] == 3
+    touched = top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+    # Three rows on one or two heap pages and a small index: a walk of the
+    # 5,000 sleepers reads over a hundred.
+    assert touched <= 10, json.dumps(plan, indent=1)
