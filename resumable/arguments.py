@@ -14,7 +14,8 @@ import uuid
 from resumable.errors import DeadLetterNotFoundError, InvalidArgumentError, SessionNotFoundError
 from resumable.serialization import unstorable_text
 
-#: As the HTTP API: ``Idempotency-Key`` and ``webhook-id`` are 1 to 256 characters.
+#: As the HTTP API: ``Idempotency-Key`` and ``webhook-id`` are 1 to 256 bytes
+#: (a header is bytes; here, the key's UTF-8), whichever way a key comes.
 MAX_IDEMPOTENCY_KEY_LENGTH = 256
 #: Agent names, topics and other names: as the HTTP API's request models.
 MAX_NAME_LENGTH = 200
@@ -67,7 +68,18 @@ def storable(value: object, what: str) -> str:
 
 
 def idempotency_key(value: str | None) -> str | None:
-    return None if value is None else text(value, "idempotency_key", MAX_IDEMPOTENCY_KEY_LENGTH)
+    """1 to 256 bytes of UTF-8, not all blank (an empty key would dedupe as a
+    real one), as the HTTP API and the CLI bound a key."""
+    if value is None:
+        return None
+    storable(value, "idempotency_key")
+    size = len(value.encode())
+    if not value.strip() or size > MAX_IDEMPOTENCY_KEY_LENGTH:
+        raise InvalidArgumentError(
+            f"idempotency_key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} bytes (UTF-8), not blank;"
+            f" got {size}"
+        )
+    return value
 
 
 def count(value: object, what: str, *, minimum: int = 1, maximum: int = MAX_LIMIT) -> int:

@@ -32,6 +32,17 @@ def unstorable_text(text: str) -> str | None:
 
 #: The deepest nesting stored, as the HTTP API takes it (and far below where
 #: Python's recursion, or pydantic's when a response holds the value, gives up).
+def read_float(text: str) -> float:
+    """A JSON number with a fraction or exponent, for ``json.loads(parse_float=)``:
+    ValueError for one too small to be told from 0 (``1e-400`` reads as 0.0,
+    which is not the number sent), as 1e400 is too large for a float."""
+    number = float(text)
+    mantissa = text.lower().partition("e")[0]
+    if number == 0.0 and any(digit in "123456789" for digit in mantissa):
+        raise ValueError(f"the number {text[:40]} is too small for a float (it would read as 0)")
+    return number
+
+
 MAX_DEPTH = 100
 
 

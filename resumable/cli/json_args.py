@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from resumable.arguments import MAX_IDEMPOTENCY_KEY_LENGTH
-from resumable.serialization import find_bad_value, unstorable_text
+from resumable.serialization import find_bad_value, read_float, unstorable_text
 
 
 def _bad_text(text: str) -> str | None:
@@ -51,12 +51,12 @@ def parse_json(value: str | None, option: str) -> Any:
     if value is None:
         return None
     try:
-        decoded = json.loads(value)
+        decoded = json.loads(value, parse_float=read_float)
     except json.JSONDecodeError as exc:
         raise click.UsageError(f"{option} is not valid JSON: {exc}") from None
     except RecursionError:
         raise click.UsageError(f"{option} is nested too deeply") from None
-    except ValueError as exc:  # an integer of more than 4,300 digits
+    except ValueError as exc:  # an integer of more than 4,300 digits, a float that underflows
         raise click.UsageError(f"{option}: {exc}") from None
     problem = _find_bad_text(decoded, "$")
     if problem:
@@ -118,11 +118,13 @@ STORED_TEXT = StoredText()
 
 def parse_key(value: str | None, option: str) -> str | None:
     """An idempotency key, bounded as the HTTP API bounds one: 1 to 256
-    characters, not all blank (an empty key would dedupe as a real one)."""
+    bytes of UTF-8, not all blank (an empty key would dedupe as a real one)."""
     parse_text(value, option)
-    if value is not None and (not value.strip() or len(value) > MAX_IDEMPOTENCY_KEY_LENGTH):
+    if value is not None and (
+        not value.strip() or len(value.encode()) > MAX_IDEMPOTENCY_KEY_LENGTH
+    ):
         raise click.UsageError(
-            f"{option} must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters, not blank"
+            f"{option} must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} bytes (UTF-8), not blank"
         )
     return value
 

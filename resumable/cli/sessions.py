@@ -333,7 +333,7 @@ def sessions_signal(
     kept until the session waits for TOPIC."""
     from resumable.inbox import Inbox, Verdict
 
-    if not _TOPIC.match(topic):
+    if not _TOPIC.fullmatch(topic):
         raise click.UsageError("TOPIC must be 1-100 of [A-Za-z0-9_.:-]")
     value: Any = parse_json(payload, "--payload")
     parse_key(idempotency_key, "--idempotency-key")

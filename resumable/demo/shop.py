@@ -94,9 +94,9 @@ class FakeShop(FakeServer):
 
     def handle(self, request: Request) -> Reply:
         if request.method == "GET":
-            if order := _ORDER.match(request.path):
+            if order := _ORDER.fullmatch(request.path):
                 return Reply(200, self.ledger.look_up(order.group(1)))
-            if (refund := _REFUND.match(request.path)) and (
+            if (refund := _REFUND.fullmatch(request.path)) and (
                 status := self.ledger.refund_status(refund.group(1))
             ):
                 return Reply(200, status)

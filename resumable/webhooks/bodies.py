@@ -2,8 +2,8 @@
 
 Valid JSON is not yet storable: PostgreSQL refuses NUL (``\\u0000``) in
 ``jsonb`` and ``text``, psycopg refuses lone surrogates (``"\\ud800"``), Python's
-parser gives up on deep nesting and on integers over 4,300 digits, and turns
-``1e400`` into infinity. Each is refused here, as a 400, before any handler
+parser gives up on deep nesting and on integers over 4,300 digits, turns
+``1e400`` into infinity and ``1e-400`` into 0. Each is refused here, as a 400, before any handler
 sees the value, so no route can fail on it later.
 """
 
@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 from starlette.requests import Request
 
+from resumable.serialization import read_float
 from resumable.webhooks.errors import ApiError
 
 # Deeper than any request the API takes; far below where Python's own
@@ -75,12 +76,12 @@ def parse_json(body: bytes, *, empty: Any = None) -> Any:
     except UnicodeDecodeError:
         _malformed("request body is not UTF-8")
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=read_float)
     except json.JSONDecodeError as exc:
         _malformed(f"request body is not valid JSON: {exc}")
     except RecursionError:
         _malformed(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
-    except ValueError as exc:  # an integer over 4,300 digits
+    except ValueError as exc:  # an integer over 4,300 digits, a float that underflows
         _malformed(f"request body has a number that cannot be read: {str(exc)[:120]}")
     _check_storable(value)
     return value

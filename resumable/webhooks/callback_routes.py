@@ -52,7 +52,9 @@ def receipt_response(receipt: Receipt) -> Response:
 
 def idempotency_key(request: Request, *names: str) -> str | None:
     """The first of these headers present, or None; 400 if it is empty or longer
-    than ``MAX_IDEMPOTENCY_KEY_LENGTH`` (a key cut short could match another)."""
+    than ``MAX_IDEMPOTENCY_KEY_LENGTH`` bytes (a key cut short could match
+    another). Starlette reads header bytes as Latin-1, one character each, so
+    the length is the bytes the client sent."""
     for name in names:
         key = request.headers.get(name)
         if key is None:
@@ -61,7 +63,7 @@ def idempotency_key(request: Request, *names: str) -> str | None:
             raise ApiError(
                 400,
                 "invalid_idempotency_key",
-                f"{name} must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters",
+                f"{name} must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} bytes",
             )
         return key
     return None
@@ -109,7 +111,7 @@ CALLBACK = Operation(
         Answer(
             400,
             "An empty body, or a `webhook-id`/`Idempotency-Key` that is empty or over 256 "
-            "characters (the single-use callback stays open).",
+            "bytes (the single-use callback stays open).",
             codes=("malformed_json", "invalid_idempotency_key"),
         ),
         Answer(

@@ -4,7 +4,10 @@ uvicorn's default HTTP parser (httptools) takes headers of any size (20 MB
 were accepted in a test), so the app bounds them itself: over
 ``MAX_HEADER_BYTES`` in total answers 431. A NUL byte in the path, the query
 string or a header value would reach PostgreSQL, which refuses NUL in text
-(a 500 otherwise): it answers 400 here.
+(a 500 otherwise): it answers 400 here. Starlette's routes end in ``$``, which
+also matches before a final newline, so ``/v1/dead-letters/7%0A`` would be
+dead letter 7 and ``/v1/sessions%0A`` the list: a path ending in a newline
+names nothing, 404.
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ def _problem(scope: Scope) -> tuple[int, str, str] | None:
     headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
     if sum(len(name) + len(value) for name, value in headers) > MAX_HEADER_BYTES:
         return 431, "headers_too_large", f"request headers exceed {MAX_HEADER_BYTES} bytes"
-    if "\x00" in scope.get("path", ""):
+    path = scope.get("path", "")
+    if "\x00" in path:
         return 400, "invalid_request", "the path may not contain NUL (%00)"
+    if path.endswith("\n"):
+        return 404, "not_found", "no resource has a path ending in a newline (%0A)"
     if b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
         return 400, "invalid_request", "the query string may not contain NUL (%00)"
     if any(b"\x00" in value for _, value in headers):

@@ -54,7 +54,7 @@ _MESSAGE_AT = {(400, "invalid_request"): "the query string may not contain NUL (
 _EXAMPLE_MESSAGES = {
     "invalid_request": "limit: Input should be less than or equal to 200",
     "malformed_json": "request body is not valid JSON",
-    "invalid_idempotency_key": "idempotency-key must be 1 to 256 characters",
+    "invalid_idempotency_key": "idempotency-key must be 1 to 256 bytes",
     "invalid_cursor": "not a cursor this API handed out",
     "unauthorized": "missing bearer token (Authorization: Bearer ...)",
     "invalid_signature": "webhook signature rejected: No matching signature found",

@@ -83,7 +83,7 @@ class ApiRoute(Route):
 IDEMPOTENCY_KEY = Header(
     "Idempotency-Key",
     "Makes a retried request safe: the same key with the same body gets the first "
-    "answer again; with another body, 409 `idempotency_key_reused`.",
+    "answer again; with another body, 409 `idempotency_key_reused`. At most 256 bytes.",
     {"type": "string", "minLength": 1, "maxLength": 256, "pattern": r"\S"},
 )
 ACTOR = Header(

@@ -3,6 +3,8 @@
 A path that does not name a resource answers 404, whatever is wrong with it
 (not a UUID, not a number, out of range): the path is the resource's name.
 Only a topic, which names no resource, is validated like a field (422).
+Each pattern must match the whole text (``fullmatch``): ``$`` alone also
+matches before a trailing newline, and ``1\n`` is no checkpoint.
 """
 
 from __future__ import annotations
@@ -73,12 +75,12 @@ class PathParam(Generic[Value]):
 
 
 def _uuid(raw: str) -> uuid.UUID | None:
-    return uuid.UUID(raw) if _UUID.match(raw) else None
+    return uuid.UUID(raw) if _UUID.fullmatch(raw) else None
 
 
 def _integer(low: int, high: int) -> Callable[[str], int | None]:
     def convert(raw: str) -> int | None:
-        if not _DIGITS.match(raw):
+        if not _DIGITS.fullmatch(raw):
             return None
         number = int(raw)
         return number if low <= number <= high else None
@@ -88,7 +90,7 @@ def _integer(low: int, high: int) -> Callable[[str], int | None]:
 
 def _matching(pattern: str) -> Callable[[str], str | None]:
     compiled = re.compile(pattern)
-    return lambda raw: raw if compiled.match(raw) else None
+    return lambda raw: raw if compiled.fullmatch(raw) else None
 
 
 SESSION_ID: PathParam[uuid.UUID] = PathParam(
@@ -142,6 +144,6 @@ def number_cursor(cursor: str | None, high: int) -> int:
     """A list's position (the last id or seq of the previous page), 0 for the first page."""
     if cursor is None:
         return 0
-    if not _DIGITS.match(cursor) or int(cursor) > high:
+    if not _DIGITS.fullmatch(cursor) or int(cursor) > high:
         raise InvalidCursorError(f"not a cursor this API handed out: {cursor[:40]!r}")
     return int(cursor)

@@ -45,13 +45,15 @@ NAME_PATTERN = r"^[A-Za-z0-9_.:\-]{1,200}$"
 NO_NUL_PATTERN = r"^[^\x00]*$"
 # A JSON Pointer (RFC 6901): "" or "/"-separated tokens, "~" escaped as ~0 and ~1.
 POINTER_PATTERN = r"^(/([^~/\x00]|~[01])*)*$"
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+_RFC3339 = re.compile(
+    r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$", re.ASCII
+)
 
 
 def _rfc3339_text(value: Any) -> Any:
     """Only an RFC 3339 date-time string (pydantic alone would also take a
     number as a Unix time, or a time without its offset)."""
-    if not isinstance(value, str) or not _RFC3339.match(value):
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
         raise ValueError("must be an RFC 3339 date-time, e.g. 2026-11-01T09:00:00Z")
     return value
 

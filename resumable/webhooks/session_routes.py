@@ -101,7 +101,7 @@ CREATE = Operation(
         ),
         Answer(
             400,
-            "An `Idempotency-Key` that is empty or over 256 characters.",
+            "An `Idempotency-Key` that is empty or over 256 bytes.",
             codes=("invalid_idempotency_key",),
         ),
         Answer(
@@ -330,7 +330,7 @@ SIGNAL = Operation(
         *RECEIPT_ANSWERS,
         Answer(
             400,
-            "An `Idempotency-Key` that is empty or over 256 characters.",
+            "An `Idempotency-Key` that is empty or over 256 bytes.",
             codes=("invalid_idempotency_key",),
         ),
         _NOT_FOUND,

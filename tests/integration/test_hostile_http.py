@@ -22,6 +22,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from resumable.client import Client
+from resumable.errors import InvalidArgumentError
 from resumable.models.database import Database
 from resumable.webhooks import request_models
 from resumable.webhooks.auth import PUBLIC_ROUTES
@@ -113,6 +114,7 @@ def hostile_bodies() -> dict[str, bytes]:
         "big integer": b'{"x": ' + b"9" * 4_400 + b"}",
         "big integer alone": b"9" * 4_400,
         "overflowing float": b'{"x": 1e400}',
+        "underflowing float": b'{"x": 1e-400}',
         "NaN": b'{"x": NaN}',
         "NUL in a key": b'{"a\\u0000": 1}',
         "not UTF-8": b'{"x": "\xff"}',
@@ -536,3 +538,79 @@ def test_a_dead_letter_id_out_of_range_is_a_dead_letter_not_found(api: TestClien
             )
             assert answer.status_code == 404, (digits[:5], answer.text)
             assert answer.json()["error"]["code"] == "dead_letter_not_found"
+
+
+def test_an_id_with_a_trailing_newline_names_nothing(
+    api: TestClient, db: Database, world: dict[str, str]
+) -> None:
+    """``$`` in a Python pattern also matches before a final newline: a real
+    session id + ``%0A`` passed the UUID check and failed in uuid.UUID (500),
+    and Starlette's own route patterns made ``/v1/dead-letters/7%0A`` dead
+    letter 7. A path ending in a newline is a 404; an id with one inside is
+    the session or checkpoint that is not there."""
+    before = snapshot(db)
+    session = world["session_id"]
+    for method, path, code in (
+        ("GET", f"/v1/sessions/{session}%0A", "not_found"),
+        ("GET", "/v1/sessions%0A", "not_found"),
+        ("POST", f"/v1/sessions/{session}%0A/cancel", "session_not_found"),
+        ("POST", f"/v1/sessions/{session}%0A/signals/approval", "session_not_found"),
+        ("GET", f"/v1/sessions/{session}%0A/events", "session_not_found"),
+        ("GET", f"/v1/sessions/{session}/checkpoints/1%0A", "not_found"),
+        ("GET", f"/v1/dead-letters/{world['dead_letter_id']}%0A", "not_found"),
+    ):
+        answer = api.request(method, path, json={}, headers=AUTH)
+        check_error(answer, path)
+        assert answer.status_code == 404, (path, answer.status_code, answer.text[:200])
+        assert answer.json()["error"]["code"] == code, path
+    assert snapshot(db) == before
+
+
+def test_an_idempotency_key_is_bounded_in_bytes_on_every_way_in(
+    api: TestClient, client: Client, db: Database
+) -> None:
+    """256 bytes, counted the same over HTTP (a header is bytes), in the CLI
+    and in the Python API: 128 two-byte characters fit, 129 do not."""
+    fits, too_long = "é" * 128, "é" * 129
+    before = snapshot(db)
+    over_http = api.post(
+        "/v1/sessions",
+        json={"agent": "five"},
+        headers={
+            b"authorization": AUTH["authorization"].encode(),
+            b"idempotency-key": too_long.encode(),
+        },
+    )
+    assert (over_http.status_code, over_http.json()["error"]["code"]) == (
+        400,
+        "invalid_idempotency_key",
+    )
+    with pytest.raises(InvalidArgumentError, match="256 bytes"):
+        client.start("five", idempotency_key=too_long)
+    with pytest.raises(InvalidArgumentError, match="not blank"):
+        client.start("five", idempotency_key="   ")
+    assert snapshot(db) == before
+    first = client.start("five", idempotency_key=fits)
+    assert client.start("five", idempotency_key=fits) == first
+
+
+def test_a_number_too_small_for_a_float_is_refused_not_stored_as_zero(
+    api: TestClient, db: Database, client: Client, world: dict[str, str]
+) -> None:
+    """1e-400 reads as 0.0 in Python: storing that would store another number."""
+    before = snapshot(db)
+    for body in (
+        b'{"agent": "five", "input": {"a": 1e-400}}',
+        b'{"agent": "five", "input": -5E-999}',
+    ):
+        answer = api.post(
+            "/v1/sessions", content=body, headers={**AUTH, "content-type": "application/json"}
+        )
+        assert (answer.status_code, answer.json()["error"]["code"]) == (400, "malformed_json")
+        assert "too small" in answer.json()["error"]["message"]
+    assert snapshot(db) == before
+    zero = api.post(
+        "/v1/sessions", json={"agent": "five", "input": {"a": 0.0, "b": 1e-300}}, headers=AUTH
+    )
+    assert zero.status_code == 201, zero.text
+    assert client.get(zero.json()["session_id"]).input == {"a": 0.0, "b": 1e-300}
