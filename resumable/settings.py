@@ -8,11 +8,12 @@ import base64
 import binascii
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
 from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from redis.connection import parse_url as redis_parse_url
 
 from resumable.errors import ConfigurationError
 from resumable.redaction import DEFAULT_KEYS
@@ -254,6 +255,20 @@ class Settings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
+    @field_validator("home", mode="before")
+    @classmethod
+    def _usable_home(cls, value: object) -> object:
+        """An empty RESUMABLE_HOME would be the working directory itself (the
+        servers' data beside the user's files), and one that is not UTF-8
+        fails in the servers only after its directories were made."""
+        if isinstance(value, str | Path):
+            text = str(value)
+            if not text.strip():
+                raise ValueError("must not be empty (unset it for .resumable)")
+            if any("\ud800" <= char <= "\udfff" for char in text):
+                raise ValueError("must be a UTF-8 path")
+        return value
+
     @field_validator("database_url", "redis_url", "alert_webhook_url", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
@@ -368,8 +383,14 @@ def _check_postgres_url(value: str) -> None:
                 raise ValueError(f"has a {option} that is not a whole number") from None
 
 
+# A Redis timeout in REDIS_URL: redis-py takes any float, and one past what a
+# socket timeout can hold fails at the first command (OverflowError).
+_MAX_REDIS_TIMEOUT_SECONDS = _DAY
+
+
 def _check_redis_url(value: str, scheme: str) -> None:
-    """redis-py reads a database number that is not one as database 0."""
+    """redis-py reads a database number that is not one as database 0, and
+    fails only at the first command on an option it cannot read."""
     parts = urlsplit(value)
     try:
         parts.port  # noqa: B018 - raises for a port that is not a number
@@ -382,6 +403,17 @@ def _check_redis_url(value: str, scheme: str) -> None:
             raise ValueError("has a db that is not a database number") from None
     if db and not db.isdigit():
         raise ValueError("names a database that is not a number (redis://host:6379/0)")
+    try:
+        options: dict[str, Any] = redis_parse_url(value)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise ValueError(f"has an option redis-py cannot read: {exc}") from None
+    for option in ("socket_timeout", "socket_connect_timeout"):
+        seconds = options.get(option)
+        if seconds is not None and not 0 < seconds <= _MAX_REDIS_TIMEOUT_SECONDS:
+            raise ValueError(
+                f"has a {option} that is not a number of seconds above 0 and at most"
+                f" {_MAX_REDIS_TIMEOUT_SECONDS:g}"
+            )
 
 
 def _check_secret(secret: str, which: str) -> None:

@@ -29,6 +29,9 @@ import os
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from resumable.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -56,13 +59,63 @@ def enabled() -> bool:
     return _on.tracer is not None
 
 
+# The batch processor's settings, whole numbers the SDK reads itself: a value
+# it cannot use stopped every command as "unexpected ValueError", or logged a
+# traceback and went on with its default. (The exporter's timeouts it reads
+# as floats, warning in one line and using its default for a bad one.)
+_OTEL_NUMBERS = (
+    "OTEL_BSP_SCHEDULE_DELAY",
+    "OTEL_BSP_MAX_QUEUE_SIZE",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+    "OTEL_BSP_EXPORT_TIMEOUT",
+)
+_MAX_OTEL_NUMBER = 2**31 - 1
+
+
+def _otel_problem() -> str | None:
+    """What in the OTEL_* environment the SDK would choke on, naming the
+    variable (never its value, as for every other setting)."""
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        value = os.environ.get(name)
+        if not value:
+            continue
+        if any(ord(char) < 0x20 or 0xD800 <= ord(char) <= 0xDFFF for char in value):
+            return f"{name}: must be an http:// or https:// URL"
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises for a port that is not a number
+        except ValueError:
+            return f"{name}: must be an http:// or https:// URL"
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return f"{name}: must be an http:// or https:// URL with a host"
+    for name in _OTEL_NUMBERS:
+        value = os.environ.get(name)
+        if value is not None and value.strip():
+            text = value.strip()
+            if not text.isascii() or not text.isdigit() or not 0 < int(text) <= _MAX_OTEL_NUMBER:
+                return f"{name}: must be a whole number from 1 to {_MAX_OTEL_NUMBER}"
+    batch = os.environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "").strip()
+    queue = os.environ.get("OTEL_BSP_MAX_QUEUE_SIZE", "").strip() or "2048"
+    if batch and int(batch) > int(queue):
+        return "OTEL_BSP_MAX_EXPORT_BATCH_SIZE: must not exceed OTEL_BSP_MAX_QUEUE_SIZE (2048)"
+    for name in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):
+        value = os.environ.get(name, "")
+        if any(0xD800 <= ord(char) <= 0xDFFF or char == "\x00" for char in value):
+            return f"{name}: must be UTF-8 text without NUL"
+    return None
+
+
 def configure_tracing(service_name: str) -> bool:
-    """Export spans over OTLP/HTTP when the environment asks for it; True if on."""
+    """Export spans over OTLP/HTTP when the environment asks for it; True if
+    on. ConfigurationError for an OTEL_* value the SDK could not use."""
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
         "OTEL_EXPORTER_OTLP_ENDPOINT"
     )
     if not endpoint or os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return False
+    problem = _otel_problem()
+    if problem:
+        raise ConfigurationError(f"invalid setting {problem}")
     try:
         from opentelemetry import trace
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter

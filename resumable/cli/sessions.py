@@ -65,7 +65,7 @@ def _check_agent(db: Database, registry: AgentRegistry | None, agent: str) -> No
 
 
 @click.command()
-@click.argument("agent")
+@click.argument("agent", type=STORED_TEXT)
 @click.option(
     "--input", "input_json", default=None, help="Input as JSON (default: {}, an empty object)."
 )

@@ -382,6 +382,7 @@ def _run_bytes(client: Client, *args: bytes) -> subprocess.CompletedProcess[str]
         ((b"enqueue", b"five", b"--idempotency-key", b""), 2, "--idempotency-key"),
         ((b"enqueue", b"five", b"--idempotency-key", b"   "), 2, "--idempotency-key"),
         ((b"enqueue", b"five", b"--input", b'{"a": 1e-400}'), 2, "too small for a float"),
+        ((b"enqueue", b"\xff"), 2, "'AGENT': contains a lone surrogate"),
         # 258 bytes of UTF-8 in 129 characters: keys are bounded in bytes, as over HTTP.
         ((b"enqueue", b"five", b"--idempotency-key", "é".encode() * 129), 2, "256 bytes"),
         ((b"worker", b"--agents", b""), 1, "cannot import agent module ''"),

@@ -76,6 +76,13 @@ def test_a_value_past_either_bound_names_the_variable(
         ("REDIS_URL", "redis://h:6379?db=x", "a db that is not a database number"),
         ("REDIS_URL", "redis://h:port/0", "a port that is not a number"),
         ("RESUMABLE_PUBLIC_URL", "http://a\x01b", "control characters"),
+        # Once "unexpected ValueError"/"OverflowError" at the first Redis
+        # command, and the working directory as the home.
+        ("REDIS_URL", "redis://h:6379/0?socket_timeout=abc", "cannot read"),
+        ("REDIS_URL", "redis://h:6379/0?socket_timeout=1e400", "socket_timeout"),
+        ("REDIS_URL", "redis://h:6379/0?socket_connect_timeout=0", "socket_connect_timeout"),
+        ("RESUMABLE_HOME", "", "must not be empty"),
+        ("RESUMABLE_HOME", "data\udcff", "UTF-8"),
     ],
 )
 def test_malformed_values_are_refused_naming_the_variable_not_the_value(
