@@ -105,7 +105,14 @@ def _otel_problem() -> str | None:
     return None
 
 
-def configure_tracing(service_name: str) -> bool:
+# A command that exits on its own (enqueue, sessions, dlq ...) exports its
+# spans as it exits, and the exporter retries an unreachable collector for
+# its whole timeout (10 s by default): every command took 9-12 s. Its export
+# gets this long unless OTEL_EXPORTER_OTLP_(TRACES_)TIMEOUT says otherwise.
+ONE_SHOT_EXPORT_TIMEOUT_SECONDS = 2.0
+
+
+def configure_tracing(service_name: str, *, long_running: bool = True) -> bool:
     """Export spans over OTLP/HTTP when the environment asks for it; True if
     on. ConfigurationError for an OTEL_* value the SDK could not use."""
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
@@ -131,7 +138,12 @@ def configure_tracing(service_name: str) -> bool:
         return False
     name = os.environ.get("OTEL_SERVICE_NAME") or service_name
     provider = TracerProvider(resource=Resource.create({"service.name": name}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    timeout_set = any(
+        os.environ.get(name, "").strip()
+        for name in ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
+    )
+    timeout = None if long_running or timeout_set else ONE_SHOT_EXPORT_TIMEOUT_SECONDS
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(timeout=timeout)))
     trace.set_tracer_provider(provider)
     _on.tracer = provider.get_tracer(_INSTRUMENTATION)
     return True

@@ -13,6 +13,9 @@ from resumable.logs import configure_logging
 from resumable.settings import load_settings
 from resumable.tracing import configure_tracing
 
+# Commands that run until stopped; the others export their spans as they exit.
+LONG_RUNNING_COMMANDS = frozenset({"web", "worker", "scheduler", "dev", "demo"})
+
 
 @click.group(cls=ErrorGroup)
 @click.option(
@@ -29,7 +32,10 @@ def main(ctx: click.Context, log_level: str) -> None:
     ctx.obj = load_settings()
     if ctx.obj.log_format != "text":
         configure_logging(log_level.upper(), ctx.obj.log_format)
-    configure_tracing(f"resumable-{ctx.invoked_subcommand}")  # on if OTEL_* asks for it
+    command = ctx.invoked_subcommand
+    configure_tracing(  # on if OTEL_* asks for it
+        f"resumable-{command}", long_running=command in LONG_RUNNING_COMMANDS
+    )
 
 
 for command in (
