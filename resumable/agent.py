@@ -25,6 +25,7 @@ from resumable.errors import (
     UnknownStepError,
 )
 from resumable.retries import DEFAULT_POLICY, RetryPolicy
+from resumable.serialization import unstorable_text
 
 if TYPE_CHECKING:
     from resumable.context import StepContext
@@ -77,6 +78,7 @@ class Agent:
     ) -> None:
         if not name or not isinstance(name, str):
             raise AgentDefinitionError("an agent needs a non-empty string name")
+        checked_name(name, "agent name")
         #: The code version (0: unversioned). See ``resumable/versions.py``.
         self.version = _checked_version(name, version)
         #: Patch name -> the version that introduced it (``ctx.patched``).
@@ -136,12 +138,14 @@ class Agent:
         """
 
         def register(fn: S) -> S:
-            step_name = name or fn.__name__
+            _require_function(fn, "a step", self.name)
+            step_name = checked_name(fn.__name__ if name is None else name, "step name")
             if step_name in self._steps or step_name in self._aliases:
                 raise AgentDefinitionError(
                     f"agent {self.name!r} already has a step named {step_name!r}"
                 )
             for alias in aliases:
+                checked_name(alias, "step alias")
                 if alias in self._steps or alias in self._aliases or alias == step_name:
                     raise AgentDefinitionError(
                         f"agent {self.name!r}: alias {alias!r} of step {step_name!r} is "
@@ -171,7 +175,8 @@ class Agent:
         """
 
         def register(fn: C) -> C:
-            check_name = name or fn.__name__
+            _require_function(fn, "a check", self.name)
+            check_name = checked_name(fn.__name__ if name is None else name, "check name")
             if check_name in self._checks:
                 raise AgentDefinitionError(
                     f"agent {self.name!r} already has a check named {check_name!r}"
@@ -191,7 +196,8 @@ class Agent:
         """
 
         def register(fn: K) -> K:
-            key = name or fn.__name__
+            _require_function(fn, "a compensation", self.name)
+            key = checked_name(fn.__name__ if name is None else name, "compensation name")
             if key in self._compensations:
                 raise AgentDefinitionError(
                     f"agent {self.name!r} already has a compensation named {key!r}"
@@ -342,13 +348,43 @@ def version_label(name: str, version: int) -> str:
     return f"{name}@{version}" if version else name
 
 
+#: As the HTTP API's names: what PostgreSQL stores and ``Client.start`` takes.
+MAX_DEFINITION_NAME_LENGTH = 200
+#: Versions are stored as PostgreSQL ``integer``.
+MAX_VERSION = 2**31 - 1
+
+
+def checked_name(value: object, what: str) -> str:
+    """A name an agent's code gives (the agent, a step, a check, a tool):
+    text PostgreSQL can store, 1 to 200 characters. Refused when the code is
+    loaded, not when a worker first writes it and fails as a bug."""
+    if not isinstance(value, str) or not value:
+        raise AgentDefinitionError(f"a {what} must be a non-empty string, not {value!r}")
+    problem = unstorable_text(value)
+    if problem:
+        raise AgentDefinitionError(f"{what} {value[:40]!r} contains {problem}")
+    if len(value) > MAX_DEFINITION_NAME_LENGTH:
+        raise AgentDefinitionError(
+            f"{what} {value[:40]!r}... is {len(value)} characters; at most"
+            f" {MAX_DEFINITION_NAME_LENGTH}"
+        )
+    return value
+
+
+def _require_function(fn: object, what: str, agent: str) -> None:
+    if not callable(fn):
+        raise AgentDefinitionError(
+            f"agent {agent!r}: {what} is a function (decorate it, or pass name=...), not {fn!r}"
+        )
+
+
 def _checked_version(name: str, version: int | None) -> int:
     if version is None:
         return 0
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION:
         raise AgentDefinitionError(
-            f"agent {name!r}: version must be a positive integer (newer code, higher "
-            f"number), not {version!r}"
+            f"agent {name!r}: version must be a positive integer, at most {MAX_VERSION}"
+            f" (newer code, higher number), not {version!r}"
         )
     return version
 

@@ -9,9 +9,11 @@ psycopg or SQLAlchemy error from deep inside a query, and nothing is written.
 
 from __future__ import annotations
 
+import math
 import uuid
 
 from resumable.errors import DeadLetterNotFoundError, InvalidArgumentError, SessionNotFoundError
+from resumable.models.status import SessionStatus
 from resumable.serialization import unstorable_text
 
 #: As the HTTP API: ``Idempotency-Key`` and ``webhook-id`` are 1 to 256 bytes
@@ -37,6 +39,18 @@ def session_id(value: object) -> uuid.UUID:
         return uuid.UUID(value)
     except ValueError:
         raise SessionNotFoundError(f"{value!r} is not a session id") from None
+
+
+def new_session_id(value: object, what: str) -> uuid.UUID | None:
+    """An id to give a session being made (None: one is drawn)."""
+    if value is None or isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            pass
+    raise InvalidArgumentError(f"{what} must be a UUID, got {str(value)[:80]!r}")
 
 
 def dead_letter_id(value: object) -> int:
@@ -94,3 +108,42 @@ def count(value: object, what: str, *, minimum: int = 1, maximum: int = MAX_LIMI
 def position(value: object, what: str) -> int:
     """An ``after``/``before`` position (an event id, a seq, a version): 0 or more."""
     return count(value, what, minimum=0, maximum=_BIGINT)
+
+
+def filter_text(value: object, what: str) -> str | None:
+    """A list's filter by name (agent, step, error type): None, or text as a
+    name is (the HTTP API's query models bound them alike)."""
+    return None if value is None else text(value, what)
+
+
+def session_status(value: object) -> str | None:
+    """A list's status filter: None or one of the lifecycle's statuses
+    (the HTTP API answers 422 for another; an empty page would hide the typo)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in {status.value for status in SessionStatus}:
+        known = ", ".join(status.value for status in SessionStatus)
+        raise InvalidArgumentError(f"status must be one of {known}, got {str(value)[:80]!r}")
+    return value
+
+
+#: The longest a duration argument may be (a century, in seconds).
+MAX_SECONDS = 100 * 365 * 86_400.0
+
+
+def seconds(value: object, what: str) -> float:
+    """A duration in seconds: a finite number from 0 to a century."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        kind = type(value).__name__
+        raise InvalidArgumentError(f"{what} must be a number of seconds, got {kind}")
+    if not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
+        raise InvalidArgumentError(f"{what} must be from 0 to {MAX_SECONDS:g} seconds, got {value}")
+    return float(value)
+
+
+def cursor(value: object) -> str | None:
+    """A page cursor as a list handed it out: None or a string."""
+    if value is None or isinstance(value, str):
+        return value
+    kind = type(value).__name__
+    raise InvalidArgumentError(f"cursor must be a string from next_cursor, got {kind}")

@@ -345,6 +345,11 @@ class Client:
         only sessions waiting for a worker that loads their agent (none is alive).
         `parent` keeps only the children that session spawned."""
         arguments.count(limit, "limit")
+        arguments.session_status(status)
+        arguments.filter_text(agent, "agent")
+        arguments.cursor(cursor)
+        if hung_after is not None:
+            arguments.seconds(hung_after, "hung_after")
         rows, next_cursor = self._session_rows(
             parent=parent,
             status=status,
@@ -447,6 +452,7 @@ class Client:
         """Running sessions whose current step has run past its time limit or
         longer than `after_seconds`, longest-running first."""
         arguments.count(limit, "limit")
+        arguments.seconds(after_seconds, "after_seconds")
         return hung_sessions(self.db, after_seconds=after_seconds, limit=limit)
 
     def events(
@@ -515,12 +521,13 @@ class Client:
         """Start a new session from checkpoint `at` of this one (optionally with
         an RFC 6902 patch to that state); the fork's `Session`. See README,
         "Time travel", for `allow_compensated`."""
+        arguments.storable(actor, "actor")
         fork_id = TimeTravel(self.db, self.registry).fork(
             _as_uuid(session_id),
             at,
             actor=actor,
             state_patch=state_patch,
-            new_id=new_session_id,
+            new_id=arguments.new_session_id(new_session_id, "new_session_id"),
             allow_compensated=allow_compensated,
         )
         # Read before it is enqueued: the fork as created, not as a worker
@@ -542,6 +549,10 @@ class Client:
         """Dead letters, newest first, without tracebacks (read one for it);
         pass `next_cursor` back as `cursor` for the next page."""
         arguments.count(limit, "limit")
+        arguments.filter_text(agent, "agent")
+        arguments.filter_text(error_type, "error_type")
+        arguments.filter_text(step, "step")
+        arguments.cursor(cursor)
         where = DeadLetterFilter(
             status=None if status == "all" else status,
             agent=agent,
@@ -571,6 +582,9 @@ class Client:
     ) -> DeadLetter:
         """Resume its session from the latest checkpoint, attempts reset (and
         the state patched first, if given); the dead letter, now `retried`."""
+        arguments.storable(actor, "actor")
+        if reason is not None:
+            arguments.storable(reason, "reason")
         self._dead_letters().retry(
             arguments.dead_letter_id(dead_letter_id),
             actor=actor,
@@ -583,6 +597,8 @@ class Client:
         self, dead_letter_id: int, *, reason: str, actor: str = "python"
     ) -> DeadLetter:
         """Close it without retrying; the dead letter, now `discarded`."""
+        arguments.storable(actor, "actor")
+        arguments.storable(reason, "reason")
         self._dead_letters().discard(
             arguments.dead_letter_id(dead_letter_id), actor=actor, reason=reason
         )

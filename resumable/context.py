@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
 from resumable import serialization
-from resumable.agent import Complete, Next
+from resumable.agent import Complete, Next, checked_name
 from resumable.checkpoints import Reducer
 from resumable.coordination.step import StepCoordination
 from resumable.errors import AgentDefinitionError
@@ -150,6 +150,7 @@ class StepContext:
         ``fencing_token=`` (see ``ctx.fence``), for the external system to
         reject writes with a token lower than one it has seen.
         """
+        checked_name(name, "tool name")
         if compensate is not None and not self._has_compensation(compensate):
             raise AgentDefinitionError(f"agent {self.agent!r} has no compensation {compensate!r}")
         is_async_tool = inspect.iscoroutinefunction(fn)

@@ -12,6 +12,7 @@ a ``retry_after`` waits at least that long.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -56,8 +57,25 @@ class RetryPolicy:
     jitter: bool = field(default=True, compare=False)
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise AgentDefinitionError("max_attempts must be at least 1")
+        for name in ("max_attempts", "compensation_attempts"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise AgentDefinitionError(
+                    f"{name} must be an integer of at least 1, not {value!r}"
+                )
+        for name in ("min_delay", "max_delay", "time_limit"):
+            value = getattr(self, name)
+            # A NaN or infinite limit was taken, then written into the claim's
+            # JSON, which PostgreSQL refuses: every session of the agent
+            # stayed pending without a word.
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+            ):
+                raise AgentDefinitionError(
+                    f"{name} must be a finite number of seconds, not {value!r}"
+                )
         if not 0 <= self.min_delay <= self.max_delay:
             raise AgentDefinitionError("need 0 <= min_delay <= max_delay")
         if self.time_limit is not None and self.time_limit <= 0:

@@ -542,6 +542,9 @@ def misbehave(ctx: StepContext) -> Any:
         return Complete(None)
     if how == "huge_result":
         return Complete(10**5000)
+    if how == "nul_tool_name":
+        ctx.tool("pay\x00", huge_result, ctx.input["counter"])
+        return Complete(None)
     if how == "deep_state":
         nested: list[Any] = []
         for _ in range(50_000):

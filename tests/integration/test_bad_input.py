@@ -149,6 +149,8 @@ def test_cli_reports_errors_with_a_message_and_nonzero_exit(client: Client) -> N
         ("huge_sleep", "invalid_wait", "must be at most"),
         ("inf_timeout", "invalid_wait", "must be at most"),
         ("nul_callback", "invalid_wait", "a callback topic 'a\\x00' contains NUL"),
+        # Once a psycopg DataError, retried as transient, then dead-lettered as one.
+        ("nul_tool_name", "agent_definition_error", "tool name 'pay\\x00' contains NUL"),
     ],
 )
 def test_a_step_outcome_that_cannot_be_stored_fails_once_for_good(
@@ -176,6 +178,8 @@ def test_a_step_outcome_that_cannot_be_stored_fails_once_for_good(
     assert client.dead_letters(agent="hostile").items[0].session_id == session_id
     if how == "huge_tool_result":
         assert counter.read_text() == "1"  # the side effect ran once
+    if how == "nul_tool_name":
+        assert not counter.exists()  # refused before the tool ran
 
 
 def test_bad_arguments_to_the_python_client_raise_its_own_errors_and_write_nothing(
@@ -205,6 +209,25 @@ def test_bad_arguments_to_the_python_client_raise_its_own_errors_and_write_nothi
         lambda: client.events(unknown, after=2**70),
         lambda: client.hung_sessions(limit=0),
         lambda: client.cancel(unknown, actor="ops\x00"),
+        # Once raw psycopg/SQLAlchemy errors (or, for an int actor, written).
+        lambda: client.page_sessions(agent="a\x00"),
+        lambda: client.page_sessions(agent="\ud800"),
+        lambda: client.page_sessions(agent=5),  # type: ignore[arg-type]
+        lambda: client.page_sessions(status="a\x00"),
+        lambda: client.page_sessions(status="bogus"),
+        lambda: client.page_sessions(cursor=5),  # type: ignore[arg-type]
+        lambda: client.page_sessions(hung_after=float("nan")),
+        lambda: client.page_sessions(hung_after=1e308),
+        lambda: client.hung_sessions(after_seconds=-1),
+        lambda: client.dead_letters(agent="\x00"),
+        lambda: client.dead_letters(error_type="\ud800"),
+        lambda: client.dead_letters(step=4),  # type: ignore[arg-type]
+        lambda: client.fork(unknown, 1, actor="\x00"),
+        lambda: client.fork(unknown, 1, new_session_id="nope"),  # type: ignore[arg-type]
+        lambda: client.retry_dead_letter(1, reason="\x00"),
+        lambda: client.retry_dead_letter(1, actor=1),  # type: ignore[arg-type]
+        lambda: client.discard_dead_letter(1, reason="\ud800"),
+        lambda: client.discard_dead_letter(1, reason="r", actor=7),  # type: ignore[arg-type]
     ):
         with pytest.raises(ResumableError) as raised:
             call()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
-from resumable import Agent, AgentRegistry, Complete, StepContext
+from resumable import Agent, AgentRegistry, Complete, RetryPolicy, StepContext
 from resumable.errors import (
     AgentDefinitionError,
     NotSerializableError,
@@ -112,3 +113,42 @@ def test_settings_read_urls_and_agent_lists_from_the_environment(
     monkeypatch.setenv("RESUMABLE_LEASE_SECONDS", "-1")
     with pytest.raises(ValueError, match="greater than 0"):
         Settings()
+
+
+def _step(ctx: object) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("define", "message"),
+    [
+        # Each was taken here and failed later: a worker that would not start
+        # ("unexpected DataError ... a bug"), an agent Client.start refused,
+        # or sessions that stayed pending without a word (a NaN time limit).
+        (lambda: Agent("nul\x00agent"), "agent name 'nul\\x00agent' contains NUL"),
+        (lambda: Agent("surr\ud800"), "lone surrogate"),
+        (lambda: Agent("x" * 300), "at most 200"),
+        (lambda: Agent("v", version=10**30), "version must be a positive integer, at most"),
+        (lambda: Agent("a").step(_step, name="s\x00"), "step name 's\\x00' contains NUL"),
+        (lambda: Agent("a").step(_step, name=""), "a step name must be a non-empty string"),
+        (
+            lambda: Agent("a").step(_step, name=5),  # type: ignore[call-overload]
+            "a step name must be a non-empty string",
+        ),
+        (lambda: Agent("a").step("hello"), "a step is a function"),  # type: ignore[call-overload]
+        (lambda: Agent("a").step(_step, aliases=["old\x00"]), "step alias"),
+        (lambda: Agent("a").check(_step, name="c\ud800"), "check name"),
+        (lambda: Agent("a").compensation(_step, name=""), "compensation name"),
+        (lambda: RetryPolicy(time_limit=float("nan")), "time_limit must be a finite number"),
+        (lambda: RetryPolicy(time_limit=float("inf")), "time_limit must be a finite number"),
+        (lambda: RetryPolicy(time_limit="3"), "time_limit must be a finite"),  # type: ignore[arg-type]
+        (lambda: RetryPolicy(max_delay=float("inf")), "max_delay must be a finite number"),
+        (lambda: RetryPolicy(max_attempts=2.5), "max_attempts must be an int"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_definition_a_worker_could_not_store_is_refused_when_it_is_made(
+    define: Any, message: str
+) -> None:
+    with pytest.raises(AgentDefinitionError) as raised:
+        define()
+    assert message in str(raised.value), raised.value
