@@ -63,7 +63,7 @@ from resumable.schemas import (
     Page,
     Session,
 )
-from resumable.settings import Settings, load_settings
+from resumable.settings import Settings, check_urls, load_settings
 from resumable.time_travel import TimeTravel
 
 logger = logging.getLogger(__name__)
@@ -124,6 +124,7 @@ class Client:
         elif db is not None or broker is not None:
             raise TypeError("pass db and broker together (or neither, to connect from URLs)")
         else:
+            check_urls(database_url, redis_url)
             self.settings = settings if settings is not None else load_settings()
             try:
                 self.db, self.broker = self._connect(database_url, redis_url)

@@ -278,23 +278,12 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _postgres_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        if not value.split("://", 1)[0].startswith("postgres"):
-            raise ValueError("must be a postgresql:// URL")
-        _check_postgres_url(value)
-        return value
+        return None if value is None else checked_database_url(value)
 
     @field_validator("redis_url")
     @classmethod
     def _redis_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        scheme = value.split("://", 1)[0]
-        if scheme not in {"redis", "rediss", "unix"}:
-            raise ValueError("must be a redis://, rediss:// or unix:// URL")
-        _check_redis_url(value, scheme)
-        return value
+        return None if value is None else checked_redis_url(value)
 
     @field_validator("public_url", "alert_webhook_url")
     @classmethod
@@ -339,6 +328,40 @@ def env_name(field: str) -> str:
         prefixed = f"RESUMABLE_{name}"
         return prefixed if prefixed in os.environ and name not in os.environ else name
     return name if name.isupper() else f"RESUMABLE_{name.upper()}"
+
+
+def checked_database_url(value: str) -> str:
+    """DATABASE_URL as settings take it; ValueError saying what is wrong."""
+    if not value.split("://", 1)[0].startswith("postgres"):
+        raise ValueError("must be a postgresql:// URL")
+    _check_postgres_url(value)
+    return value
+
+
+def checked_redis_url(value: str) -> str:
+    """REDIS_URL as settings take it; ValueError saying what is wrong."""
+    scheme = value.split("://", 1)[0]
+    if scheme not in {"redis", "rediss", "unix"}:
+        raise ValueError("must be a redis://, rediss:// or unix:// URL")
+    _check_redis_url(value, scheme)
+    return value
+
+
+def check_urls(database_url: str | None, redis_url: str | None) -> None:
+    """URLs given in code (``Client(database_url=...)``) checked as settings
+    check them: ConfigurationError naming the one that is wrong, not its value."""
+    for name, value, check in (
+        ("DATABASE_URL", database_url, checked_database_url),
+        ("REDIS_URL", redis_url, checked_redis_url),
+    ):
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ConfigurationError(f"invalid setting {name}: must be a string")
+        try:
+            check(value)
+        except ValueError as exc:
+            raise ConfigurationError(f"invalid setting {name}: {exc}") from None
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -8,6 +8,7 @@ import base64
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import annotated_types
 import pytest
@@ -141,3 +142,23 @@ def test_the_readme_states_each_range(field: str) -> None:
     )
     lower = f"more than {_number(low)}" if exclusive else f"at least {_number(low)}"
     assert f"Allowed: {lower}, at most {_number(high)}." in row
+
+
+@pytest.mark.parametrize(
+    ("given", "variable"),
+    [
+        ({"database_url": "not a url"}, "DATABASE_URL"),  # once SQLAlchemy's ArgumentError
+        ({"database_url": "postgresql://u:pw@h:abc/db"}, "DATABASE_URL"),
+        ({"redis_url": "redis://h:6379/0?socket_timeout=abc"}, "REDIS_URL"),
+        ({"redis_url": 5}, "REDIS_URL"),
+    ],
+)
+def test_urls_given_to_a_client_are_checked_as_settings_are(
+    given: dict[str, Any], variable: str
+) -> None:
+    from resumable import Client
+
+    with pytest.raises(ConfigurationError) as caught:
+        Client(**given)
+    assert caught.value.message.startswith(f"invalid setting {variable}: ")
+    assert "pw" not in caught.value.message
