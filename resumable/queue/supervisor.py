@@ -50,6 +50,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
+from resumable.stop_signals import StopSignals
+
 logger = logging.getLogger(__name__)
 
 # What a child finds in its environment (not settings: only the parent sets them).
@@ -98,6 +100,7 @@ class Supervisor:
         self.metrics_port = metrics_port
         self.describe = describe
         self.stop = threading.Event()
+        self.signals = StopSignals()
         self.children: dict[int, _Child] = {}
         self._restarts: list[float] = []
         self._announced = False
@@ -162,7 +165,7 @@ class Supervisor:
         for slot in range(self.processes):
             self._spawn(slot)
         failed = False
-        while not self.stop.is_set():
+        while not self.stop.is_set() and self.signals.first is None:
             self._read_ready()
             for child in list(self.children.values()):
                 code = child.popen.poll()
@@ -173,6 +176,13 @@ class Supervisor:
                     self.stop.set()
                     break
             self.stop.wait(_POLL_SECONDS)
+        if self.signals.first is not None:
+            logger.info(
+                "received %s; stopping %d worker processes (each hands its sessions back)",
+                self.signals.first,
+                len(self.children),
+            )
+        self.stop.set()
         return self._stop_all(failed)
 
     def _replace(self, child: _Child, code: int) -> bool:
@@ -244,14 +254,9 @@ class Supervisor:
         return status
 
     def _install_signals(self) -> None:
-        def _on_signal(signum: int, _frame: FrameType | None) -> None:
-            if not self.stop.is_set():
-                logger.info(
-                    "received %s; stopping %d worker processes (each hands its sessions back)",
-                    signal.Signals(signum).name,
-                    len(self.children),
-                )
-            self.stop.set()
+        # The run loop polls for SIGTERM/SIGINT: a handler that set self.stop
+        # could wait for ever on the event's lock (see stop_signals.py).
+        self.signals.install()
 
         def _on_continue(_signum: int, _frame: FrameType | None) -> None:
             # The children stopped themselves when they saw this process stopped.
@@ -259,8 +264,6 @@ class Supervisor:
                 with contextlib.suppress(OSError):
                     child.popen.send_signal(signal.SIGCONT)
 
-        signal.signal(signal.SIGTERM, _on_signal)
-        signal.signal(signal.SIGINT, _on_signal)
         signal.signal(signal.SIGCONT, _on_continue)
 
 

@@ -19,12 +19,10 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
 
 import dramatiq
 
@@ -40,6 +38,7 @@ from resumable.queue.startup_check import announce_versions, warn_unserved_posit
 from resumable.queue.wakeup import WakingRedisBroker
 from resumable.settings import Settings
 from resumable.startup_heap import freeze_startup_heap
+from resumable.stop_signals import StopSignals
 
 logger = logging.getLogger(__name__)
 
@@ -160,17 +159,9 @@ def run_worker(
     ``supervisor.py``); `slot` names this process among its parent's children."""
     settings = runtime.settings
     stop = stop_event or threading.Event()
-
-    def _on_signal(signum: int, _frame: FrameType | None) -> None:
-        logger.info(
-            "received %s; finishing the steps in flight and handing their sessions back",
-            signal.Signals(signum).name,
-        )
-        stop.set()
-
+    signals = StopSignals()  # a handler that takes no lock (see stop_signals.py)
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_signal)
-        signal.signal(signal.SIGINT, _on_signal)
+        signals.install()
 
     worker = dramatiq.Worker(
         runtime.broker,
@@ -201,7 +192,13 @@ def run_worker(
     if ready is not None:
         ready()
     try:
-        stop.wait()
+        signals.wait(stop)
+        if signals.first is not None:
+            logger.info(
+                "received %s; finishing the steps in flight and handing their sessions back",
+                signals.first,
+            )
+        stop.set()
     finally:
         hand_back_and_stop(runtime, worker)
 

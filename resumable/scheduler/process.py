@@ -38,6 +38,7 @@ from resumable.scheduler.jobs import SchedulerJobs
 from resumable.scheduler.outages import Dependency, Outages
 from resumable.settings import Settings
 from resumable.startup_heap import freeze_startup_heap
+from resumable.stop_signals import StopSignals
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +108,16 @@ def run_scheduler(
 
     stopping = threading.Event()
 
-    def _stop(signum: int, _frame: FrameType | None) -> None:
+    signals = StopSignals()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        # APScheduler's blocking loop can only be stopped from here. A second
+        # signal interrupts the first one's shutdown, holding the locks it
+        # would take again: it only counts (see stop_signals.py).
+        repeated = signals.first is not None
+        signals.handle(signum, frame)
+        if repeated:
+            return
         logger.info("received %s; stopping", signal.Signals(signum).name)
         stopping.set()
         # Not running yet when the signal came as it was starting (a loaded

@@ -5,6 +5,7 @@ blocked past the stop is named, never left behind in silence."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 import uuid
@@ -119,3 +120,18 @@ def test_hung_steps_are_listed_and_stopping_names_the_threads_it_leaves(
     # Released for any other worker, without waiting for the lease to expire.
     after = client.session_row(held)
     assert (after.status, after.lease_owner) == ("pending", None)
+
+
+def test_a_burst_of_stop_signals_still_stops_the_worker(
+    start_worker: Callable[..., ManagedProcess],
+) -> None:
+    """A worker child got SIGTERM twice (from its parent and from the process
+    group) and hung for ever: the second handler ran inside the first one's
+    Event.set, holding the event's lock, and waited for it. A burst of
+    signals must stop a worker as one does."""
+    for attempt in range(3):
+        worker = start_worker()
+        for _ in range(200):
+            os.kill(worker.pid, signal.SIGTERM)
+        assert exit_status(worker, 15) == 0, (attempt, worker.tail(20))
+        assert worker.output().count("received SIGTERM") == 1
