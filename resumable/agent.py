@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
+from resumable.arguments import MAX_NAME_LENGTH
 from resumable.checkpoints import CheckpointStrategy, Snapshot
 from resumable.errors import (
     AgentDefinitionError,
@@ -348,25 +349,23 @@ def version_label(name: str, version: int) -> str:
     return f"{name}@{version}" if version else name
 
 
-#: As the HTTP API's names: what PostgreSQL stores and ``Client.start`` takes.
-MAX_DEFINITION_NAME_LENGTH = 200
 #: Versions are stored as PostgreSQL ``integer``.
 MAX_VERSION = 2**31 - 1
 
 
 def checked_name(value: object, what: str) -> str:
     """A name an agent's code gives (the agent, a step, a check, a tool):
-    text PostgreSQL can store, 1 to 200 characters. Refused when the code is
+    text PostgreSQL can store, 1 to 200 characters, as ``Client.start`` and
+    the HTTP API take a name (``arguments.text``). Refused when the code is
     loaded, not when a worker first writes it and fails as a bug."""
     if not isinstance(value, str) or not value:
         raise AgentDefinitionError(f"a {what} must be a non-empty string, not {value!r}")
     problem = unstorable_text(value)
     if problem:
         raise AgentDefinitionError(f"{what} {value[:40]!r} contains {problem}")
-    if len(value) > MAX_DEFINITION_NAME_LENGTH:
+    if len(value) > MAX_NAME_LENGTH:
         raise AgentDefinitionError(
-            f"{what} {value[:40]!r}... is {len(value)} characters; at most"
-            f" {MAX_DEFINITION_NAME_LENGTH}"
+            f"{what} {value[:40]!r}... is {len(value)} characters; at most {MAX_NAME_LENGTH}"
         )
     return value
 

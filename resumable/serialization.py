@@ -30,8 +30,6 @@ def unstorable_text(text: str) -> str | None:
     return None
 
 
-#: The deepest nesting stored, as the HTTP API takes it (and far below where
-#: Python's recursion, or pydantic's when a response holds the value, gives up).
 def read_float(text: str) -> float:
     """A JSON number with a fraction or exponent, for ``json.loads(parse_float=)``:
     ValueError for one too small to be told from 0 (``1e-400`` reads as 0.0,
@@ -43,6 +41,8 @@ def read_float(text: str) -> float:
     return number
 
 
+#: The deepest nesting stored, as the HTTP API takes it (and far below where
+#: Python's recursion, or pydantic's when a response holds the value, gives up).
 MAX_DEPTH = 100
 
 

@@ -17,6 +17,7 @@ from redis.connection import parse_url as redis_parse_url
 
 from resumable.errors import ConfigurationError
 from resumable.redaction import DEFAULT_KEYS
+from resumable.serialization import unstorable_text
 
 # The Standard Webhooks spec asks for secrets of 24 to 64 random bytes.
 _MIN_SECRET_BYTES = 24
@@ -265,7 +266,7 @@ class Settings(BaseSettings):
             text = str(value)
             if not text.strip():
                 raise ValueError("must not be empty (unset it for .resumable)")
-            if any("\ud800" <= char <= "\udfff" for char in text):
+            if unstorable_text(text):
                 raise ValueError("must be a UTF-8 path")
         return value
 
@@ -288,14 +289,7 @@ class Settings(BaseSettings):
     @field_validator("public_url", "alert_webhook_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
-            raise ValueError("must not contain control characters")
-        parts = urlsplit(value)
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise ValueError("must be an http:// or https:// URL with a host")
-        return value
+        return None if value is None else checked_http_url(value)
 
     @field_validator("webhook_secret", "alert_webhook_secret")
     @classmethod
@@ -328,6 +322,17 @@ def env_name(field: str) -> str:
         prefixed = f"RESUMABLE_{name}"
         return prefixed if prefixed in os.environ and name not in os.environ else name
     return name if name.isupper() else f"RESUMABLE_{name.upper()}"
+
+
+def checked_http_url(value: str) -> str:
+    """An http(s) URL with a host (RESUMABLE_PUBLIC_URL, an alert webhook, an
+    OTLP endpoint); ValueError saying what is wrong."""
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
+        raise ValueError("must not contain control characters")
+    parts = urlsplit(value)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host")
+    return value
 
 
 def checked_database_url(value: str) -> str:

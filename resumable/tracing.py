@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from resumable.errors import ConfigurationError
+from resumable.serialization import unstorable_text
+from resumable.settings import checked_http_url
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -79,15 +81,16 @@ def _otel_problem() -> str | None:
         value = os.environ.get(name)
         if not value:
             continue
-        if any(ord(char) < 0x20 or 0xD800 <= ord(char) <= 0xDFFF for char in value):
-            return f"{name}: must be an http:// or https:// URL"
         try:
-            parts = urlsplit(value)
-            parts.port  # noqa: B018 - raises for a port that is not a number
+            if unstorable_text(value):
+                raise ValueError
+            urlsplit(value).port  # noqa: B018 - raises for a port that is not a number
         except ValueError:
             return f"{name}: must be an http:// or https:// URL"
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            return f"{name}: must be an http:// or https:// URL with a host"
+        try:
+            checked_http_url(value)  # as RESUMABLE_PUBLIC_URL is checked
+        except ValueError as exc:
+            return f"{name}: {exc}"
     for name in _OTEL_NUMBERS:
         value = os.environ.get(name)
         if value is not None and value.strip():
@@ -100,7 +103,7 @@ def _otel_problem() -> str | None:
         return "OTEL_BSP_MAX_EXPORT_BATCH_SIZE: must not exceed OTEL_BSP_MAX_QUEUE_SIZE (2048)"
     for name in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):
         value = os.environ.get(name, "")
-        if any(0xD800 <= ord(char) <= 0xDFFF or char == "\x00" for char in value):
+        if unstorable_text(value):
             return f"{name}: must be UTF-8 text without NUL"
     return None
 

@@ -201,16 +201,18 @@ WorkerProcess = Process
 
 
 def run_cli(
-    settings: Settings, *args: str, timeout: float = 120
+    settings: Settings, *args: str, timeout: float = 120, **extra_env: str
 ) -> subprocess.CompletedProcess[str]:
     """``resumable ARGS`` run to its end against the test servers, its output
-    captured; nothing else of this environment (no RESUMABLE_* leaks in)."""
+    captured; nothing else of this environment (no RESUMABLE_* leaks in)
+    but `extra_env`."""
     env = {
         "DATABASE_URL": settings.database_url or "",
         "REDIS_URL": settings.redis_url or "",
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": str(ROOT),
         "HOME": "/tmp",
+        **extra_env,
     }
     return subprocess.run(
         [sys.executable, "-m", "resumable.cli", *args],

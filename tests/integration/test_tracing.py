@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import httpx
 
 from resumable.client import Client
 from resumable.settings import Settings
-from tests.conftest import API_TOKEN, ROOT, LocalDeployment, wait_until
+from tests.conftest import API_TOKEN, LocalDeployment, run_cli, wait_until
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan, span_tree
 from tests.signing import signed_headers
 
@@ -134,23 +132,15 @@ def test_a_command_that_exits_gives_an_unreachable_collector_two_seconds(
     """A one-shot command exports its spans as it exits; the exporter retried
     a collector that refuses connections for its whole 10 s timeout, so
     `resumable enqueue` took 9 s (measured) instead of 1.5 s."""
-    env = {
-        "DATABASE_URL": settings.database_url or "",
-        "REDIS_URL": settings.redis_url or "",
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(ROOT),
-        "HOME": "/tmp",
-        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1",
-    }
     began = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "resumable.cli", "enqueue", "five", "--agents", "tests.agents"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        check=False,
+    done = run_cli(
+        settings,
+        "enqueue",
+        "five",
+        "--agents",
+        "tests.agents",
         timeout=60,
+        OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:1",
     )
     elapsed = time.monotonic() - began
     assert done.returncode == 0, done.stderr
