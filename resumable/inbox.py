@@ -8,10 +8,10 @@ delivery when it has suspended (see ``wait_queries``). A delivery costs one
 commit, and the woken session's queue message one Redis round trip.
 
 A callback, the path external systems hammer, is two round trips to
-PostgreSQL: the locks, the lookups, the delivery (inserted only if the
-callback is still open) and the wake are pipelined together (psycopg's
-pipeline mode), the verdict is read from the lookups, and then the commit; a
-refused callback's audit event follows in its own statement.
+PostgreSQL: the BEGIN, the locks, the lookups, the delivery (inserted only
+if the callback is still open) and the wake are pipelined together
+(psycopg's pipeline mode), the verdict is read from the lookups, and then
+the commit; a refused callback's audit event follows in its own statement.
 
 The woken session's queue message is sent before the commit, while the
 transaction still holds the session row: the worker's way to its claim (the
@@ -36,7 +36,7 @@ import dramatiq
 
 from resumable import serialization
 from resumable.models import wait_queries
-from resumable.models.database import Database
+from resumable.models.database import Database, pipelined_transaction
 from resumable.models.status import TERMINAL_STATUSES
 from resumable.queue.broker import enqueue_session
 from resumable.settings import Settings
@@ -111,17 +111,16 @@ class Inbox:
             "payload": encoded,
             "terminal": sorted(TERMINAL_STATUSES),
         }
-        # One round trip for the locks, the lookups, the guarded insert and
-        # the wake (psycopg's pipeline mode), whose answers name the verdict;
-        # the queue message, then the commit (see the module's docstring).
-        with self.db.connection() as conn, conn.transaction():
-            with conn.pipeline():
-                conn.execute(wait_queries.LOCK_SESSION_OF_CALLBACK, params)
-                locked = conn.execute(wait_queries.LOCK_CALLBACK, params)
-                delivered = conn.execute(wait_queries.CALLBACK_DELIVERY, params)
-                inserted = conn.execute(wait_queries.INSERT_OPEN_CALLBACK_DELIVERY, params)
-                woken = conn.execute(wait_queries.WAKE_FROM_CALLBACK, params)
-            target, previous = locked.fetchone(), delivered.fetchone()
+        # One round trip for the BEGIN, the locks, the lookups, the guarded
+        # insert and the wake, whose answers name the verdict; the queue
+        # message, then the commit (see the module's docstring).
+        with self.db.connection() as conn, pipelined_transaction(conn):
+            conn.execute(wait_queries.LOCK_SESSION_OF_CALLBACK, params)
+            locked = conn.execute(wait_queries.LOCK_CALLBACK, params)
+            delivered = conn.execute(wait_queries.CALLBACK_DELIVERY, params)
+            inserted = conn.execute(wait_queries.INSERT_OPEN_CALLBACK_DELIVERY, params)
+            woken = conn.execute(wait_queries.WAKE_FROM_CALLBACK, params)
+            target, previous = locked.fetchone(), delivered.fetchone()  # flushed, not synced
             row, woke = inserted.fetchone(), woken.fetchone() is not None
             if target is not None:
                 session_id = uuid.UUID(str(target["session_id"]))
@@ -164,7 +163,8 @@ class Inbox:
         actor: str,
     ) -> Receipt:
         encoded = serialization.dumps(payload, "signal payload")
-        with self.db.connection() as conn, conn.transaction():
+        # The BEGIN rides with the lock; each later statement is one round trip.
+        with self.db.connection() as conn, pipelined_transaction(conn):
             session = conn.execute(
                 wait_queries.LOCK_SESSION_FOR_SIGNAL, {"session_id": session_id}
             ).fetchone()

@@ -39,6 +39,27 @@ def libpq_url(url: str) -> str:
     )
 
 
+@contextmanager
+def pipelined_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """A transaction on an autocommit connection in pipeline mode, whose
+    BEGIN goes out with the block's first statements and whose COMMIT with
+    the final sync. psycopg's ``conn.transaction()`` sends its BEGIN and waits
+    for the answer even in pipeline mode (and its pipeline syncs once more
+    after the COMMIT): two round trips more than the transaction needs. In
+    the block, a statement's rows can be read as usual (the pipeline is
+    flushed, not synced), and the transaction stays open until the block
+    ends. An exception rolls it back."""
+    try:
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            yield
+            conn.execute("COMMIT")
+    except BaseException:
+        if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
+            conn.execute("ROLLBACK")
+        raise
+
+
 # A server that does not answer (a host gone from the network) would otherwise
 # hold a connection attempt for the operating system's TCP timeout, minutes.
 CONNECT_TIMEOUT_SECONDS = 5

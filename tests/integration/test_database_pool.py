@@ -4,9 +4,14 @@ steady use is handed out without a round trip."""
 
 from __future__ import annotations
 
-import psycopg
+import itertools
+from pathlib import Path
 
-from resumable.models.database import Database, libpq_url
+import psycopg
+import pytest
+from psycopg.pq import TransactionStatus
+
+from resumable.models.database import Database, libpq_url, pipelined_transaction
 from resumable.settings import Settings
 from tests.conftest import wait_until
 
@@ -89,3 +94,56 @@ def test_a_pinned_connection_that_breaks_is_replaced_within_the_run(settings: Se
         with db.connection() as conn:  # the pin let the broken one go
             assert conn.execute("SELECT 1 AS one").fetchone() == {"one": 1}
             assert conn.info.backend_pid != pid
+
+
+# -- a transaction in pipeline mode (pipelined_transaction) ---------------------------------
+
+
+def _round_trips(trace: str) -> int:
+    """How many times the client waited for the server: in libpq's trace, each
+    run of messages the client sent (F) that the server then answered (B)."""
+    sides = [line.split("\t", 1)[0] for line in trace.splitlines()]
+    return sum(1 for pair in itertools.pairwise(sides) if pair == ("F", "B"))
+
+
+def test_a_pipelined_transaction_takes_two_round_trips_and_commits_at_its_end(
+    settings: Settings, tmp_path: Path
+) -> None:
+    url = libpq_url(settings.database_url or "")
+    with psycopg.connect(url, autocommit=True) as conn, psycopg.connect(url) as other:
+        conn.execute("DROP TABLE IF EXISTS pipelined_probe")
+        conn.execute("CREATE TABLE pipelined_probe (n int)")
+        try:
+            trace_file = tmp_path / "trace.txt"
+            with trace_file.open("w") as trace:
+                conn.pgconn.trace(trace.fileno())
+                conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+                with pipelined_transaction(conn):
+                    conn.execute("INSERT INTO pipelined_probe VALUES (1)")
+                    row = conn.execute("SELECT count(*) FROM pipelined_probe").fetchone()
+                    assert row == (1,), "a statement's rows are read inside the block"
+                    seen = other.execute("SELECT count(*) FROM pipelined_probe").fetchone()
+                    assert seen == (0,), "nothing is committed before the block ends"
+                    other.rollback()
+                conn.pgconn.untrace()
+            # A pipeline inside psycopg's conn.transaction() waits three times.
+            assert _round_trips(trace_file.read_text()) == 2
+            assert other.execute("SELECT count(*) FROM pipelined_probe").fetchone() == (1,)
+            other.rollback()
+        finally:
+            conn.execute("DROP TABLE pipelined_probe")
+
+
+def test_an_exception_in_a_pipelined_transaction_rolls_it_back(settings: Settings) -> None:
+    url = libpq_url(settings.database_url or "")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TEMP TABLE pipelined_rollback (n int)")
+        for failing in ("SELECT 1 / 0", None):  # the server's error, then the caller's
+            expected = (psycopg.errors.DivisionByZero, RuntimeError)
+            with pytest.raises(expected), pipelined_transaction(conn):
+                conn.execute("INSERT INTO pipelined_rollback VALUES (1)")
+                if failing is not None:
+                    conn.execute(failing).fetchone()
+                raise RuntimeError("the caller gave up")
+            assert conn.info.transaction_status == TransactionStatus.IDLE
+            assert conn.execute("SELECT count(*) FROM pipelined_rollback").fetchone() == (0,)
