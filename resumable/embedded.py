@@ -44,6 +44,7 @@ from pathlib import Path
 import redis
 
 from resumable.errors import EmbeddedServiceError
+from resumable.home import HomeNotUsableError, make_home
 from resumable.procfs import pid_alive, start_time
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,8 @@ class ServiceURLs:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Hold a home's lock file (`path`, directly under the home)."""
+    make_home(path.parent)
     with open(path, "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -122,23 +124,13 @@ class EmbeddedServices:
         return [pid for pid in pids if pid is not None]
 
     def _make_home(self) -> None:
-        """Create the home (parents as ``mkdir -p`` would) private to its owner;
-        as root, searchable by others (0711) so the PostgreSQL OS user can
-        reach its data directory below. An existing home keeps its mode.
-        Raises EmbeddedServiceError naming RESUMABLE_HOME if it is not usable."""
-        mode = 0o711 if os.geteuid() == 0 else 0o700
+        """Create the home (see ``resumable.home``); EmbeddedServiceError
+        naming RESUMABLE_HOME if it is not usable."""
         try:
-            self.home.mkdir(parents=True, exist_ok=True, mode=mode)
-            if not self.home.is_dir():
-                raise NotADirectoryError(20, "Not a directory", str(self.home))
-            probe = self.home / f".write-test-{os.getpid()}"
-            probe.touch()
-            probe.unlink()
-        except OSError as exc:
-            why = exc.strerror or str(exc)
+            make_home(self.home)
+        except HomeNotUsableError as exc:
             raise EmbeddedServiceError(
-                f"RESUMABLE_HOME {self.home} is not a writable directory ({why}); "
-                "set RESUMABLE_HOME to one, or set DATABASE_URL and REDIS_URL"
+                f"{exc}; set RESUMABLE_HOME to one, or set DATABASE_URL and REDIS_URL"
             ) from None
 
     # -- users --------------------------------------------------------------------

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from resumable.errors import ConfigurationError
+from resumable.home import make_home
 
 LOCK_NAME = "dev.lock"
 
@@ -29,7 +30,7 @@ class AnotherDevError(ConfigurationError):
 @contextlib.contextmanager
 def dev_lock(home: Path) -> Iterator[None]:
     """Hold the home's dev lock; AnotherDevError if another ``dev`` holds it."""
-    home.mkdir(parents=True, exist_ok=True)
+    make_home(home)
     path = home / LOCK_NAME
     with open(path, "a+") as handle:
         try:

@@ -35,6 +35,7 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Match
 
+from resumable.home import make_home
 from resumable.settings import Settings
 from resumable.webhooks.console.session_cookie import CookieSigner, Operator
 from resumable.webhooks.errors import error_response
@@ -57,7 +58,7 @@ def local_token(home: Path) -> str:
     path = home / "api-token"
     if path.exists():
         return path.read_text().strip()
-    home.mkdir(parents=True, exist_ok=True)
+    make_home(home)
     token = secrets.token_urlsafe(32)
     path.touch(mode=0o600)
     path.write_text(token)

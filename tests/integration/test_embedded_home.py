@@ -9,14 +9,17 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from resumable.dev.home_lock import dev_lock
 from resumable.embedded import POSTGRES_OS_USER, EmbeddedServices
+from resumable.errors import ConfigurationError
 from resumable.models.database import libpq_url
+from resumable.webhooks.auth import local_token
 
 
 def _mode(path: Path) -> int:
@@ -72,3 +75,30 @@ def test_home_is_created_private_and_parents_get_only_what_postgres_needs(
         f"running as root: PostgreSQL runs as OS user {POSTGRES_OS_USER}, which could not "
         f"enter {base}; added search permission (x, not read) there"
     ]
+
+
+def _dev_lock(home: Path) -> None:
+    with dev_lock(home):
+        pass
+
+
+@pytest.mark.parametrize(
+    "first_writer",
+    [_dev_lock, local_token, lambda home: EmbeddedServices(home).stop()],
+    ids=["resumable dev's lock", "the web's local API token", "resumable services stop"],
+)
+def test_a_home_first_written_by_any_process_is_created_private(
+    base: Path, first_writer: Callable[[Path], object]
+) -> None:
+    # Each made it with a plain mkdir (0755 under the usual umask), and an
+    # existing home keeps its mode: world-listable for good.
+    home = base / "team" / "home"
+    first_writer(home)
+    assert _mode(home) == (0o711 if os.geteuid() == 0 else 0o700)
+
+
+def test_a_home_that_is_a_file_is_refused_naming_the_setting(base: Path) -> None:
+    home = base / "home"
+    home.write_text("not a directory")
+    with pytest.raises(ConfigurationError, match=r"RESUMABLE_HOME .* is not a writable directory"):
+        local_token(home)
