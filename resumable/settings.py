@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
+import redis
 from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from redis.connection import parse_url as redis_parse_url
@@ -435,6 +436,18 @@ def _check_redis_url(value: str, scheme: str) -> None:
         options: dict[str, Any] = redis_parse_url(value)  # type: ignore[no-untyped-call]
     except ValueError as exc:
         raise ValueError(f"has an option redis-py cannot read: {exc}") from None
+    # An option redis-py does not know is passed on to the connection, which
+    # refuses it only when the first one is made: built here (no I/O), so a
+    # typo stops the process at start rather than at its first command.
+    pool = redis.ConnectionPool.from_url(value)
+    try:
+        pool.make_connection()
+    except TypeError as exc:
+        unknown = [name for name in parse_qs(parts.query) if repr(name) in str(exc)]
+        named = f": {', '.join(unknown)}" if unknown else ""
+        raise ValueError(f"has an option redis-py does not know{named}") from None
+    finally:
+        pool.disconnect()
     for option in ("socket_timeout", "socket_connect_timeout"):
         seconds = options.get(option)
         if seconds is not None and not 0 < seconds <= _MAX_REDIS_TIMEOUT_SECONDS:

@@ -82,6 +82,10 @@ def test_a_value_past_either_bound_names_the_variable(
         ("REDIS_URL", "redis://h:6379/0?socket_timeout=abc", "cannot read"),
         ("REDIS_URL", "redis://h:6379/0?socket_timeout=1e400", "socket_timeout"),
         ("REDIS_URL", "redis://h:6379/0?socket_connect_timeout=0", "socket_connect_timeout"),
+        # Once a worker's "unexpected TypeError (a bug)", a CLI command that
+        # went on, and a scheduler logging a traceback at every tick.
+        ("REDIS_URL", "redis://h:6379/0?socket_timout=5", "does not know: socket_timout"),
+        ("REDIS_URL", "redis://:pw@h:6379/0?bogus_opt=1", "does not know: bogus_opt"),
         ("RESUMABLE_HOME", "", "must not be empty"),
         ("RESUMABLE_HOME", "data\udcff", "UTF-8"),
     ],
@@ -106,6 +110,13 @@ def test_good_values_pass_and_an_empty_url_means_unset(monkeypatch: pytest.Monke
     assert settings.webhook_secret == GOOD_SECRET
     assert settings.database_url is None
     assert settings.redis_url == "unix:///tmp/valkey.sock"
+    for options in (  # options redis-py knows pass, on every kind of URL
+        "redis://h:6379/0?socket_timeout=5&health_check_interval=3&client_name=w",
+        "rediss://h:6380/1?ssl_cert_reqs=none",
+        "unix:///tmp/valkey.sock?db=2&retry_on_timeout=yes",
+    ):
+        monkeypatch.setenv("REDIS_URL", options)
+        assert load_settings().redis_url == options
 
 
 def test_webhook_secrets_blank_means_unset_and_several_rotate(
