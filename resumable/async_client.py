@@ -33,6 +33,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from resumable.agent import AgentRegistry
 from resumable.client import HUNG_AFTER_SECONDS, Client, Started
+from resumable.coordination.records import SharedDocument, SharedVersion
 from resumable.models.agent_queries import UnservedAgent
 from resumable.models.step_queries import HungSession
 from resumable.schemas import (
@@ -259,6 +260,18 @@ class AsyncClient:
 
     async def unserved_agents(self) -> list[UnservedAgent]:
         return await self._run(self.client.unserved_agents)
+
+    # Shared documents
+
+    async def shared(self, name: str) -> SharedDocument | None:
+        """See `Client.shared`."""
+        return await self._run(self.client.shared, name)
+
+    async def shared_history(
+        self, name: str, *, limit: int = 100, before: int | None = None
+    ) -> list[SharedVersion]:
+        """See `Client.shared_history`."""
+        return await self._run(self.client.shared_history, name, limit=limit, before=before)
 
     # Dead letters
 

@@ -3,6 +3,7 @@ workers SIGKILLed mid-run."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -10,6 +11,7 @@ import uuid
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
+from resumable import AsyncClient, SharedDocument, SharedVersion
 from resumable.client import Client
 from resumable.models.database import Database
 from resumable.scheduler.retention import retire_old_shared_versions
@@ -68,6 +70,17 @@ def test_contended_counter_under_sigkills_counts_every_committed_step_once(
     history = client.shared_history("counter", limit=3)
     assert [v.value for v in history] == [1000, 999, 998]
     assert all(v.step == "increment" for v in history)
+
+    async def read_async() -> tuple[SharedDocument | None, list[SharedVersion]]:
+        async with AsyncClient(client) as resumable:
+            return await resumable.shared("counter"), await resumable.shared_history(
+                "counter", limit=2, before=999
+            )
+
+    # The same reads for an asyncio application (once missing from AsyncClient).
+    async_document, async_history = asyncio.run(read_async())
+    assert async_document == document
+    assert [v.value for v in async_history] == [998, 997]
 
 
 def test_a_failed_step_commits_none_of_its_updates(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 
@@ -45,3 +46,18 @@ def test_records_are_frozen_and_carry_no_lease_internals() -> None:
     )
     with pytest.raises(ValueError, match="frozen"):
         event.type = "changed"  # type: ignore[misc]
+
+
+def test_the_async_client_has_every_public_method_of_the_client() -> None:
+    # README: "AsyncClient has the same methods, awaited". `close` is `aclose`
+    # there; `session_row` is internal (its docstring says so).
+    from resumable import AsyncClient, Client
+
+    def public(cls: type) -> set[str]:
+        return {name for name in vars(cls) if not name.startswith("_")}
+
+    missing = public(Client) - public(AsyncClient) - {"close", "session_row"}
+    assert missing == set(), f"AsyncClient lacks {sorted(missing)}"
+    for name in public(Client) & public(AsyncClient):
+        if callable(getattr(Client, name)) and name != "from_env":
+            assert inspect.iscoroutinefunction(getattr(AsyncClient, name)), name
