@@ -95,7 +95,9 @@ WITH due AS (
                 THEN jsonb_build_object('kind', 'timer')
             WHEN (due.wait ->> 'deadline')::timestamptz <= now()
                 THEN jsonb_build_object('kind', 'timeout')
-            ELSE jsonb_build_object('kind', 'poll_check')
+            -- When the check fell due (the old wake_at): the next one is due
+            -- `every` after it, not after the tick that ran this one.
+            ELSE jsonb_build_object('kind', 'poll_check', 'due_at', sessions.wake_at)
         END
     FROM due
     WHERE sessions.id = due.id AND sessions.status = 'suspended'

@@ -76,7 +76,7 @@ class Wakes:
                     },
                 )
             return wake
-        candidates = [now + timedelta(seconds=float(poll["every"]))]
+        candidates = [_next_check(now, float(poll["every"]), (claim.wake or {}).get("due_at"))]
         candidates += [t for t in (deadline, _parse_time(wait.get("timer_at"))) if t is not None]
         self.keeper.drop(claim.session_id, claim.epoch)  # suspending again releases it
         with self.db.connection() as conn:
@@ -100,6 +100,19 @@ class Wakes:
                 extra={"action": "early_delivery"},
             )
             enqueue_session(self.broker, self.settings, session_id)
+
+
+def _next_check(now: datetime, every: float, due_at: object) -> datetime:
+    """`every` seconds after the check that just ran fell due, so that checks
+    keep their cadence: counted from now, the next one fell due just after the
+    scheduler's tick that would have run it and waited a whole interval more
+    (every=1 with a 1 s interval checked every 2 s). From now when that time
+    has passed already (the scheduler was down, the check ran long)."""
+    period = timedelta(seconds=every)
+    due = _parse_time(due_at)
+    if due is not None and due + period > now:
+        return due + period
+    return now + period
 
 
 def _parse_time(value: object) -> datetime | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -190,6 +191,28 @@ def test_timer_and_poll_fire_within_the_poller_interval(
 
     wait_until(lambda: _status(client, timed_out) == "completed", timeout=5, what="timeout")
     assert client.get(timed_out).result == {"kind": "timeout", "topic": None, "payload": None}
+
+
+def test_poll_checks_keep_their_cadence_whatever_the_scheduler_interval(
+    client: Client, tmp_path: Path, deployment: LocalDeployment
+) -> None:
+    # every=1 with a 1 s scheduler interval: each next check used to be due
+    # `every` after the check ran, just after the tick that would run it, so
+    # checks came every 2 s (found by an outside-in probe).
+    deployment.worker()
+    deployment.scheduler(RESUMABLE_SCHEDULER_INTERVAL_SECONDS="1")
+    polled = client.start("poller", {"path": str(tmp_path / "never"), "every": 1.0})
+
+    def checks() -> int:
+        return int((client.session_row(polled).wait or {}).get("polls", 0))
+
+    wait_until(lambda: checks() >= 1, timeout=10, what="the first check")
+    first = time.monotonic()
+    wait_until(lambda: checks() >= 6, timeout=20, what="five more checks")
+    # About 5 s now; 10 s before. A late tick costs one interval once, not
+    # every check after it.
+    assert time.monotonic() - first < 7.5
+    assert _status(client, polled) == "suspended"
 
 
 def test_two_schedulers_resume_each_due_session_once(
