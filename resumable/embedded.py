@@ -63,18 +63,6 @@ class ServiceURLs:
     redis_url: str
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold a home's lock file (`path`, directly under the home)."""
-    make_home(path.parent)
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 class EmbeddedServices:
     """The embedded servers of one home directory, shared by all local processes."""
 
@@ -90,8 +78,7 @@ class EmbeddedServices:
     def acquire(self) -> ServiceURLs:
         """Start the servers if needed and register this process as a user."""
         reap_orphans(exclude=self.home)
-        self._make_home()
-        with _locked(self.lock_path):
+        with self._lock():
             self._prune_dead_users()
             urls = ServiceURLs(self._ensure_postgres(), self._ensure_valkey())
             self.users_dir.mkdir(exist_ok=True)
@@ -105,7 +92,7 @@ class EmbeddedServices:
 
         Returns whether the servers were stopped.
         """
-        with _locked(self.lock_path):
+        with self._lock():
             (self.users_dir / str(os.getpid())).unlink(missing_ok=True)
             if self._prune_dead_users():
                 return False
@@ -114,7 +101,7 @@ class EmbeddedServices:
 
     def stop(self) -> None:
         """Stop both servers regardless of registered users (operator command)."""
-        with _locked(self.lock_path):
+        with self._lock():
             self._stop_all()
             shutil.rmtree(self.users_dir, ignore_errors=True)
 
@@ -122,6 +109,17 @@ class EmbeddedServices:
         """Pids of this home's servers that are alive (for tests and `status`)."""
         pids = [self._postgres_pid(), self._valkey_pid()]
         return [pid for pid in pids if pid is not None]
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        """Hold the home's lock, making the home first if it is missing."""
+        self._make_home()
+        with open(self.lock_path, "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _make_home(self) -> None:
         """Create the home (see ``resumable.home``); EmbeddedServiceError
@@ -390,7 +388,7 @@ def reap_orphans(exclude: Path | None = None) -> list[Path]:
             entry.unlink(missing_ok=True)
             continue
         services = EmbeddedServices(home)
-        with _locked(services.lock_path):
+        with services._lock():
             if services._prune_dead_users():
                 continue
             if services.running_pids():
