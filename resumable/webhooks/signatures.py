@@ -6,10 +6,11 @@ five-minute timestamp tolerance; it raises its own error for most failures but
 store. So every failure becomes a 401 here, and replays are handled by the
 delivery dedupe on ``webhook-id``.
 
-The library decodes the body as UTF-8 before it computes the HMAC, so a
-validly signed body that is not UTF-8 would fail as a bad signature; the
-HMAC is computed here over the raw bytes instead, and such a body is then
-refused for what it is (400, not UTF-8) when it is parsed.
+The library (1.3 and later) computes the HMAC over the body bytes as
+received, so a validly signed body that is not UTF-8 passes here and is then
+refused for what it is (400, not UTF-8) when it is parsed. (1.1 decoded the
+body first; a subclass here signed its bytes instead, and broke when 1.3
+began to hand ``sign`` bytes.)
 
 Secrets rotate without downtime: the setting takes several, space-separated
 (``whsec_new whsec_old``), and a callback signed with any of them is
@@ -19,12 +20,8 @@ space-separated ``v1,`` signatures (a sender signing with old and new).
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from math import floor
 
 from standardwebhooks.webhooks import Webhook
 
@@ -32,23 +29,12 @@ from resumable.errors import ConfigurationError
 from resumable.webhooks.errors import ApiError
 
 
-class _RawBodyWebhook(Webhook):
-    """`sign` over the raw body bytes (carried through as a ``surrogateescape``
-    string), so a signature over any bytes can be checked."""
-
-    def sign(self, msg_id: str, timestamp: datetime, data: str) -> str:
-        timestamp_str = str(floor(timestamp.replace(tzinfo=UTC).timestamp()))
-        to_sign = f"{msg_id}.{timestamp_str}.{data}".encode("utf-8", "surrogateescape")
-        signature = hmac.new(self._whsecret, to_sign, hashlib.sha256).digest()
-        return f"v1,{base64.b64encode(signature).decode('ascii')}"
-
-
 def _webhook(secret: str, position: int) -> Webhook:
     """The verifier for one secret; ConfigurationError naming it if unusable
     (signing a probe, since a malformed secret otherwise fails only when a
     callback arrives)."""
     try:
-        webhook = _RawBodyWebhook(secret)
+        webhook = Webhook(secret)
         webhook.sign("probe", datetime.now(UTC), "")
     except Exception as exc:
         raise ConfigurationError(
@@ -76,11 +62,10 @@ class CallbackVerifier:
             return
         wanted = ("webhook-id", "webhook-timestamp", "webhook-signature")
         subset = {name: headers.get(name, "") for name in wanted}
-        raw = body.decode("utf-8", "surrogateescape")
         problem = ""
         for webhook in self._webhooks:
             try:
-                webhook.verify(raw, subset, json_parse=False)
+                webhook.verify(body, subset, json_parse=False)
                 return
             except Exception as exc:
                 problem = problem or str(exc)[:200]
