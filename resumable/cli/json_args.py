@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -138,9 +139,23 @@ class RateRange(FiniteFloatRange):
         return super().convert(value, param, ctx)
 
 
-#: Dates as ``dlq list --since`` takes them: the plain forms, and RFC 3339 with
-#: a ``Z`` or an offset (what the HTTP API's ``since`` takes).
-DATE_TIME = click.DateTime(
+class UtcDateTime(click.DateTime):
+    """A time as ``dlq list --since`` takes it: the plain forms, and RFC 3339
+    with a ``Z`` or an offset (what the HTTP API's ``since`` takes).
+
+    A time written without an offset is UTC, as the console reads it. Left
+    naive, PostgreSQL would read it in its own TimeZone setting, and the CLI
+    and the console would pick different dead letters from the same text.
+    """
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        converted = super().convert(value, param, ctx)
+        if isinstance(converted, datetime) and converted.tzinfo is None:
+            return converted.replace(tzinfo=UTC)
+        return converted
+
+
+DATE_TIME = UtcDateTime(
     formats=[
         "%Y-%m-%d",
         "%Y-%m-%dT%H:%M:%S",

@@ -8,6 +8,7 @@ import json
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,31 @@ def test_dates_in_rfc_3339_and_rates_written_per_second_are_taken(client: Client
         assert drained.returncode == 0, (rate, drained.stderr)
     refused = _cli(client, "dlq", "drain", "--action", "retry", "--rate", "5/min")
     assert refused.returncode == 2 and "--rate" in refused.stderr
+
+
+def test_a_time_without_an_offset_is_utc_whatever_the_database_timezone(
+    client: Client, db: Database, tmp_path: Path, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    """The console reads `2026-11-01T09:00:00` as UTC; so must the CLI, or
+    the two would pick different dead letters from the same text. PGTZ puts
+    the CLI's PostgreSQL session 14 hours ahead of UTC."""
+    start_worker()
+    client.start("fragile", {"flag": str(tmp_path / "flag")})
+    wait_until(lambda: client.count_by_status() == {"failed": 1}, what="a dead letter")
+    with db.connection() as conn:
+        row = conn.execute("SELECT id, failed_at FROM dead_letters").fetchone()
+    assert row is not None and isinstance(row["failed_at"], datetime)
+    failed_at = row["failed_at"].astimezone(UTC)
+    until = (failed_at + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    since = (failed_at - timedelta(minutes=1)).strftime("%Y-%m-%d %H:%M:%S")
+    for option, text in (("--until", until), ("--since", since)):
+        listed = run_cli(
+            client.settings, "dlq", "list", option, text, "--json", PGTZ="Pacific/Kiritimati"
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert [item["dead_letter_id"] for item in json.loads(listed.stdout)["items"]] == [
+            row["id"]
+        ], option
+    later = (failed_at + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    none = run_cli(client.settings, "dlq", "list", "--since", later, "--json", PGTZ="Etc/GMT+12")
+    assert json.loads(none.stdout)["items"] == []
