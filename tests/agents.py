@@ -564,3 +564,13 @@ def misbehave(ctx: StepContext) -> Any:
         "nul_callback": lambda: ctx.wait(ctx.callback("a\x00"), then="misbehave"),
     }
     return waits[how]()
+
+
+doomed_late = Agent("doomed_late", retry=RetryPolicy(max_attempts=1))
+
+
+@doomed_late.step
+def fails_after_hold(ctx: StepContext) -> Complete:
+    """Fails for good, but only once the test lets it go (after a cancel)."""
+    hold_while_flagged(ctx, "fails_after_hold")
+    raise PermanentError("too late to matter")

@@ -106,14 +106,6 @@ class FailureHandler:
         record = error_record(exc, step, held.secrets)
         if policy.should_retry(exc, attempts):
             return self._schedule_retry(held, policy, exc, record, attempts, step)
-        logger.error(
-            "step %s failed for good after %d attempt(s): %s: %s",
-            step,
-            attempts,
-            record["type"],
-            record["message"],
-            extra={"action": "step_failed_permanently", "error_code": record["code"]},
-        )
         # From here on the failing attempt counts as made (dead letter included).
         held = replace(held, attempts=attempts)
         if agent is not None and self._has_compensations(held):
@@ -129,9 +121,28 @@ class FailureHandler:
                     },
                 ).fetchone()
             if started is None:
-                return RunOutcome.LEASE_LOST
+                return self._not_recorded(step, record)
+            _log_failed_for_good(step, attempts, record)
             return self.compensate(held, agent, record, policy)
-        return self.fail(held, record, attempts, compensation=SagaOutcome.NONE)
+        outcome = self.fail(
+            held, record, attempts, compensation=SagaOutcome.NONE, failed_for_good=True
+        )
+        if outcome is RunOutcome.LEASE_LOST:
+            return self._not_recorded(step, record)
+        return outcome
+
+    @staticmethod
+    def _not_recorded(step: str | None, record: dict[str, Any]) -> RunOutcome:
+        """The session moved on (cancelled, or its lease taken over) while the
+        step ran: the failure is not this worker's to record, and no dead
+        letter was made, so it is not reported as one."""
+        logger.info(
+            "step %s failed after this worker lost its lease; the failure is not recorded: %s",
+            step,
+            record["type"],
+            extra={"action": "lease_lost", "error_code": record["code"]},
+        )
+        return RunOutcome.LEASE_LOST
 
     def _schedule_retry(
         self,
@@ -303,8 +314,11 @@ class FailureHandler:
         *,
         compensation: SagaOutcome,
         compensation_error: dict[str, Any] | None = None,
+        failed_for_good: bool = False,
     ) -> RunOutcome:
-        """End the session `failed` with an open dead letter (and an alert)."""
+        """End the session `failed` with an open dead letter (and an alert).
+        `failed_for_good`: the failing step's last attempt was this one, logged
+        once the dead letter is committed (not before: the write may be fenced)."""
         alert_kind = "compensation_failed" if compensation is SagaOutcome.FAILED else "dead_letter"
         with self.db.connection() as conn:
             row = (
@@ -333,6 +347,8 @@ class FailureHandler:
             )
         if row is None:
             return RunOutcome.LEASE_LOST
+        if failed_for_good:
+            _log_failed_for_good(error.get("step"), attempts, error)
         children.session_finished(self.db, self.broker, self.settings, held.session_id)
         logger.error(
             "session dead-lettered (dead letter %s) at step %s: %s: %s",
@@ -365,3 +381,14 @@ class FailureHandler:
             self.broker.enqueue(message, delay=int(delay * 1000) if delay > 0 else None)
         except Exception:
             logger.warning("could not enqueue the retry; the scheduler will", exc_info=True)
+
+
+def _log_failed_for_good(step: str | None, attempts: int, record: dict[str, Any]) -> None:
+    logger.error(
+        "step %s failed for good after %d attempt(s): %s: %s",
+        step,
+        attempts,
+        record["type"],
+        record["message"],
+        extra={"action": "step_failed_permanently", "error_code": record["code"]},
+    )

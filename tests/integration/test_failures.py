@@ -297,3 +297,20 @@ def test_a_poison_session_does_not_delay_healthy_ones(
         assert client.get(poison).status in {"retrying", "pending", "running"}
     # Thirty 5-step sessions on two threads while the poison session keeps failing.
     assert elapsed < 10
+
+
+def test_a_step_failing_after_its_session_was_cancelled_is_not_reported_as_a_dead_letter(
+    client: Client, db: Database, tmp_path: Path, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    """`step_failed_permanently` means a new dead letter: a step that fails
+    once its session was cancelled makes none, so it must not say so."""
+    worker = start_worker()
+    (tmp_path / "hold").touch()
+    session_id = client.start("doomed_late", {"gate_dir": str(tmp_path)})
+    wait_until(lambda: any(tmp_path.glob("entered-*")), what="the step to start")
+    client.cancel(session_id, actor="test", reason="changed my mind")
+    (tmp_path / "hold").unlink()
+    wait_until(lambda: "the failure is not recorded" in worker.output(), what="the refused failure")
+    assert "failed for good" not in worker.output()
+    assert client.get(session_id).status == "cancelled"
+    assert _dead_letters(db, session_id) == []
