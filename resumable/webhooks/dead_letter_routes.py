@@ -82,6 +82,7 @@ async def list_dead_letters(request: Request) -> Response:
         step=query.step,
         since=query.since,
         until=query.until,
+        compensation=query.compensation,
     )
     before = number_cursor(query.cursor, MAX_ID) or None
     rows, next_before = await database_call(
@@ -228,6 +229,7 @@ async def drain_dead_letters(request: Request) -> Response:
         step=body.step,
         since=body.since,
         until=body.until,
+        compensation=body.compensation,
     )
     report = await database_call(
         lambda: _letters(state).drain(

@@ -26,7 +26,7 @@ from pydantic import (
     ValidationError,
 )
 
-from resumable.dead_letters import MAX_RATE, MIN_RATE
+from resumable.dead_letters import MAX_RATE, MIN_RATE, Compensation
 from resumable.models.status import SessionStatus
 from resumable.schemas import JsonValue
 from resumable.webhooks.errors import ApiError
@@ -245,6 +245,11 @@ class _Drain(_Body):
     step: Text | None = None
     since: Time | None = Field(default=None, description="Failed at or after.")
     until: Time | None = Field(default=None, description="Failed before.")
+    compensation: Compensation | None = Field(
+        default=None,
+        description="Only this saga outcome: `none` (nothing to undo), `completed`"
+        " (every compensation ran) or `failed` (one kept failing).",
+    )
 
 
 class DrainRetry(_Drain):
@@ -304,6 +309,11 @@ class ListDeadLetters(_Query):
     step: Text | None = None
     since: Time | None = Field(default=None, description="Failed at or after.")
     until: Time | None = Field(default=None, description="Failed before.")
+    compensation: Compensation | None = Field(
+        default=None,
+        description="Only this saga outcome: `none` (nothing to undo), `completed`"
+        " (every compensation ran) or `failed` (one kept failing).",
+    )
     limit: Annotated[int, Field(ge=1, le=500, description="Dead letters per page."), Digits] = 50
     cursor: IdCursor | None = None
 

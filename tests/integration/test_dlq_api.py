@@ -14,6 +14,7 @@ from resumable.models.database import Database
 from resumable.settings import Settings
 from resumable.webhooks.app import create_app
 from tests.conftest import API_TOKEN, LocalDeployment, wait_until
+from tests.fake_api import FakeAPI
 
 AUTH = {"authorization": f"Bearer {API_TOKEN}", "x-resumable-actor": "ops@example.com"}
 
@@ -118,3 +119,47 @@ def test_discard_needs_a_reason_and_drain_dry_run_changes_nothing(
     ).json()
     assert sorted(drained["done"]) == sorted(letters[1:])
     assert api.get("/v1/dead-letters", headers=AUTH).json()["items"] == []
+
+
+def test_the_saga_outcome_filters_a_list_and_a_drain(
+    api: TestClient, client: Client, tmp_path: Path, deployment: LocalDeployment
+) -> None:
+    """`compensation` narrows HTTP as `--compensation` narrows the CLI."""
+    deployment.worker()
+    with FakeAPI() as fake:
+        client.start("saga", {"api": fake.url})
+        for _ in range(3):
+            client.start("fragile", {"flag": str(tmp_path / "flag")})
+        wait_until(lambda: client.count_by_status() == {"failed": 4}, what="dead letters")
+    letters = [
+        d["dead_letter_id"] for d in api.get("/v1/dead-letters", headers=AUTH).json()["items"]
+    ]
+    by_outcome: dict[str, list[int]] = {}
+    for outcome in ("none", "completed", "failed"):
+        page = api.get(f"/v1/dead-letters?compensation={outcome}", headers=AUTH)
+        assert page.status_code == 200, page.text
+        by_outcome[outcome] = [d["dead_letter_id"] for d in page.json()["items"]]
+        assert {d["compensation"] for d in page.json()["items"]} <= {outcome}
+    assert len(by_outcome["none"]) == 3 and len(by_outcome["completed"]) == 1
+    assert by_outcome["failed"] == []
+    assert sorted(by_outcome["none"] + by_outcome["completed"]) == sorted(letters)
+    bogus = api.get("/v1/dead-letters?compensation=undone", headers=AUTH)
+    assert (bogus.status_code, bogus.json()["error"]["code"]) == (422, "invalid_request")
+
+    dry = api.post(
+        "/v1/dead-letters/drain",
+        json={"action": "retry", "dry_run": True, "compensation": "none"},
+        headers=AUTH,
+    ).json()
+    assert sorted(dry["matched"]) == sorted(by_outcome["none"]) and not dry["refused"]
+    discarded = api.post(
+        "/v1/dead-letters/drain",
+        json={"action": "discard", "reason": "cleanup", "compensation": "completed"},
+        headers=AUTH,
+    ).json()
+    assert discarded["done"] == by_outcome["completed"]
+    refused = api.post(
+        "/v1/dead-letters/drain", json={"action": "retry", "compensation": "all"}, headers=AUTH
+    )
+    assert refused.status_code == 422
+    assert client.count_by_status() == {"failed": 4}
