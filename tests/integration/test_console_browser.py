@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
 from resumable.client import Client
 from resumable.models.database import Database
@@ -72,8 +72,17 @@ class Tab:
         self.base = base
         self.shots = shots
         self.dialogs: list[str] = []
+        #: What the browser's console reported as errors (a failed fetch of a
+        #: page's resource, a script error), with the URL it was about.
+        self.errors: list[str] = []
         page.set_default_timeout(PAGE_TIMEOUT_MS)
         page.on("dialog", self._dialog)
+        page.on("console", self._console)
+        page.on("pageerror", lambda error: self.errors.append(f"script: {error}"))
+
+    def _console(self, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self.errors.append(f"{message.text} ({message.location.get('url')})")
 
     def _dialog(self, dialog: object) -> None:
         self.dialogs.append(str(getattr(dialog, "message", dialog)))
@@ -170,6 +179,7 @@ def test_an_operator_finds_a_dead_letter_reads_its_traceback_and_retries_it_with
     tab.shot("session")
     assert client.get(broken).result["fixed"] == "by Ada"
     assert not tab.dialogs
+    assert tab.errors == []  # no page asked for something it may not have (a favicon)
 
 
 def test_a_drain_shows_its_dry_run_then_runs_with_progress(
