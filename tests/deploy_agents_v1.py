@@ -25,6 +25,12 @@ def undo(request: dict[str, Any], response: dict[str, Any], idempotency_key: str
     post_json(url.rsplit("/", 1)[0] + "/undo", {"what": body["what"]}, idempotency_key)
 
 
+@trip.compensation
+def return_car(request: dict[str, Any], response: dict[str, Any], idempotency_key: str) -> None:
+    url, _ = request["args"]
+    post_json(url.rsplit("/", 1)[0] + "/return", {"what": "car"}, idempotency_key)
+
+
 def book_hotel(ctx: StepContext, nights: int) -> None:
     body = {"what": "hotel", "nights": nights}
     ctx.tool("hotel", post_json, f"{ctx.input['api']}/book", body, compensate="undo")
@@ -40,6 +46,10 @@ def book(ctx: StepContext) -> Wait:
     if not ctx.input.get("no_hotel"):
         book_hotel(ctx, nights=2)
         ctx.state["nights"] = 2  # what tests/deploy_agents_v4.py migrates
+    if ctx.input.get("car"):  # booked after the hotel: its undo comes first
+        ctx.tool(
+            "car", post_json, f"{ctx.input['api']}/rent", {"what": "car"}, compensate="return_car"
+        )
     if ctx.input.get("watch"):
         return ctx.wait(Poll("hotel_confirmed", {}, every=0.3), then="confirmed")
     if ctx.input.get("gate_dir"):

@@ -205,17 +205,20 @@ class FailureHandler:
                 .execute(failure_queries.PENDING_COMPENSATIONS, {"id": held.session_id})
                 .fetchall()
             )
+        lost = next((c for c in pending if not agent.has_compensation(c.compensation)), None)
+        if lost is not None:
+            # The deployed code lost one: parked for an operator, not given up,
+            # and before any undo runs, so the saga is not left half undone
+            # by code that cannot finish it.
+            divergence = missing("compensation", agent.name, lost.compensation, lost.step)
+            return park(
+                self.settings, self.db, self.keeper, held.session_id, held.epoch, divergence
+            )
         for call in pending:
             if self.stopping.is_set():
                 return self.hand_back(held, "worker stopping")
             key = f"{call.idempotency_key}:compensate"
             name = call.compensation
-            if not agent.has_compensation(name):
-                # The deployed code lost it: parked for an operator, not given up.
-                divergence = missing("compensation", agent.name, name, call.step)
-                return park(
-                    self.settings, self.db, self.keeper, held.session_id, held.epoch, divergence
-                )
             if not self._fenced(failure_queries.CLAIM_COMPENSATION, call, held):
                 return RunOutcome.LEASE_LOST
             try:

@@ -248,10 +248,10 @@ def test_a_saga_needing_a_removed_compensation_is_parked_until_it_is_back(
 ) -> None:
     v1 = deployment.worker(V1)
     with FakeAPI() as api:
-        sid = client.start("trip", {"api": api.url})
+        sid = client.start("trip", {"api": api.url, "car": True})
         _wait_status(db, sid, "suspended")
         v1.stop()
-        v3 = deployment.worker(V3)  # neither `pay` nor `undo`
+        v3 = deployment.worker(V3)  # neither `pay` nor `undo`, but `return_car`
         _signal(client, db, sid)
         _wait_status(db, sid, "blocked")
         _cli(client, "fail", str(sid), "--reason", "customer gave up", "--by", "ops:dee")
@@ -259,14 +259,15 @@ def test_a_saga_needing_a_removed_compensation_is_parked_until_it_is_back(
         _wait_status(db, sid, "blocked")
         reason = _session(db, sid)["blocked_reason"]
         assert (reason["kind"], reason["from"]) == ("missing_compensation", "compensating")
-        assert [path for path, _ in api.order] == ["/book"]  # nothing undone, nothing given up
+        # Nothing undone (not even the car, whose undo is there), nothing given up.
+        assert [path for path, _ in api.order] == ["/book", "/rent"]
         assert _count(db, "SELECT count(*) FROM dead_letters") == 0
 
         v3.stop()
         deployment.worker(V1)  # `undo` is back
         _cli(client, "resume", str(sid), "--reason", "undo is back", "--by", "ops:dee")
         _wait_status(db, sid, "failed")
-        assert [path for path, _ in api.order] == ["/book", "/undo"]
+        assert [path for path, _ in api.order] == ["/book", "/rent", "/return", "/undo"]
         with db.connection() as conn:
             letter = conn.execute(
                 "SELECT error_code, compensation FROM dead_letters WHERE session_id = %s", (sid,)
