@@ -566,10 +566,10 @@ def misbehave(ctx: StepContext) -> Any:
     return waits[how]()
 
 
-doomed_late = Agent("doomed_late", retry=RetryPolicy(max_attempts=1))
+late_failer = Agent("late_failer", retry=RetryPolicy(max_attempts=1))
 
 
-@doomed_late.step
+@late_failer.step
 def fails_after_hold(ctx: StepContext) -> Complete:
     """Fails for good, but only once the test lets it go (after a cancel)."""
     hold_while_flagged(ctx, "fails_after_hold")

@@ -306,7 +306,7 @@ def test_a_step_failing_after_its_session_was_cancelled_is_not_reported_as_a_dea
     once its session was cancelled makes none, so it must not say so."""
     worker = start_worker()
     (tmp_path / "hold").touch()
-    session_id = client.start("doomed_late", {"gate_dir": str(tmp_path)})
+    session_id = client.start("late_failer", {"gate_dir": str(tmp_path)})
     wait_until(lambda: any(tmp_path.glob("entered-*")), what="the step to start")
     client.cancel(session_id, actor="test", reason="changed my mind")
     (tmp_path / "hold").unlink()
