@@ -20,8 +20,9 @@ Who uses them: the HTTP routes answer them; ``Client`` and ``AsyncClient``
 return them; the CLI's ``--json`` (``sessions list/show/events/history``,
 ``dlq list/show``) prints them. README's "One vocabulary" points here.
 
-No model carries lease internals (epochs, owners, expiry): those are the
-workers' business. Each record has a ``from_row`` constructor, so code that
+No model carries lease internals (epochs, owners, expiry) as fields: those are the
+workers' business (only the payload of an audit event that records a run
+starting names the worker and the epoch). Each record has a ``from_row`` constructor, so code that
 reads the tables builds exactly what the API returns.
 """
 
@@ -268,7 +269,7 @@ class Event(Record):
                     "session_id": "3f1c9b7e-8d2a-4c51-9a0e-6b7f2d9c1e45",
                     "seq": 2,
                     "step": "ask_approval",
-                    "type": "session_suspended",
+                    "type": "suspended",
                     "payload": {"signals": ["approval"]},
                     "at": "2026-11-01T09:00:01Z",
                 }
@@ -280,7 +281,7 @@ class Event(Record):
     session_id: uuid.UUID
     seq: int | None = Field(description="The checkpoint it belongs to, if any.")
     step: str | None
-    type: str = Field(description="What happened, e.g. step_completed, session_suspended.")
+    type: str = Field(description="What happened, e.g. step_completed, suspended.")
     payload: JsonObject
     at: datetime
 
