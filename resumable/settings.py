@@ -336,10 +336,15 @@ def checked_http_url(value: str) -> str:
     return value
 
 
+#: The schemes libpq takes; ``postgres://`` is what many hosts hand out.
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+
+
 def checked_database_url(value: str) -> str:
     """DATABASE_URL as settings take it; ValueError saying what is wrong."""
-    if not value.split("://", 1)[0].startswith("postgres"):
-        raise ValueError("must be a postgresql:// URL")
+    scheme = value.split("://", 1)[0] if "://" in value else ""
+    if scheme.split("+", 1)[0] not in POSTGRES_SCHEMES:
+        raise ValueError("must be a postgresql:// (or postgres://) URL")
     _check_postgres_url(value)
     return value
 

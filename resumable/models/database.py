@@ -22,6 +22,8 @@ from resumable.errors import ConfigurationError
 
 def sqlalchemy_url(url: str) -> str:
     """Force the psycopg 3 driver whatever scheme the user wrote."""
+    if url.startswith("postgres://") or url.startswith("postgres+"):
+        url = "postgresql" + url.removeprefix("postgres")  # SQLAlchemy 2 knows only this name
     parsed = make_url(url)
     if parsed.get_backend_name() != "postgresql":
         raise ConfigurationError(

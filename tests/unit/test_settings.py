@@ -14,6 +14,7 @@ import annotated_types
 import pytest
 
 from resumable.errors import ConfigurationError
+from resumable.models.database import libpq_url
 from resumable.settings import Settings, env_name, load_settings
 
 GOOD_SECRET = "whsec_" + base64.b64encode(b"x" * 24).decode()
@@ -61,7 +62,8 @@ def test_a_value_past_either_bound_names_the_variable(
         ("RESUMABLE_WEBHOOK_SECRET", "whsec_abc", "not valid base64"),
         ("RESUMABLE_WEBHOOK_SECRET", "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0", "must be whsec_"),
         ("RESUMABLE_ALERT_WEBHOOK_SECRET", "whsec_" + "QUJD", "at least 24 random bytes"),
-        ("DATABASE_URL", "mysql://u@h/db", "must be a postgresql:// URL"),
+        ("DATABASE_URL", "mysql://u@h/db", "must be a postgresql:// (or postgres://) URL"),
+        ("DATABASE_URL", "postgresfoo://u@h/db", "must be a postgresql:// (or postgres://) URL"),
         ("REDIS_URL", "http://h:6379", "redis://"),
         ("RESUMABLE_PUBLIC_URL", "127.0.0.1:8000", "http:// or https://"),
         ("RESUMABLE_ALERT_WEBHOOK_URL", "ftp://ops", "http:// or https://"),
@@ -173,3 +175,14 @@ def test_urls_given_to_a_client_are_checked_as_settings_are(
         Client(**given)
     assert caught.value.message.startswith(f"invalid setting {variable}: ")
     assert "pw" not in caught.value.message
+
+
+@pytest.mark.parametrize("scheme", ["postgres", "postgresql", "postgresql+psycopg"])
+def test_the_postgres_schemes_libpq_takes_are_taken(
+    monkeypatch: pytest.MonkeyPatch, scheme: str
+) -> None:
+    """Hosts hand out ``postgres://``; every process must start on it."""
+    monkeypatch.setenv("DATABASE_URL", f"{scheme}://u:pw@h:5433/db")
+    settings = load_settings()
+    assert settings.database_url == f"{scheme}://u:pw@h:5433/db"
+    assert libpq_url(settings.database_url).startswith("postgresql://u:pw@h:5433/db")
