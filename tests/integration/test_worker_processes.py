@@ -54,7 +54,9 @@ def test_sigterm_to_the_parent_hands_back_every_childs_sessions(
 ) -> None:
     steps, sessions = 40, 4
     with FakeAPI() as api:
-        worker = _two_by_two(start_worker)
+        # A prefetch of one message per thread: neither child can take all four
+        # messages and leave the other idle, so both must be under way.
+        worker = _two_by_two(start_worker, RESUMABLE_WORKER_PREFETCH="2")
         children = _children(worker)
         assert sorted(children) == [0, 1] and worker.pid not in children.values()
         ids = [
