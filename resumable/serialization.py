@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import traceback
 from typing import Any
 
 from resumable.errors import NotSerializableError
@@ -28,6 +29,34 @@ def unstorable_text(text: str) -> str | None:
             code = ord(text[exc.start])
             return f"a lone surrogate (\\u{code:04x}), which is not valid Unicode"
     return None
+
+
+def storable_text(text: str) -> str:
+    """`text` with what PostgreSQL cannot store (NUL, lone surrogates) written
+    out as escapes: for text we record but did not choose, such as an
+    exception's message, where refusing would lose the failure itself."""
+    if unstorable_text(text) is None:
+        return text
+    return text.replace("\x00", "\\u0000").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, storable, even for an exception whose ``__str__`` raises
+    (a step's exception is user code; recording it must not fail)."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = f"<{storable_text(type(exc).__name__)} whose str() raised>"
+    return storable_text(text)
+
+
+def traceback_text(exc: BaseException) -> str:
+    """The formatted traceback of `exc`, storable (see `exception_text`)."""
+    try:
+        text = "".join(traceback.format_exception(exc))
+    except Exception:
+        text = f"<the traceback of a {type(exc).__name__} could not be formatted>"
+    return storable_text(text)
 
 
 def read_float(text: str) -> float:

@@ -355,6 +355,47 @@ def needs_flag(ctx: StepContext) -> Complete:
     return Complete({"fixed": True, "patched": ctx.state.get("patched")})
 
 
+unruly = Agent("unruly", retry=RetryPolicy(max_attempts=2, min_delay=0.1, max_delay=0.2))
+
+
+class _UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise ValueError("no text for this one")
+
+
+class _Custom(BaseException):
+    """Neither an Exception nor one of Python's own interrupts."""
+
+
+def _fail_oddly(how: str) -> None:
+    if how == "nul":
+        raise RuntimeError("broke at \x00 with \ud800 in its text")
+    if how == "unprintable":
+        raise _UnprintableError()
+    if how == "exit":
+        raise SystemExit(3)
+    if how == "interrupt":
+        raise KeyboardInterrupt
+    raise _Custom("not an Exception")
+
+
+@unruly.step
+def fail_oddly(ctx: StepContext) -> str:
+    """Charge once, then fail in a way a careless step can: see `_fail_oddly`."""
+    if ctx.input.get("async"):
+        return "fail_oddly_async"
+    ctx.tool("charge", post_json, f"{ctx.input['api']}/charge", {"how": ctx.input["how"]})
+    _fail_oddly(ctx.input["how"])
+    return "fail_oddly"
+
+
+@unruly.step
+async def fail_oddly_async(ctx: StepContext) -> str:
+    ctx.tool("charge", post_json, f"{ctx.input['api']}/charge", {"how": ctx.input["how"]})
+    _fail_oddly(ctx.input["how"])
+    return "fail_oddly_async"
+
+
 # -- history -----------------------------------------------------------------------------
 
 

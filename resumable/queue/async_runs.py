@@ -35,7 +35,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from resumable.agent import Agent
-from resumable.errors import ReplayDivergedError, StepTimeoutError
+from resumable.errors import StepTimeoutError
 from resumable.models.step_queries import ClaimedSession
 from resumable.queue.database_threads import on_database_thread
 from resumable.queue.event_loop import EventLoopThread
@@ -150,7 +150,7 @@ class AsyncRuns:
                     )
             except asyncio.CancelledError:
                 raise
-            except (StepTimeoutError, ReplayDivergedError, Exception) as exc:
+            except BaseException as exc:  # SystemExit too: it must not stop the loop
                 # Not a database thread: a permanent failure runs the saga (see above).
                 return await self.events.in_step_thread(
                     runner.step_error, claim, agent, position, exc

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -60,10 +59,10 @@ def error_record(
     code = exc.code if isinstance(exc, ResumableError | StepTimeoutError) else "step_failed"
     return {
         "code": code,
-        "type": type(exc).__name__,
-        "message": Redactor.scrub(str(exc), secrets),
+        "type": serialization.storable_text(type(exc).__name__),
+        "message": Redactor.scrub(serialization.exception_text(exc), secrets),
         "step": step,
-        "traceback": Redactor.scrub("".join(traceback.format_exception(exc)), secrets),
+        "traceback": Redactor.scrub(serialization.traceback_text(exc), secrets),
     }
 
 

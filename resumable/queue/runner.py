@@ -267,7 +267,7 @@ class SessionRunner:
             return RunOutcome.LEASE_LOST
         except ReplayDivergedError as divergence:
             return self._park(claim, divergence)
-        except Exception as exc:
+        except BaseException as exc:  # a poll check is user code, too
             return self.failures.step_failed(_held(claim), agent, exc, claim.cursor)
         if wake is not None and wake.kind == "poll_check":
             return RunOutcome.SUSPENDED  # the check found nothing; suspended again
@@ -305,7 +305,7 @@ class SessionRunner:
             active.at_step(position.cursor)
             try:
                 step = self.execute_limited(claim, agent, position)
-            except (StepTimeoutError, ReplayDivergedError, Exception) as exc:
+            except BaseException as exc:  # a step's SystemExit is its failure, too
                 return self.step_error(claim, agent, position, exc)
             outcome = self.after_step(claim, agent, step, position)
             if outcome is not None:

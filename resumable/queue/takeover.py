@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import traceback
 import uuid
 from dataclasses import replace
 
@@ -72,10 +71,11 @@ def take_over(
                 "kind": "migration_failed",
                 "step": claim.cursor,
                 "message": f"migrating a session of {old} to {new} failed: "
-                f"{type(exc).__name__}: {exc}",
+                f"{serialization.storable_text(type(exc).__name__)}: "
+                f"{serialization.exception_text(exc)}",
                 "recorded": {"version": claim.version},
                 "requested": {"version": agent.version},
-                "traceback": traceback.format_exc(),
+                "traceback": serialization.traceback_text(exc),
             }
             conn.execute(
                 blocked_queries.BLOCK_SESSION,

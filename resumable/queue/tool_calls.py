@@ -34,7 +34,6 @@ import hashlib
 import inspect
 import logging
 import threading
-import traceback
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -311,9 +310,9 @@ class ToolCalls:
 
     def _failed(self, tool: str, key: str, exc: Exception) -> None:
         error = {
-            "type": type(exc).__name__,
-            "message": self._scrub(str(exc)),
-            "traceback": self._scrub("".join(traceback.format_exception(exc))),
+            "type": serialization.storable_text(type(exc).__name__),
+            "message": self._scrub(serialization.exception_text(exc)),
+            "traceback": self._scrub(serialization.traceback_text(exc)),
         }
         if not self._record(tool_call_queries.FAIL_TOOL_CALL, key, error=error):
             raise LeaseLostError(f"lease lost during tool call {tool!r}") from exc

@@ -314,3 +314,44 @@ def test_a_step_failing_after_its_session_was_cancelled_is_not_reported_as_a_dea
     assert "failed for good" not in worker.output()
     assert client.get(session_id).status == "cancelled"
     assert _dead_letters(db, session_id) == []
+
+
+UNRULY = {
+    # how the step fails -> (attempts made, the message recorded)
+    "nul": (2, "broke at \\u0000 with \\ud800 in its text"),
+    "unprintable": (2, "<_UnprintableError whose str() raised>"),
+    "exit": (1, "3"),
+    "interrupt": (1, ""),
+    "custom": (1, "not an Exception"),
+}
+
+
+def test_a_step_failing_in_any_way_python_allows_is_dead_lettered_once(
+    client: Client, db: Database, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    """A message PostgreSQL cannot store, a ``__str__`` that raises, and the
+    BaseExceptions (SystemExit, KeyboardInterrupt, one of the step's own)
+    are failures like any other, in sync and async steps: retried or dead
+    lettered, each tool call made once, the worker and its loop unharmed."""
+    worker = start_worker()
+    with FakeAPI() as api:
+        ids = {
+            (how, is_async): client.start("unruly", {"api": api.url, "how": how, "async": is_async})
+            for how in UNRULY
+            for is_async in (False, True)
+        }
+        wait_until(
+            lambda: all(_finished(client, s) == "failed" for s in ids.values()),
+            timeout=30,
+            what="every unruly session to fail for good",
+        )
+        # One charge per session: a retry replays the recorded call.
+        assert api.total_calls() == api.effect_count() == len(ids)
+        for (how, _), session_id in ids.items():
+            attempts, message = UNRULY[how]
+            [letter] = _dead_letters(db, session_id)
+            assert (letter["attempts"], letter["error_message"]) == (attempts, message), how
+        # The worker survived them all, its event loop included.
+        assert not worker.exited(), worker.tail(40)
+        after = client.start("unruly", {"api": api.url, "how": "exit", "async": True})
+        assert wait_until(lambda: _finished(client, after), timeout=15) == "failed"
