@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 from resumable.arguments import MAX_NAME_LENGTH
-from resumable.checkpoints import CheckpointStrategy, Snapshot
+from resumable.checkpoints import CheckpointStrategy, EventSourced, Incremental, Snapshot
 from resumable.errors import (
     AgentDefinitionError,
     UnknownAgentError,
@@ -95,9 +95,9 @@ class Agent:
         self._step_policies: dict[str, RetryPolicy] = {}
         #: Steps written as ``async def`` (recognised when registered; run on the event loop).
         self._async_steps: set[str] = set()
-        self.retry = retry
+        self.retry = _checked_policy(retry, f"agent {name!r}: retry")
         #: How each step's checkpoint row is stored (see resumable/checkpoints.py).
-        self.checkpoints: CheckpointStrategy = checkpoints or Snapshot()
+        self.checkpoints: CheckpointStrategy = _checked_strategy(name, checkpoints)
 
     @overload
     def step(
@@ -137,6 +137,14 @@ class Agent:
         Returns the function itself (or a decorator that does), so steps stay
         plain functions that tests can call directly.
         """
+
+        if isinstance(aliases, str):  # aliases="old" would be three one-letter names
+            raise AgentDefinitionError(
+                f"agent {self.name!r}: aliases is a list of former step names, "
+                f"not the string {aliases!r} (write aliases=[{aliases!r}])"
+            )
+        if retry is not None:
+            _checked_policy(retry, f"agent {self.name!r}: a step's retry")
 
         def register(fn: S) -> S:
             _require_function(fn, "a step", self.name)
@@ -388,11 +396,34 @@ def _checked_version(name: str, version: int | None) -> int:
     return version
 
 
-def _checked_patches(name: str, version: int, patches: Mapping[str, int]) -> dict[str, int]:
+def _checked_policy(policy: object, what: str) -> RetryPolicy:
+    if not isinstance(policy, RetryPolicy):
+        raise AgentDefinitionError(f"{what} must be a RetryPolicy, not {policy!r}")
+    return policy
+
+
+def _checked_strategy(name: str, strategy: object) -> CheckpointStrategy:
+    if strategy is None:
+        return Snapshot()
+    if not isinstance(strategy, Snapshot | Incremental | EventSourced):
+        raise AgentDefinitionError(
+            f"agent {name!r}: checkpoints must be Snapshot(), Incremental() or "
+            f"EventSourced(reducer), not {strategy!r}"
+        )
+    return strategy
+
+
+def _checked_patches(name: str, version: int, patches: object) -> dict[str, int]:
+    if not isinstance(patches, Mapping):
+        raise AgentDefinitionError(
+            f"agent {name!r}: patches maps each patch name to the version that "
+            f"introduced it, not {patches!r}"
+        )
     checked: dict[str, int] = {}
     for patch, since in patches.items():
         if not isinstance(patch, str) or not patch:
             raise AgentDefinitionError(f"agent {name!r}: a patch needs a non-empty string name")
+        checked_name(patch, f"agent {name!r}: patch name")
         if isinstance(since, bool) or not isinstance(since, int) or not 1 <= since <= version:
             raise AgentDefinitionError(
                 f"agent {name!r}: patch {patch!r} must name the version that introduced "

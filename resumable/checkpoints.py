@@ -30,11 +30,25 @@ from resumable.errors import AgentDefinitionError
 Reducer = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 
+def _check_snapshot_every(value: object, at_most: int | None = None) -> None:
+    """Refused when the agent is defined, not when a worker's first step
+    compares or divides by it and fails."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise AgentDefinitionError(
+            f"snapshot_every must be an integer of at least 1, not {value!r}"
+        )
+    if at_most is not None and value > at_most:
+        raise AgentDefinitionError(f"snapshot_every of Snapshot is always 1, not {value!r}")
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Every step stores the whole state."""
 
     snapshot_every: int = 1
+
+    def __post_init__(self) -> None:
+        _check_snapshot_every(self.snapshot_every, at_most=1)
 
 
 @dataclass(frozen=True)
@@ -44,8 +58,7 @@ class Incremental:
     snapshot_every: int = 20
 
     def __post_init__(self) -> None:
-        if self.snapshot_every < 1:
-            raise AgentDefinitionError("snapshot_every must be at least 1")
+        _check_snapshot_every(self.snapshot_every)
 
 
 @dataclass(frozen=True)
@@ -56,8 +69,12 @@ class EventSourced:
     snapshot_every: int = 50
 
     def __post_init__(self) -> None:
-        if self.snapshot_every < 1:
-            raise AgentDefinitionError("snapshot_every must be at least 1")
+        if not callable(self.reducer):
+            raise AgentDefinitionError(
+                f"EventSourced needs a reducer, a function (state, event) -> state, "
+                f"not {self.reducer!r}"
+            )
+        _check_snapshot_every(self.snapshot_every)
 
 
 CheckpointStrategy = Snapshot | Incremental | EventSourced

@@ -41,6 +41,22 @@ ALWAYS_PERMANENT: tuple[type[BaseException], ...] = (
 )
 
 
+#: The longest delay or time limit a policy takes (ten years): longer would
+#: overflow the timestamp of the next attempt or the time limit's timer.
+MAX_SECONDS = 10 * 365 * 86400
+
+
+def _exception_types(name: str, value: object) -> tuple[type[BaseException], ...]:
+    """`value` as a tuple of exception classes (one class alone is taken too),
+    refused when the agent is defined rather than at its first failure."""
+    types = (value,) if isinstance(value, type) else value
+    if not isinstance(types, tuple | list | set | frozenset) or not all(
+        isinstance(t, type) and issubclass(t, BaseException) for t in types
+    ):
+        raise AgentDefinitionError(f"{name} must be a tuple of exception classes, not {value!r}")
+    return tuple(types)
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How a failing step is retried."""
@@ -57,6 +73,8 @@ class RetryPolicy:
     jitter: bool = field(default=True, compare=False)
 
     def __post_init__(self) -> None:
+        for name in ("transient", "permanent"):
+            object.__setattr__(self, name, _exception_types(name, getattr(self, name)))
         for name in ("max_attempts", "compensation_attempts"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -72,9 +90,11 @@ class RetryPolicy:
                 isinstance(value, bool)
                 or not isinstance(value, int | float)
                 or not math.isfinite(value)
+                or value > MAX_SECONDS
             ):
                 raise AgentDefinitionError(
-                    f"{name} must be a finite number of seconds, not {value!r}"
+                    f"{name} must be a finite number of seconds, at most {MAX_SECONDS:,} "
+                    f"(ten years), not {value!r}"
                 )
         if not 0 <= self.min_delay <= self.max_delay:
             raise AgentDefinitionError("need 0 <= min_delay <= max_delay")
@@ -98,8 +118,14 @@ class RetryPolicy:
         cap = min(self.max_delay, self.min_delay * 2 ** max(attempts_made - 1, 0))
         chosen = random.uniform(self.min_delay, cap) if self.jitter else cap
         retry_after = getattr(exc, "retry_after", None)
-        if isinstance(retry_after, int | float):
-            chosen = max(chosen, float(retry_after))
+        # A failure's own number (parsed from a Retry-After header, say): NaN
+        # is ignored, and the wait is at most MAX_SECONDS, where a longer one
+        # could not be written as the time of the next attempt.
+        if isinstance(retry_after, int | float) and not isinstance(retry_after, bool):
+            if retry_after >= MAX_SECONDS:
+                chosen = float(MAX_SECONDS)
+            elif not (isinstance(retry_after, float) and math.isnan(retry_after)):
+                chosen = max(chosen, float(retry_after))
         return chosen
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from resumable import Agent, AgentRegistry, Complete, RetryPolicy, StepContext
+from resumable.checkpoints import EventSourced, Incremental, Snapshot
 from resumable.errors import (
     AgentDefinitionError,
     NotSerializableError,
@@ -144,6 +145,22 @@ def _step(ctx: object) -> None:
         (lambda: RetryPolicy(time_limit="3"), "time_limit must be a finite"),  # type: ignore[arg-type]
         (lambda: RetryPolicy(max_delay=float("inf")), "max_delay must be a finite number"),
         (lambda: RetryPolicy(max_attempts=2.5), "max_attempts must be an int"),  # type: ignore[arg-type]
+        # Taken here, then failing on the worker: a timestamp overflow left the
+        # session running and its tool calls repeating; a comparison with 5
+        # raised TypeError in the failure handler; "pay" named three aliases.
+        (lambda: RetryPolicy(time_limit=1e300), "at most 315,360,000"),
+        (lambda: RetryPolicy(min_delay=1e300, max_delay=1e300), "at most 315,360,000"),
+        (lambda: RetryPolicy(transient=5), "transient must be a tuple of exception classes"),  # type: ignore[arg-type]
+        (lambda: RetryPolicy(permanent=(KeyError, "x")), "permanent must be a tuple"),  # type: ignore[arg-type]
+        (lambda: Agent("a").step(_step, retry=5), "a step's retry must be a RetryPolicy"),  # type: ignore[call-overload]
+        (lambda: Agent("a", retry=5), "retry must be a RetryPolicy"),  # type: ignore[arg-type]
+        (lambda: Agent("a", checkpoints=5), "checkpoints must be Snapshot()"),  # type: ignore[arg-type]
+        (lambda: EventSourced(5), "EventSourced needs a reducer"),  # type: ignore[arg-type]
+        (lambda: Incremental("5"), "snapshot_every must be an integer"),  # type: ignore[arg-type]
+        (lambda: Snapshot(5), "snapshot_every of Snapshot is always 1"),
+        (lambda: Agent("a").step(_step, aliases="pay"), "write aliases=['pay']"),
+        (lambda: Agent("a", version=2, patches=["x"]), "patches maps each patch name"),  # type: ignore[arg-type]
+        (lambda: Agent("a", version=2, patches={"a\x00": 1}), "patch name 'a\\x00' contains NUL"),
     ],
 )
 def test_a_definition_a_worker_could_not_store_is_refused_when_it_is_made(
@@ -152,3 +169,24 @@ def test_a_definition_a_worker_could_not_store_is_refused_when_it_is_made(
     with pytest.raises(AgentDefinitionError) as raised:
         define()
     assert message in str(raised.value), raised.value
+
+
+def test_a_single_exception_class_is_taken_as_the_tuple_of_one() -> None:
+    assert RetryPolicy(transient=KeyError).transient == (KeyError,)  # type: ignore[arg-type]
+    assert RetryPolicy(permanent=[KeyError]).permanent == (KeyError,)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "at_least", "at_most"),
+    [(float("inf"), 315_360_000, 315_360_000), (1e300, 315_360_000, 315_360_000),
+     (10**5000, 315_360_000, 315_360_000), (float("nan"), 0.0, 2.0), (30, 30, 30)],
+    ids=["inf", "1e300", "5000 digits", "nan", "30"],
+)  # fmt: skip
+def test_a_failures_retry_after_is_at_most_ten_years_and_nan_is_ignored(
+    retry_after: float, at_least: float, at_most: float
+) -> None:
+    from resumable.errors import TransientError
+
+    policy = RetryPolicy(min_delay=1, max_delay=2)
+    delay = policy.delay(1, TransientError("slow down", retry_after=retry_after))
+    assert at_least <= delay <= at_most
