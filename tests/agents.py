@@ -586,6 +586,10 @@ def misbehave(ctx: StepContext) -> Any:
     if how == "nul_tool_name":
         ctx.tool("pay\x00", huge_result, ctx.input["counter"])
         return Complete(None)
+    if how in ("nul_child", "long_child"):
+        ctx.tool("bump", bump, ctx.input["counter"])  # before the spawn: made once
+        ctx.spawn("kid\x00" if how == "nul_child" else "k" * 201)
+        return Complete(None)
     if how == "deep_state":
         nested: list[Any] = []
         for _ in range(50_000):

@@ -25,6 +25,7 @@ import dramatiq
 import psycopg
 
 from resumable import serialization
+from resumable.agent import checked_name
 from resumable.coordination import locks
 from resumable.coordination.shared import CoordinationError
 from resumable.models import coordination_queries as queries
@@ -53,6 +54,9 @@ class Spawns:
     def spawn(self, agent: str, input: Any) -> uuid.UUID:
         if not isinstance(agent, str) or not agent:
             raise CoordinationError("spawn needs an agent name")
+        # A name no session could be started with (NUL, 201 characters) is the
+        # step's mistake, refused here: not a commit that fails on every retry.
+        checked_name(agent, "child agent name")
         new_id = child_id(self.parent_id, self.seq, len(self.children))
         serialization.dumps(input, f"input of child {new_id}")
         self.children.append({"id": str(new_id), "agent": agent, "input": input})

@@ -151,6 +151,9 @@ def test_cli_reports_errors_with_a_message_and_nonzero_exit(client: Client) -> N
         ("nul_callback", "invalid_wait", "a callback topic 'a\\x00' contains NUL"),
         # Once a psycopg DataError, retried as transient, then dead-lettered as one.
         ("nul_tool_name", "agent_definition_error", "tool name 'pay\\x00' contains NUL"),
+        # Once a commit that failed on every attempt, leaving the parent running.
+        ("nul_child", "agent_definition_error", "child agent name 'kid\\x00' contains NUL"),
+        ("long_child", "agent_definition_error", "is 201 characters; at most 200"),
     ],
 )
 def test_a_step_outcome_that_cannot_be_stored_fails_once_for_good(
@@ -180,6 +183,9 @@ def test_a_step_outcome_that_cannot_be_stored_fails_once_for_good(
         assert counter.read_text() == "1"  # the side effect ran once
     if how == "nul_tool_name":
         assert not counter.exists()  # refused before the tool ran
+    if how in ("nul_child", "long_child"):
+        assert counter.read_text() == "1"  # the tool before the spawn ran once
+        assert client.count_by_status() == {"failed": 1}  # and no child was made
 
 
 def test_bad_arguments_to_the_python_client_raise_its_own_errors_and_write_nothing(
