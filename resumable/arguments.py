@@ -12,7 +12,12 @@ from __future__ import annotations
 import math
 import uuid
 
-from resumable.errors import DeadLetterNotFoundError, InvalidArgumentError, SessionNotFoundError
+from resumable.errors import (
+    DeadLetterNotFoundError,
+    InvalidArgumentError,
+    MalformedDeadLetterIdError,
+    MalformedSessionIdError,
+)
 from resumable.models.status import SessionStatus
 from resumable.serialization import unstorable_text
 
@@ -27,8 +32,9 @@ _BIGINT = 2**63 - 1
 
 
 def session_id(value: object) -> uuid.UUID:
-    """A session id (a UUID, or its text); SessionNotFoundError for text that
-    names no session, InvalidArgumentError for anything else."""
+    """A session id (a UUID, or its text); for text that is not one,
+    MalformedSessionIdError (a SessionNotFoundError and an InvalidArgumentError),
+    InvalidArgumentError for anything else."""
     if isinstance(value, uuid.UUID):
         return value
     if not isinstance(value, str):
@@ -38,7 +44,7 @@ def session_id(value: object) -> uuid.UUID:
     try:
         return uuid.UUID(value)
     except ValueError:
-        raise SessionNotFoundError(f"{value!r} is not a session id") from None
+        raise MalformedSessionIdError(f"{value!r} is not a session id") from None
 
 
 def new_session_id(value: object, what: str) -> uuid.UUID | None:
@@ -56,7 +62,7 @@ def new_session_id(value: object, what: str) -> uuid.UUID | None:
 def dead_letter_id(value: object) -> int:
     """A dead letter's id; DeadLetterNotFoundError for one no dead letter can have."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise DeadLetterNotFoundError(f"{value!r} is not a dead letter id (an integer)")
+        raise MalformedDeadLetterIdError(f"{value!r} is not a dead letter id (an integer)")
     if not 1 <= value <= _BIGINT:
         raise DeadLetterNotFoundError(f"no dead letter {value}")
     return value
@@ -123,6 +129,17 @@ def session_status(value: object) -> str | None:
         return None
     if not isinstance(value, str) or value not in {status.value for status in SessionStatus}:
         known = ", ".join(status.value for status in SessionStatus)
+        raise InvalidArgumentError(f"status must be one of {known}, got {str(value)[:80]!r}")
+    return value
+
+
+DEAD_LETTER_STATUSES = ("open", "retried", "discarded", "all")
+
+
+def dead_letter_status(value: object) -> str:
+    """A dead-letter list's status filter, as `session_status` for sessions."""
+    if not isinstance(value, str) or value not in DEAD_LETTER_STATUSES:
+        known = ", ".join(DEAD_LETTER_STATUSES)
         raise InvalidArgumentError(f"status must be one of {known}, got {str(value)[:80]!r}")
     return value
 

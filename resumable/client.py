@@ -549,6 +549,7 @@ class Client:
     ) -> Page[DeadLetter]:
         """Dead letters, newest first, without tracebacks (read one for it);
         pass `next_cursor` back as `cursor` for the next page."""
+        arguments.dead_letter_status(status)
         arguments.count(limit, "limit")
         arguments.filter_text(agent, "agent")
         arguments.filter_text(error_type, "error_type")

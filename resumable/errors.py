@@ -186,6 +186,29 @@ class CheckpointNotFoundError(ResumableError):
     code = "checkpoint_not_found"
 
 
+# An id or position that is not well formed names nothing: it is both not
+# found (HTTP 404, as the API answers for such a path) and an invalid
+# argument (what README promises a malformed id raises), so either is caught.
+
+
+class MalformedSessionIdError(SessionNotFoundError, InvalidArgumentError):
+    """Text that is not a UUID, where a session id was expected."""
+
+    code = "session_not_found"
+
+
+class MalformedDeadLetterIdError(DeadLetterNotFoundError, InvalidArgumentError):
+    """Something other than an integer, where a dead letter id was expected."""
+
+    code = "dead_letter_not_found"
+
+
+class MalformedCheckpointError(CheckpointNotFoundError, InvalidArgumentError):
+    """Something other than a step number, where a checkpoint's seq was expected."""
+
+    code = "checkpoint_not_found"
+
+
 class ReplayDivergedError(BaseException):
     """The code asked for something other than what the session recorded.
 

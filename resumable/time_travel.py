@@ -27,6 +27,7 @@ from resumable.agent import AgentRegistry
 from resumable.checkpoints import EventSourced, Reducer, rebuild
 from resumable.errors import (
     CheckpointNotFoundError,
+    MalformedCheckpointError,
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
@@ -68,8 +69,13 @@ class TimeTravel:
 
     def state_at(self, session_id: uuid.UUID, seq: int) -> PastState:
         """The state right after step `seq`, rebuilt from the nearest snapshot."""
-        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**31:
+        if isinstance(seq, bool) or not isinstance(seq, int):
             self._agent_of(session_id)  # an unknown session is a different error
+            raise MalformedCheckpointError(
+                f"a checkpoint is a step number (an integer), not {str(seq)[:80]!r}"
+            )
+        if not 0 <= seq < 2**31:
+            self._agent_of(session_id)
             raise CheckpointNotFoundError(f"session {session_id} has no checkpoint {seq!r}")
         with self.db.connection() as conn:
             rows = conn.execute(

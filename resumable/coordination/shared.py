@@ -25,7 +25,7 @@ import psycopg
 from psycopg.rows import class_row
 
 from resumable import serialization
-from resumable.errors import ResumableError
+from resumable.errors import InvalidArgumentError, ResumableError
 from resumable.models import coordination_queries as queries
 from resumable.models.coordination_queries import SharedDocument, SharedVersion
 from resumable.models.database import Database
@@ -42,6 +42,11 @@ class CoordinationError(ResumableError):
     code = "coordination_error"
 
 
+class InvalidNameError(CoordinationError, InvalidArgumentError):
+    """A shared document's or lock's name that none can have: a step's
+    CoordinationError, and the InvalidArgumentError a `Client` call raises."""
+
+
 class SharedUpdateError(CoordinationError):
     """A shared-document update function failed when applied at commit."""
 
@@ -56,11 +61,11 @@ MAX_PAGE = 10_000
 def check_name(name: object, what: str = "shared document") -> str:
     """A name is a non-empty string of printable text, at most 200 characters."""
     if not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH:
-        raise CoordinationError(
+        raise InvalidNameError(
             f"a {what} name must be a non-empty string of at most {MAX_NAME_LENGTH} characters"
         )
     if "\x00" in name or not name.isprintable():
-        raise CoordinationError(f"a {what} name must be printable text, got {name!r}")
+        raise InvalidNameError(f"a {what} name must be printable text, got {name!r}")
     return name
 
 

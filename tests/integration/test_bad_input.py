@@ -234,20 +234,29 @@ def test_bad_arguments_to_the_python_client_raise_its_own_errors_and_write_nothi
         lambda: client.retry_dead_letter(1, actor=1),  # type: ignore[arg-type]
         lambda: client.discard_dead_letter(1, reason="\ud800"),
         lambda: client.discard_dead_letter(1, reason="r", actor=7),  # type: ignore[arg-type]
+        # Once a raw SQLAlchemy ProgrammingError, an empty page, a CoordinationError.
+        lambda: client.dead_letters(status=5),  # type: ignore[arg-type]
+        lambda: client.dead_letters(status="garbage"),  # type: ignore[arg-type]
+        lambda: client.shared("a\x00"),
+        lambda: client.shared_history(""),
     ):
         with pytest.raises(ResumableError) as raised:
             call()
         assert isinstance(raised.value, InvalidArgumentError | NotSerializableError), raised.value
+    # A malformed id names nothing: it is not found, and (README) an invalid argument.
     for call in (lambda: client.get("not-a-uuid"), lambda: client.events("nope")):
-        with pytest.raises(SessionNotFoundError):
+        with pytest.raises(SessionNotFoundError) as raised:
             call()
+        assert isinstance(raised.value, InvalidArgumentError)
     for bad_id in (2**70, "abc", -1, True):
-        with pytest.raises(DeadLetterNotFoundError):
+        with pytest.raises(DeadLetterNotFoundError) as raised:
             client.dead_letter(bad_id)  # type: ignore[arg-type]
+        assert isinstance(raised.value, InvalidArgumentError) == isinstance(bad_id, str | bool)
     session_id = client.start("five")
-    for seq in (2**70, -1, "1"):
-        with pytest.raises(CheckpointNotFoundError):
+    for seq in (2**70, -1, "1", True):
+        with pytest.raises(CheckpointNotFoundError) as raised:
             client.checkpoint_state(session_id, seq)  # type: ignore[arg-type]
+        assert isinstance(raised.value, InvalidArgumentError) == isinstance(seq, str | bool)
         with pytest.raises(CheckpointNotFoundError):
             client.fork(session_id, seq)  # type: ignore[arg-type]
     assert client.count_by_status() == {"pending": 1}  # only the good start
