@@ -41,9 +41,16 @@ def _status(db: Database, session_id: uuid.UUID) -> str:
 
 
 def _wait_status(db: Database, session_id: uuid.UUID, status: str, timeout: float = 30.0) -> None:
-    wait_until(
-        lambda: _status(db, session_id) == status, timeout=timeout, what=f"{session_id} {status}"
-    )
+    try:
+        wait_until(
+            lambda: _status(db, session_id) == status,
+            timeout=timeout,
+            what=f"{session_id} {status}",
+        )
+    except AssertionError as exc:
+        row = _session(db, session_id)
+        seen = {key: row[key] for key in ("status", "cursor", "lease_owner", "lease_expires_at")}
+        raise AssertionError(f"{exc}; the session is {seen}") from None
 
 
 def _events(db: Database, session_id: uuid.UUID, *kinds: str) -> list[dict[str, Any]]:
@@ -153,6 +160,11 @@ def test_a_failing_migration_parks_the_session_untouched_until_a_fixed_one_takes
 def test_a_replay_that_makes_fewer_calls_than_recorded_is_blocked_then_accepted(
     client: Client, db: Database, deployment: LocalDeployment, tmp_path: Path
 ) -> None:
+    # A killed worker's message comes back from dramatiq only when its
+    # heartbeat lapses; the reconciler is what guarantees the session is
+    # claimed again (a redelivery that came while the dead worker's lease
+    # still stood is dropped as a duplicate), as in any deployment.
+    deployment.scheduler()
     (tmp_path / "hold").touch()
     v1 = deployment.worker(V1)
     with FakeAPI() as api:
