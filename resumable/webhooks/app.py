@@ -120,6 +120,10 @@ def create_app(
         lifespan=lifespan,
         max_body_size=settings.max_body_bytes,
     )
+    # A route is one path: `/v1/sessions/` is a 404 like any other unknown
+    # path, not a 307 to `/v1/sessions` that a client following redirects
+    # would replay with its token and body.
+    app.router.redirect_slashes = False
     app.console = build_console(settings, auth, lambda: app.state.resumable)
     return app
 

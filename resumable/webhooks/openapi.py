@@ -43,7 +43,8 @@ A suspend-and-resume job queue for long-running AI agents.
 
 Every route needs `Authorization: Bearer <token>` except `/healthz`, `/readyz` and
 `/v1/callbacks/{token}`. Every error is `{"error": {"code", "message"}}`; `code` is stable.
-Besides each route's own answers: a path no route serves answers 404 `not_found`, a
+Besides each route's own answers: a path no route serves (a trailing slash included;
+nothing redirects) answers 404 `not_found`, a
 method a path does not take 405 `method_not_allowed` (with `Allow`), and request headers
 over 16 KiB 431 `headers_too_large`.
 Names are one vocabulary across HTTP, Python and the CLI: `session_id`, `step`, `seq`,

@@ -566,6 +566,30 @@ def test_an_id_with_a_trailing_newline_names_nothing(
     assert snapshot(db) == before
 
 
+def test_a_path_with_a_trailing_slash_is_a_404_not_a_redirect(
+    api: TestClient, db: Database, world: dict[str, str]
+) -> None:
+    """Starlette redirects `/v1/sessions/` to `/v1/sessions` (307) by default:
+    a client that follows it sends its token and body twice, and the API's
+    contract has no such answer. Every route with a slash added is a 404."""
+    before = snapshot(db)
+    session = world["session_id"]
+    for method, path in (
+        ("GET", "/v1/sessions/"),
+        ("POST", "/v1/sessions/"),
+        ("GET", f"/v1/sessions/{session}/"),
+        ("POST", f"/v1/sessions/{session}/cancel/"),
+        ("GET", "/v1/dead-letters/"),
+        ("GET", "/healthz/"),
+        ("GET", "/openapi.json/"),
+    ):
+        answer = api.request(method, path, json={}, headers=AUTH, follow_redirects=False)
+        check_error(answer, path)
+        assert answer.status_code == 404, (path, answer.status_code, answer.text[:200])
+        assert answer.json()["error"]["code"] == "not_found", path
+    assert snapshot(db) == before
+
+
 def test_an_idempotency_key_is_bounded_in_bytes_on_every_way_in(
     api: TestClient, client: Client, db: Database
 ) -> None:
