@@ -43,6 +43,11 @@ MAX_DRAIN_LIMIT = 100_000
 
 NAME_PATTERN = r"^[A-Za-z0-9_.:\-]{1,200}$"
 NO_NUL_PATTERN = r"^[^\x00]*$"
+# Not blank as Python's str.strip() sees it (what the library and the CLI
+# refuse), spelt out: `\S` differs by regex engine (pydantic's Rust one, the one
+# a client validates the JSON Schema with), and lets \x1c-\x1f through in Rust.
+PYTHON_WHITESPACE = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NON_BLANK_PATTERN = rf"^[^\x00]*[^\x00{PYTHON_WHITESPACE}][^\x00]*$"
 # A JSON Pointer (RFC 6901): "" or "/"-separated tokens, "~" escaped as ~0 and ~1.
 POINTER_PATTERN = r"^(/([^~/\x00]|~[01])*)*$"
 _RFC3339 = re.compile(
@@ -69,7 +74,7 @@ Name = Annotated[StrictStr, Field(pattern=NAME_PATTERN, examples=["support"])]
 Text = Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=NO_NUL_PATTERN)]
 Reason = Annotated[StrictStr, Field(max_length=2000, pattern=NO_NUL_PATTERN)]
 NonBlankReason = Annotated[
-    StrictStr, Field(min_length=1, max_length=2000, pattern=r"^[^\x00]*\S[^\x00]*$")
+    StrictStr, Field(min_length=1, max_length=2000, pattern=NON_BLANK_PATTERN)
 ]
 Time = Annotated[datetime, BeforeValidator(_rfc3339_text)]
 Pointer = Annotated[StrictStr, Field(max_length=2000, pattern=POINTER_PATTERN)]
@@ -195,7 +200,7 @@ class BlockedSessionAction(_Body):
         json_schema_extra={"examples": [{"reason": "deployed the fix for the renamed step"}]}
     )
 
-    reason: Reason = Field(description="Why (kept in the audit log with the actor).")
+    reason: NonBlankReason = Field(description="Why (kept in the audit log with the actor).")
 
 
 class ForkSession(_Body):
