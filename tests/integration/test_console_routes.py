@@ -526,3 +526,26 @@ def test_a_blocked_session_is_resumed_or_failed_from_its_page(
     assert failed.status_code == 303 and client.get(second).status != "blocked"
     by = {(e.type, e.payload.get("by")) for e in client.events(first)}
     assert ("blocked_resumed", "console:Ada") in by
+
+
+def test_a_cursor_or_id_as_long_as_its_range_is_taken_and_one_past_it_refused(
+    browser: TestClient, world: dict[str, str]
+) -> None:
+    """`before` (a dead letter id) and `events_after` (an event id) run to 19
+    digits; the console refused anything over 12 as not a whole number."""
+    csrf = log_in(browser)
+    largest = str(2**62)
+    letters = browser.get(f"/ui/dead-letters?status=all&before={largest}")
+    assert letters.status_code == 200, _alert(letters)
+    assert world["fixable"][:8] in letters.text and world["compensated"][:8] in letters.text
+    padded = browser.get(f"/ui/dead-letters?status=all&before=000{largest}")
+    assert padded.status_code == 200, _alert(padded)
+    session = browser.get(f"/ui/sessions/{world['fixable']}?events_after={largest}")
+    assert session.status_code == 200, _alert(session)
+    for past in (str(2**62 + 1), "9" * 400):
+        refused = browser.get(f"/ui/dead-letters?status=all&before={past}")
+        assert refused.status_code == 422
+        assert "must be a whole number" in _alert(refused)
+    for number in (str(2**63), "0" * 30 + "1" * 20):
+        retried = browser.post(f"/ui/dead-letters/{number}/retry", data={"csrf": csrf})
+        assert retried.status_code == 404, retried.text[:300]

@@ -105,7 +105,9 @@ class Form:
         value = self.fields.get(name, "").strip()
         if not value:
             return None
-        if not (value.isascii() and value.isdigit() and len(value) <= 12):
+        # Bounded before int() (a 50,000-digit field), but as long as `high`
+        # allows: a cursor or an event id runs to 19 digits.
+        if not (value.isascii() and value.isdigit() and len(value.lstrip("0")) <= len(str(high))):
             raise FormError(f"{label} must be a whole number from {low} to {high}")
         number = int(value)
         if not low <= number <= high:

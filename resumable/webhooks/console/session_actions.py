@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from resumable import arguments
 from resumable.blocked import BlockedSessions
 from resumable.dead_letters import DeadLetters
 from resumable.errors import DeadLetterNotFoundError, ResumableError, SessionNotFoundError
@@ -124,9 +125,9 @@ def _dead_letters(request: Request) -> tuple[DeadLetters, Callable[[], uuid.UUID
     state = web_state(request)
     letters = DeadLetters(state.settings, state.db, state.broker)
     raw = str(request.path_params["dead_letter_id"])
-    number = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 18 else 0
-    if number < 1:
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19):
         raise DeadLetterNotFoundError(f"no dead letter {raw[:40]!r}")
+    number = arguments.dead_letter_id(int(raw))
     return letters, lambda: letters.get(number).session_id, number
 
 
