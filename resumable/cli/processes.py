@@ -44,11 +44,24 @@ def worker(
     count = count or supervisor.default_processes()
     ready = supervisor.as_child()
     if count > 1 and ready is None:
+        last = settings.worker_metrics_port + count - 1
+        if settings.worker_metrics_port and last > 65535:
+            fail(
+                f"{count} worker processes serve metrics on ports "
+                f"{settings.worker_metrics_port}-{last}: RESUMABLE_WORKER_METRICS_PORT "
+                f"must be at most {65536 - count}"
+            )
+        for slot in range(count if settings.worker_metrics_port else 0):
+            _check_metrics_port(settings, settings.worker_metrics_port + slot)
         sys.exit(_supervise(settings, modules, count))
     from resumable.queue.worker import build_runtime, run_worker
     from resumable.queue.worker_metrics import serve as serve_worker_metrics
 
-    serve_worker_metrics(settings.worker_metrics_port, settings.worker_metrics_host)
+    try:
+        serve_worker_metrics(settings.worker_metrics_port, settings.worker_metrics_host)
+    except (OSError, UnicodeError) as exc:
+        _check_metrics_port(settings, settings.worker_metrics_port)  # names the address
+        fail(f"cannot serve worker metrics: {getattr(exc, 'strerror', None) or exc}")
     with process_urls(settings, check=True) as urls:
         runtime = build_runtime(settings, urls.database_url, urls.redis_url, registry)
         run_worker(runtime, ready=ready, slot=supervisor.slot())
@@ -119,24 +132,34 @@ def web(settings: Settings, host: str | None, port: int | None) -> None:
         exit_past_abandoned_calls()
 
 
-def _check_can_listen(host: str, port: int) -> None:
+def _check_metrics_port(settings: Settings, port: int) -> None:
+    """A worker's metrics port in use is one line naming it and the setting,
+    before any worker starts (prometheus_client's own error names neither)."""
+    host = settings.worker_metrics_host
+    where = f"{host}:{port} (RESUMABLE_WORKER_METRICS_HOST/RESUMABLE_WORKER_METRICS_PORT)"
+    _check_can_listen(host, port, where, "serve worker metrics on")
+
+
+def _check_can_listen(
+    host: str, port: int, where: str | None = None, what: str = "listen on"
+) -> None:
     """Bind the address once before anything starts: uvicorn reports a port in
     use, or a host that does not resolve, in several log lines and exits 3."""
     import socket
 
-    where = f"{host}:{port} (--host/--port, RESUMABLE_WEB_HOST/RESUMABLE_WEB_PORT)"
+    where = where or f"{host}:{port} (--host/--port, RESUMABLE_WEB_HOST/RESUMABLE_WEB_PORT)"
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
     except (socket.gaierror, UnicodeError) as exc:
-        fail(f"cannot listen on {where}: {getattr(exc, 'strerror', None) or exc}")
+        fail(f"cannot {what} {where}: {getattr(exc, 'strerror', None) or exc}")
     with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
         try:
             probe.bind(address)
         except OSError as exc:
-            fail(f"cannot listen on {where}: {exc.strerror or exc}")
+            fail(f"cannot {what} {where}: {exc.strerror or exc}")
 
 
 @click.command()

@@ -417,3 +417,32 @@ def test_web_on_a_port_in_use_or_a_host_that_does_not_resolve_is_one_line(
     result = _run("web", "--host", "no-such-host.invalid", client=client)
     _one_line_error(result, "cannot listen on no-such-host.invalid:")
     assert result.returncode == 1
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_worker_metrics_on_a_port_in_use_is_one_line_naming_the_setting(
+    client: Client, processes: str
+) -> None:
+    """prometheus_client said only 'Address already in use'; with several
+    processes, the second one's port was found taken only after the first
+    had started."""
+    agents = {"RESUMABLE_AGENTS": "benchmarks.noop_agent", "RESUMABLE_WORKER_PROCESSES": processes}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        first = port - int(processes) + 1  # the last process's port is the taken one
+        env = {**agents, "RESUMABLE_WORKER_METRICS_PORT": str(first)}
+        result = _run("worker", client=client, env=env)
+        _one_line_error(
+            result, f"127.0.0.1:{port}", "RESUMABLE_WORKER_METRICS_PORT", "Address already in use"
+        )
+        assert result.returncode == 1
+    env = {**agents, "RESUMABLE_WORKER_METRICS_PORT": "65535"}
+    if processes == "2":
+        result = _run("worker", client=client, env=env)
+        _one_line_error(result, "65535-65536", "at most 65534")
+    env["RESUMABLE_WORKER_METRICS_PORT"] = "9"
+    env["RESUMABLE_WORKER_METRICS_HOST"] = "no-such-host.invalid"
+    result = _run("worker", client=client, env=env)
+    _one_line_error(result, "no-such-host.invalid:", "RESUMABLE_WORKER_METRICS_HOST")
