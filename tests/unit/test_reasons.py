@@ -46,4 +46,3 @@ def test_python_re_agrees_with_pydantic() -> None:
     for space in PYTHON_SPACES:
         assert pattern.search(space * 2) is None, repr(space)
     assert pattern.search("\x1cx") is not None
-
