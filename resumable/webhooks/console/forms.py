@@ -105,11 +105,13 @@ class Form:
         value = self.fields.get(name, "").strip()
         if not value:
             return None
-        # Bounded before int() (a 50,000-digit field), but as long as `high`
-        # allows: a cursor or an event id runs to 19 digits.
-        if not (value.isascii() and value.isdigit() and len(value.lstrip("0")) <= len(str(high))):
+        # Bounded before int() (a 50,000-digit field; int() counts leading
+        # zeros too), but as long as `high` allows: a cursor or an event id
+        # runs to 19 digits.
+        digits = value.lstrip("0") or "0"
+        if not (value.isascii() and value.isdigit() and len(digits) <= len(str(high))):
             raise FormError(f"{label} must be a whole number from {low} to {high}")
-        number = int(value)
+        number = int(digits)
         if not low <= number <= high:
             raise FormError(f"{label} must be a whole number from {low} to {high}")
         return number
