@@ -43,25 +43,18 @@ def worker(
     count = settings.worker_processes if processes is None else processes
     count = count or supervisor.default_processes()
     ready = supervisor.as_child()
-    if count > 1 and ready is None:
-        last = settings.worker_metrics_port + count - 1
-        if settings.worker_metrics_port and last > 65535:
-            fail(
-                f"{count} worker processes serve metrics on ports "
-                f"{settings.worker_metrics_port}-{last}: RESUMABLE_WORKER_METRICS_PORT "
-                f"must be at most {65536 - count}"
-            )
-        for slot in range(count if settings.worker_metrics_port else 0):
-            _check_metrics_port(settings, settings.worker_metrics_port + slot)
-        sys.exit(_supervise(settings, modules, count))
+    if ready is None:  # not a supervisor's child, whose port its parent checked
+        _check_metrics_ports(settings, count)
+        if count > 1:
+            sys.exit(_supervise(settings, modules, count))
     from resumable.queue.worker import build_runtime, run_worker
     from resumable.queue.worker_metrics import serve as serve_worker_metrics
 
     try:
         serve_worker_metrics(settings.worker_metrics_port, settings.worker_metrics_host)
-    except (OSError, UnicodeError) as exc:
-        _check_metrics_port(settings, settings.worker_metrics_port)  # names the address
-        fail(f"cannot serve worker metrics: {getattr(exc, 'strerror', None) or exc}")
+    except OSError as exc:  # taken since it was checked
+        where = _metrics_address(settings, settings.worker_metrics_port)
+        fail(f"cannot serve worker metrics on {where}: {exc.strerror or exc}")
     with process_urls(settings, check=True) as urls:
         runtime = build_runtime(settings, urls.database_url, urls.redis_url, registry)
         run_worker(runtime, ready=ready, slot=supervisor.slot())
@@ -112,7 +105,8 @@ def web(settings: Settings, host: str | None, port: int | None) -> None:
     registry = optional_agents(settings.agents)
     host = host or settings.web_host
     port = port if port is not None else settings.web_port
-    _check_can_listen(host, port)
+    where = f"{host}:{port} (--host/--port, RESUMABLE_WEB_HOST/RESUMABLE_WEB_PORT)"
+    _check_can_listen(host, port, where, "listen on")
     # uvicorn re-raises the signal that stopped it once it has shut down; turn
     # that into an exit that unwinds the `with`, so embedded servers are released.
     for stop in (signal.SIGTERM, signal.SIGINT):
@@ -132,22 +126,35 @@ def web(settings: Settings, host: str | None, port: int | None) -> None:
         exit_past_abandoned_calls()
 
 
-def _check_metrics_port(settings: Settings, port: int) -> None:
-    """A worker's metrics port in use is one line naming it and the setting,
-    before any worker starts (prometheus_client's own error names neither)."""
+def _metrics_address(settings: Settings, port: int) -> str:
     host = settings.worker_metrics_host
-    where = f"{host}:{port} (RESUMABLE_WORKER_METRICS_HOST/RESUMABLE_WORKER_METRICS_PORT)"
-    _check_can_listen(host, port, where, "serve worker metrics on")
+    return f"{host}:{port} (RESUMABLE_WORKER_METRICS_HOST/RESUMABLE_WORKER_METRICS_PORT)"
 
 
-def _check_can_listen(
-    host: str, port: int, where: str | None = None, what: str = "listen on"
-) -> None:
+def _check_metrics_ports(settings: Settings, count: int) -> None:
+    """Every worker process's metrics port (the next one up per process), bound
+    once before any starts: prometheus_client's own error names neither the
+    address nor the setting, and a later process's port was found taken only
+    after the first had started."""
+    first = settings.worker_metrics_port
+    if not first:
+        return
+    last = first + count - 1
+    if last > 65535:
+        fail(
+            f"{count} worker processes serve metrics on ports {first}-{last}: "
+            f"RESUMABLE_WORKER_METRICS_PORT must be at most {65536 - count}"
+        )
+    for port in range(first, last + 1):
+        where = _metrics_address(settings, port)
+        _check_can_listen(settings.worker_metrics_host, port, where, "serve worker metrics on")
+
+
+def _check_can_listen(host: str, port: int, where: str, what: str) -> None:
     """Bind the address once before anything starts: uvicorn reports a port in
     use, or a host that does not resolve, in several log lines and exits 3."""
     import socket
 
-    where = where or f"{host}:{port} (--host/--port, RESUMABLE_WEB_HOST/RESUMABLE_WEB_PORT)"
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
