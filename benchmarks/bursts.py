@@ -1,9 +1,9 @@
-"""How fast does a burst of due timers (or poll checks) resume, against the
-workers' own step rate?
+"""How fast does a burst of due timers (or poll checks, or retries) resume,
+against the workers' own step rate?
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bursts.py [--sizes 1000,10000 --kinds timer,poll
+    .venv/bin/python benchmarks/bursts.py [--sizes 1000,10000 --kinds timer,poll,retry
                                            --workers 2 --threads 8 --schedulers 1]
 
 A real deployment: ``--schedulers`` ``resumable scheduler`` processes (several
@@ -14,17 +14,23 @@ worker`` processes running ``benchmarks/burst_agent.py``.
    sessions of a counting agent run ``--steps`` steps each; steps/s from the
    first start until the last completed (database clock).
 2. For each kind and size N: N sessions start and suspend on a timer (or a poll
-   check) an hour away; once all are suspended, one UPDATE makes every one due
-   at the same instant T (the database's clock). Reported: the time from T until
-   the last of them completed (``max(finished_at) - T``), wakes/s, and that time
-   against N / steps/s: the target is at most 1.3.
+   check) an hour away, or fail their first attempt and wait for a retry an hour
+   away; once all wait, one UPDATE makes every one due at the same instant T
+   (the database's clock). Reported: the time from T until the last of them
+   completed (``max(finished_at) - T``), wakes/s, and that time against N /
+   steps/s: the target is at most 1.3. "Woken in" is the time until the last
+   ``resumed`` audit event for timers and polls; a retry's wake writes none, so
+   for retries it is when this process's poll (every 0.25 s) first saw none
+   waiting, marked ``~``.
 3. The CPU each process spent (the workers, the schedulers, PostgreSQL with all
    its children, Valkey, this process) per step in step 1 and per resumed
    session in step 2, counted from T: what a resume costs against a step.
 4. The server's work behind those numbers, per step and per resumed session:
    statements (with ``pg_stat_statements``, which the benchmark's own embedded
    server preloads), rows written per table, how many ``sessions`` updates
-   were HOT (no index entry written), WAL bytes and flushes.
+   were HOT (no index entry written), WAL bytes and flushes. The benchmark's
+   own UPDATE that made the burst due is left out of the sessions updates (its
+   WAL and commit are in, a fraction of one per session).
 
 The scheduler's interval (``--interval``, default 0.1 s) is part of what is
 measured: the first scan after T finds the burst. Each burst starts settled
@@ -52,7 +58,7 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import harness
-from benchmarks.burst_agent import POLL_AGENT, STEPS_AGENT, TIMER_AGENT
+from benchmarks.burst_agent import POLL_AGENT, RETRY_AGENT, STEPS_AGENT, TIMER_AGENT
 from benchmarks.cpu import CpuMeter, GroupCpu
 from benchmarks.harness import BenchDeployment, Services
 from benchmarks.pg_counters import (
@@ -62,12 +68,12 @@ from benchmarks.pg_counters import (
     read_counters,
     read_statements,
     reset_statements,
+    settled_counters,
 )
 from benchmarks.report import add_deployment, bench_parser, command_line, machine, parse
 from resumable.queue.broker import enqueue_sessions
 
 TARGET_RATIO = 1.3
-AGENTS = {"timer": TIMER_AGENT, "poll": POLL_AGENT}
 TABLES = ("sessions", "checkpoints", "audit_events", "callbacks", "deliveries")
 
 # Every suspended session of the agent falls due now: its timer (or its next
@@ -81,6 +87,22 @@ UPDATE sessions SET
 FROM t
 WHERE agent = %s AND status = 'suspended'
 RETURNING t.at
+"""
+
+
+# Every retrying session of the agent falls due now.
+MAKE_RETRIES_DUE = """
+WITH t AS (SELECT clock_timestamp() AS at)
+UPDATE sessions SET wake_at = t.at
+FROM t
+WHERE agent = %s AND status = 'retrying'
+RETURNING t.at
+"""
+
+# The retried attempt succeeds (see benchmarks/burst_agent.py).
+RETRY_SUCCEEDS = """
+UPDATE sessions SET input = jsonb_set(input, '{fail}', 'false')
+WHERE agent = %s AND status = 'retrying'
 """
 
 
@@ -100,6 +122,7 @@ STATEMENT_NAMES = {  # a distinctive fragment of each statement a step or a resu
     "COMMIT_STEP": "RETURNING id, step_seq, state",
     "CLAIM_LEASE": "AS previous_status",
     "WAKE_DUE": "THEN jsonb_build_object('kind', 'timeout')",
+    "WAKE_DUE_RETRIES": "WHERE status = 'retrying' AND wake_at <= now()",
     "CREATE_SESSION": "INSERT INTO sessions (id, agent, status",
 }
 
@@ -117,14 +140,25 @@ class ServerWork:
     before: Counters = field(init=False)
 
     def __post_init__(self) -> None:
+        # Settled first: the statements counted are those of what follows.
+        self.before = settled_counters(self.url, TABLES).latest
         reset_statements(self.url, self.stats)
-        self.before = read_counters(self.url, TABLES)
 
-    def describe(self, units: int) -> str:
-        after = read_counters(self.url, TABLES)
+    def describe(self, units: int, own_updates: int = 0) -> str:
+        """Per unit, from the end of what was measured (now); `own_updates`
+        sessions updates were the benchmark's own (the UPDATE that made a
+        burst due, never HOT: it sets the indexed wake_at) and are left out.
+        Statements and the WAL position are counted as they happen, so they
+        are read now; rows, commits and WAL flushes once they are in."""
+        ended_at = time.monotonic()
+        statements = (
+            read_statements(self.url, self.stats, STATEMENT_NAMES) if self.stats.precise else []
+        )
+        wal_now = read_counters(self.url, ()).wal_bytes
+        settled = settled_counters(self.url, TABLES)
+        after = settled.counters
         parts = []
         if self.stats.precise:
-            statements = read_statements(self.url, self.stats, STATEMENT_NAMES)
             # The scheduler's other periodic queries, run a few times a second
             # whatever happens, are summed: per unit they are small.
             main = [s for s in statements if s.calls / units >= MAIN_STATEMENT_SHARE]
@@ -141,19 +175,18 @@ class ServerWork:
         for table in TABLES:
             inserted = after.rows.get(table, (0, 0))[0] - self.before.rows.get(table, (0, 0))[0]
             updated = after.rows.get(table, (0, 0))[1] - self.before.rows.get(table, (0, 0))[1]
+            if table == "sessions":
+                updated -= own_updates
             if inserted:
                 rows.append(f"{table} +{inserted / units:.2f}")
             if updated:
                 hot = after.hot.get(table, 0) - self.before.hot.get(table, 0)
                 rows.append(f"{table} ~{updated / units:.2f} ({100 * hot / updated:.0f}% HOT)")
         parts.append("rows " + ", ".join(rows))
-        wal = (after.wal_bytes - self.before.wal_bytes) / units
-        commits = (after.xact_commit - self.before.xact_commit) / units
-        flushes = (
-            ""
-            if after.wal_syncs is None or self.before.wal_syncs is None
-            else f", {(after.wal_syncs - self.before.wal_syncs) / units:.2f} WAL flushes"
-        )
+        wal = (wal_now - self.before.wal_bytes) / units
+        commits = settled.commits_since(self.before, ended_at) / units
+        syncs = settled.wal_syncs_since(self.before, ended_at)
+        flushes = "" if syncs is None else f", {syncs / units:.2f} WAL flushes"
         parts.append(f"{commits:.2f} commits, WAL {wal:,.0f} bytes{flushes}")
         return "; ".join(parts)
 
@@ -183,7 +216,7 @@ def step_rate(
 
 
 # The ideal scheduler, for comparison: the benchmark itself wakes every
-# suspended session of the agent in one statement and enqueues them at once,
+# waiting session of the agent in one statement and enqueues them at once,
 # so only the workers' cost per resumed session remains.
 WAKE_ALL = """
 UPDATE sessions SET status = 'pending', wake_at = NULL, updated_at = now(),
@@ -191,6 +224,45 @@ UPDATE sessions SET status = 'pending', wake_at = NULL, updated_at = now(),
 WHERE agent = %s AND status = 'suspended'
 RETURNING id, extract(epoch FROM clock_timestamp())
 """
+# The same for retries, as the scheduler's WAKE_DUE_RETRIES does.
+WAKE_ALL_RETRIES = """
+UPDATE sessions SET status = 'pending', wake_at = NULL, updated_at = now()
+WHERE agent = %s AND status = 'retrying'
+RETURNING id, extract(epoch FROM clock_timestamp())
+"""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of burst: its agent, the status its sessions wait in, and how
+    the benchmark makes them due (or wakes them itself)."""
+
+    agent: str
+    plural: str
+    waits_in: str
+    make_due: str
+    wake_all: str
+    session_input: dict[str, Any] | None = None
+    # Run once every session waits: what the retried attempt needs to succeed.
+    before_due: str | None = None
+    # A `resumed` audit event says when each was woken (not so for a retry).
+    resumed_event: bool = True
+
+
+KINDS = {
+    "timer": Kind(TIMER_AGENT, "timers", "suspended", MAKE_DUE, WAKE_ALL),
+    "poll": Kind(POLL_AGENT, "polls", "suspended", MAKE_DUE, WAKE_ALL),
+    "retry": Kind(
+        RETRY_AGENT,
+        "retries",
+        "retrying",
+        MAKE_RETRIES_DUE,
+        WAKE_ALL_RETRIES,
+        session_input={"fail": True},
+        before_due=RETRY_SUCCEEDS,
+        resumed_event=False,
+    ),
+}
 
 
 def last_woken(conn: Any, agent: str) -> float:
@@ -215,38 +287,48 @@ def burst(
     direct: bool,
     stats: StatementStats,
 ) -> tuple[float, float, str, str]:
-    """Suspend `size` sessions, make them all due at once (or, `direct`, wake and
-    enqueue them all from here); (seconds until the last was woken, seconds
+    """Make `size` sessions wait, make them all due at once (or, `direct`, wake
+    and enqueue them all from here); (seconds until the last was woken, seconds
     until the last completed, the CPU per resumed session from the moment
     they fell due, the server's work per resumed session)."""
-    agent = AGENTS[kind]
+    how = KINDS[kind]
+    agent = how.agent
     conn.execute(f"DELETE FROM sessions {harness.BENCH_TAG} WHERE agent = %s", [agent])
     with harness.bench_client(services.settings(), pool_size=8) as client:
-        harness.start_sessions(client, agent, [None] * size, threads=8)
+        harness.start_sessions(client, agent, [how.session_input] * size, threads=8)
     harness.wait_sessions(
         conn,
-        lambda c: c["suspended"] >= size,
-        what=f"{size} sessions to suspend",
+        lambda c: c[how.waits_in] >= size,
+        what=f"{size} sessions to wait ({how.waits_in})",
         timeout=args.timeout,
         agent=agent,  # all of the agent's sessions are the burst's (deleted above)
         interval=0.1,
     )
+    if how.before_due is not None:
+        conn.execute(how.before_due, [agent])
     harness.settle(conn, TABLES)
     work = ServerWork(services.pg_url, stats)
     before = meter()
     if direct:
-        rows = conn.execute(WAKE_ALL, [agent]).fetchall()
+        rows = conn.execute(how.wake_all, [agent]).fetchall()
         due_at = float(rows[0][1])
         with harness.bench_client(services.settings(), pool_size=1) as client:
             enqueue_sessions(client.broker, client.settings, [row[0] for row in rows])
         woken = time.time() - due_at  # the database's clock is this machine's
     else:
-        rows = conn.execute(MAKE_DUE, [agent]).fetchall()
+        rows = conn.execute(how.make_due, [agent]).fetchall()
         due_at = rows[0][0].timestamp()
     assert len(rows) == size, (len(rows), size)
+    none_waiting: list[float] = []  # when a poll first saw none waiting
+
+    def finished(counts: Any) -> bool:
+        if not none_waiting and not counts[how.waits_in]:
+            none_waiting.append(time.time())
+        return bool(counts["completed"] >= size)
+
     harness.wait_sessions(
         conn,
-        lambda c: c["completed"] >= size,
+        finished,
         what=f"{size} due {kind}s to resume",
         timeout=args.timeout,
         agent=agent,
@@ -256,10 +338,10 @@ def burst(
         interval=0.25,
     )
     cpu = meter().describe(before, size)
-    server = work.describe(size)
+    server = work.describe(size, own_updates=0 if direct else size)
     _, last = started_and_finished(conn, agent)
     if not direct:
-        woken = last_woken(conn, agent) - due_at
+        woken = (last_woken(conn, agent) if how.resumed_event else none_waiting[0]) - due_at
     return woken, last - due_at, cpu, server
 
 
@@ -313,8 +395,10 @@ def run(args: argparse.Namespace, services: Services, stats: StatementStats) -> 
                 floor = size / rate
                 ratio = elapsed / floor
                 worst = max(worst, ratio)
+                label = f"{size:,} {KINDS[kind].plural}"
+                approximate = " " if KINDS[kind].resumed_event else "~"
                 print(
-                    f"{f'{size:,} {kind}s':<14}{woken:>9.2f}s{elapsed:>11.2f}s"
+                    f"{label:<14}{approximate}{woken:>8.2f}s{elapsed:>11.2f}s"
                     f"{size / elapsed:>9,.0f}{ideal:>8.2f}s{elapsed / ideal:>10.2f}"
                     f"{floor:>10.2f}s{ratio:>7.2f}"
                 )
@@ -330,7 +414,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = bench_parser(__doc__, "bench-bursts", timeout=300.0)
     add_deployment(parser, threads=8)
     parser.add_argument("--sizes", default="1000,10000", help="burst sizes, comma-separated")
-    parser.add_argument("--kinds", default="timer,poll", help="timer and/or poll")
+    parser.add_argument("--kinds", default="timer,poll,retry", help="some of timer, poll and retry")
     parser.add_argument("--schedulers", type=int, default=1, help="scheduler processes")
     parser.add_argument("--interval", type=float, default=0.1, help="scheduler interval, s")
     parser.add_argument("--step-sessions", type=int, default=500, help="step-rate sessions")
@@ -343,8 +427,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.kinds = [kind.strip() for kind in str(args.kinds).split(",")]
     if any(size < 1 for size in args.sizes):
         parser.error("--sizes must be at least 1")
-    if any(kind not in AGENTS for kind in args.kinds):
-        parser.error(f"--kinds must name some of {', '.join(AGENTS)}")
+    if any(kind not in KINDS for kind in args.kinds):
+        parser.error(f"--kinds must name some of {', '.join(KINDS)}")
     return args
 
 

@@ -52,6 +52,67 @@ def read_counters(url: str, tables: Sequence[str]) -> Counters:
     return Counters(int(commit), int(rollback), rows, hot, int(wal[0]) if wal else 0, syncs)
 
 
+@dataclass(frozen=True)
+class Settled:
+    """Counters read once every live backend's table counts were in, with
+    what the idle server (a scheduler's ticks, heartbeats) adds per second to
+    the counters that tables do not hold, so that a caller can take out what
+    accrued while it waited."""
+
+    counters: Counters  # the first reading after the row counts stopped moving
+    read_at: float  # time.monotonic() of that reading
+    idle_commits_per_second: float
+    idle_wal_syncs_per_second: float
+    # The last reading, a quiet period later: where to count from, for what
+    # follows the wait.
+    latest: Counters
+
+    def commits_since(self, before: Counters, ended_at: float) -> float:
+        """Commits from `before` until `ended_at` (monotonic), without the idle
+        ones counted since."""
+        idle = self.idle_commits_per_second * max(0.0, self.read_at - ended_at)
+        return self.counters.xact_commit - before.xact_commit - idle
+
+    def wal_syncs_since(self, before: Counters, ended_at: float) -> float | None:
+        if self.counters.wal_syncs is None or before.wal_syncs is None:
+            return None
+        idle = self.idle_wal_syncs_per_second * max(0.0, self.read_at - ended_at)
+        return self.counters.wal_syncs - before.wal_syncs - idle
+
+
+def settled_counters(
+    url: str, tables: Sequence[str], *, quiet: float = 11.0, timeout: float = 30.0
+) -> Settled:
+    """``read_counters`` once the live backends' table counts are in.
+
+    A backend adds its counts to the statistics at most once a second
+    (PostgreSQL 15 and later), and what it counted in its last second before
+    going idle only ten seconds later (``PGSTAT_IDLE_INTERVAL``; measured:
+    10.1 s). Counts read as a burst ends missed that second: ``bursts.py``,
+    whose workers stay connected, saw 0.78-0.85 checkpoint rows per step that
+    wrote one each. Read until the row counts of `tables` have not moved for
+    `quiet` seconds (or `timeout` has passed): 11-21 s a reading. Over that
+    quiet time only the idle server counted commits and WAL flushes: their
+    rates come back with the reading."""
+    deadline = time.monotonic() + timeout
+    first = latest = read_counters(url, tables)
+    first_at = latest_at = time.monotonic()
+    while latest_at < deadline and latest_at - first_at < quiet:
+        time.sleep(0.25)
+        reading, reading_at = read_counters(url, tables), time.monotonic()
+        if (reading.rows, reading.hot) != (first.rows, first.hot):
+            first, first_at = reading, reading_at
+        latest, latest_at = reading, reading_at
+    span = max(latest_at - first_at, 1e-9)
+    syncs = (
+        0.0
+        if latest.wal_syncs is None or first.wal_syncs is None
+        else (latest.wal_syncs - first.wal_syncs) / span
+    )
+    commits = (latest.xact_commit - first.xact_commit) / span
+    return Settled(first, first_at, commits, syncs, latest)
+
+
 # Where the server counts its WAL flushes: pg_stat_io from PostgreSQL 18,
 # pg_stat_wal before (14-17).
 _WAL_SYNC_QUERIES = (
