@@ -388,9 +388,10 @@ STEP_SEQ_MARK_EVERY = 32
 # instead (resumable/live_state.py): the stored state is left as it is, and
 # PostgreSQL does not rewrite an unchanged TOASTed value. No row back means the
 # epoch moved on (another worker owns the session) or the step was already
-# committed; nothing was written. (Compacted, so that the checkpoint insert is
-# within the first 1024 bytes, all pg_stat_activity shows of a query: a test
-# looks for it there.)
+# committed; nothing was written. An event is at the new position unless it
+# names its own `seq` (a poll check's `resumed`, at the one it woke from).
+# (Compacted, so that the checkpoint insert is within the first 1024 bytes,
+# all pg_stat_activity shows of a query: a test looks for it there.)
 _COMMIT_STEP = """
 WITH s AS (
     UPDATE sessions SET
@@ -425,8 +426,9 @@ WITH s AS (
     FROM s
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
-    SELECT s.id, s.step_seq, ev.step, ev.type, ev.payload
-    FROM s, jsonb_to_recordset(%(events)s::jsonb) AS ev(step text, type text, payload jsonb)
+    SELECT s.id, coalesce(ev.seq, s.step_seq), ev.step, ev.type, ev.payload
+    FROM s, jsonb_to_recordset(%(events)s::jsonb)
+            AS ev(step text, type text, payload jsonb, seq bigint)
 ), d AS (
     UPDATE deliveries SET status = 'consumed', consumed_at = now(), consumed_seq = s.step_seq
     FROM s WHERE deliveries.id = %(delivery_id)s AND deliveries.status = 'pending'

@@ -246,12 +246,3 @@ REJECTED_DELIVERY = """
 INSERT INTO audit_events (session_id, seq, step, event_type, payload)
 VALUES (%(session_id)s, %(step_seq)s, %(step)s, %(event)s, %(payload)s::jsonb)
 """
-
-# A poll check found its value (or the wait's deadline passed): the audit
-# record of the wake-up, as the other wake-ups write in WAKE_* above.
-RESUMED_BY_POLL = """
-INSERT INTO audit_events (session_id, seq, step, event_type, payload)
-SELECT id, step_seq, cursor, 'resumed',
-       jsonb_build_object('by', %(kind)s::text, 'check', %(check)s::text)
-FROM sessions WHERE id = %(id)s AND lease_epoch = %(epoch)s
-"""

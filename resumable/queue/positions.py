@@ -31,6 +31,9 @@ class RunPosition:
     writer: CheckpointWriter
     steps_run: int = 0
     started: float = field(default_factory=time.monotonic)
+    #: Audit events that ride with the next step's commit (a poll check's
+    #: ``resumed``, see ``wakes.Wakes.resumed_event``).
+    events: list[dict[str, Any]] = field(default_factory=list)
 
     def held(self) -> HeldLease:
         return HeldLease(self.session_id, self.epoch, self.attempts, self.writer.secrets)

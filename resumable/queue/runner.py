@@ -297,6 +297,9 @@ class SessionRunner:
             claim.session_id, claim.epoch, cursor, claim.state, claim.step_seq,
             claim.attempts, wake, writer,
         )  # fmt: skip
+        resumed = self.wakes.resumed_event(claim, wake)
+        if resumed is not None:
+            position.events.append(resumed)
         while True:
             if self.shutdown.stopping.is_set():
                 return self.failures.hand_back(position.held(), "worker stopping")
@@ -376,6 +379,8 @@ class SessionRunner:
         )
         stopping = self.shutdown.stopping.is_set()
         status, events = self._transition(step, out_of_budget, stopping, steps_run, writer)
+        if position.events:  # committed with this step, or with nothing if it is not
+            events, position.events = [*position.events, *events], []
         if status is not SessionStatus.RUNNING:
             self.keeper.drop(claim.session_id, claim.epoch)  # this commit releases it
         next_limit = None

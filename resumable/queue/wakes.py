@@ -2,9 +2,12 @@
 
 The first step after a wait sees ``ctx.wake``. A due poll check runs here,
 before any step: if the check finds nothing, the session suspends again
-until its next check (releasing the lease), and no step runs. After a
-session suspends, a delivery that arrived while it was suspending wakes it
-at once.
+until its next check (releasing the lease), and no step runs. If it finds
+its value (or the wait's deadline passed), the ``resumed`` audit event, which
+the scheduler and the receivers write as they wake a session, is committed
+with the step it wakes (``resumed_event``), not in a transaction of its own:
+a poll's resume costs a claim and a step, as a timer's does. After a session
+suspends, a delivery that arrived while it was suspending wakes it at once.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import dramatiq
 
@@ -65,17 +69,7 @@ class Wakes:
         elif deadline is not None and now >= deadline:
             wake = Wake(kind="timeout")
         if wake is not None:
-            with self.db.connection() as conn:
-                conn.execute(
-                    wait_queries.RESUMED_BY_POLL,
-                    {
-                        "id": claim.session_id,
-                        "epoch": claim.epoch,
-                        "kind": wake.kind,
-                        "check": poll["check"],
-                    },
-                )
-            return wake
+            return wake  # its `resumed` event rides with the step (resumed_event)
         candidates = [_next_check(now, float(poll["every"]), (claim.wake or {}).get("due_at"))]
         candidates += [t for t in (deadline, _parse_time(wait.get("timer_at"))) if t is not None]
         self.keeper.drop(claim.session_id, claim.epoch)  # suspending again releases it
@@ -88,6 +82,24 @@ class Wakes:
             raise LeaseLostError("lease lost during a poll check")
         self.wake_if_delivered(claim.session_id)
         return None
+
+    @staticmethod
+    def resumed_event(claim: ClaimedSession, wake: Wake | None) -> dict[str, Any] | None:
+        """The audit event of a wake-up found by a poll check here (its value,
+        or the wait's deadline), to commit with the step it wakes, at the
+        position the session waited at (as the scheduler's and the receivers'
+        are); None for a wake-up whose event its waker wrote. A step that
+        fails instead commits none: its retry checks again and records it."""
+        woken_by_check = (claim.wake or {}).get("kind") == "poll_check"
+        if not woken_by_check or wake is None or wake.kind == "poll_check":
+            return None
+        check = ((claim.wait or {}).get("poll") or {}).get("check")
+        return {
+            "step": claim.cursor,
+            "type": "resumed",
+            "payload": {"by": wake.kind, "check": check},
+            "seq": claim.step_seq,
+        }
 
     def wake_if_delivered(self, session_id: uuid.UUID) -> None:
         """After suspending: a delivery that arrived early wakes the session now."""

@@ -193,6 +193,30 @@ def test_timer_and_poll_fire_within_the_poller_interval(
     assert client.get(timed_out).result == {"kind": "timeout", "topic": None, "payload": None}
 
 
+def test_a_poll_checks_resumed_event_commits_with_the_step_it_wakes(
+    client: Client, tmp_path: Path, deployment: LocalDeployment
+) -> None:
+    # It had a transaction of its own, before the step: a commit more per
+    # poll resume than a timer's (benchmarks/bursts.py).
+    deployment.worker()
+    deployment.scheduler()
+    flag = tmp_path / "ready"
+    polled = client.start("poller", {"path": str(flag), "every": 0.3})
+    wait_until(lambda: _status(client, polled) == "suspended", timeout=10, what="suspension")
+    flag.write_text("done")
+    wait_until(lambda: _status(client, polled) == "completed", timeout=10, what="poll")
+    events = client.events(polled)
+    [resumed] = [e for e in events if e.type == "resumed"]
+    # Where the scheduler and the receivers put theirs: the position it woke from.
+    assert (resumed.seq, resumed.step) == (1, "polled")
+    assert resumed.payload == {"by": "poll", "check": "file_ready"}
+    [completed] = [e for e in events if e.type == "step_completed" and e.step == "polled"]
+    assert completed.seq == 2
+    # One transaction: the same now(), and the resumed event first.
+    assert resumed.at == completed.at
+    assert resumed.event_id < completed.event_id
+
+
 def test_poll_checks_keep_their_cadence_whatever_the_scheduler_interval(
     client: Client, tmp_path: Path, deployment: LocalDeployment
 ) -> None:
