@@ -6,7 +6,10 @@ Run from the repository root::
 
 N sessions of ``benchmarks/chaos_agent.py`` (M steps, one ledger call each) run
 on ``--workers`` real ``resumable worker`` processes and one ``resumable
-scheduler``, while the benchmark
+scheduler``, and more are started while faults remain, so that at least
+``--backlog`` are unfinished at every fault (a fault on an idle system proves
+nothing: with a fixed N, a faster machine finished its work with half the
+kills still to come), while the benchmark
 
 - SIGKILLs a random worker every ``--kill-every`` seconds and starts a new one
   (``--kills`` times),
@@ -239,6 +242,24 @@ class Outcome:
     faults_on_idle: int
 
 
+def keep_busy(
+    start: Callable[[int], None], pg_url: str, backlog: int, first: int, over: threading.Event
+) -> None:
+    """Until `over`, start sessions (numbered from `first`) whenever fewer than
+    `backlog` are unfinished. A start that a fault interrupts (every connection
+    terminated) is not retried: its session may exist; the count is taken from
+    the database at the end."""
+    index = first
+    while not over.wait(0.25):
+        try:
+            counts = statuses(pg_url)
+            for _ in range(backlog - (sum(counts.values()) - counts["completed"])):
+                index += 1
+                start(index)
+        except Exception as exc:  # a fault: the next round starts more
+            print(f"  (a start met a fault: {type(exc).__name__}; going on)")
+
+
 def check(services: Services, args: argparse.Namespace) -> tuple[int, int]:
     """(sessions with checkpoints 1..M each exactly once, sessions completed)."""
     with psycopg.connect(services.pg_url, autocommit=True) as conn:
@@ -250,6 +271,10 @@ def check(services: Services, args: argparse.Namespace) -> tuple[int, int]:
     gapless = sum(1 for _id, _status, seqs in rows if list(seqs) == expected)
     completed = sum(1 for _id, status, _seqs in rows if status == "completed")
     return gapless, completed
+
+
+def session_count(services: Services) -> int:
+    return sum(statuses(services.pg_url).values())
 
 
 def run_chaos(args: argparse.Namespace, services: Services, log_dir: Path) -> Outcome:
@@ -275,39 +300,57 @@ def run_chaos(args: argparse.Namespace, services: Services, log_dir: Path) -> Ou
             agent = ASYNC_AGENT_NAME
         elif args.incremental:
             agent = INCREMENTAL_AGENT_NAME
+        session_input = {
+            "ledger": f"{ledger.url}/effects",
+            "steps": args.steps,
+            "work_ms": args.work_ms,
+            "padding": 4096 if args.incremental else 0,
+        }
+
+        def start(index: int) -> None:
+            client.start(agent, session_input, session_id=uuid.UUID(int=index))
+
         started = time.monotonic()
-        for index in range(args.sessions):
-            client.start(
-                agent,
-                {
-                    "ledger": f"{ledger.url}/effects",
-                    "steps": args.steps,
-                    "work_ms": args.work_ms,
-                    "padding": 4096 if args.incremental else 0,
-                },
-                session_id=uuid.UUID(int=index + 1),
-            )
-        chaos = threading.Thread(
-            target=inject_faults, args=(args, fleet, services, faults, started, done)
+        for index in range(1, args.sessions + 1):
+            start(index)
+        faults_over = threading.Event()
+
+        def chaos_then_over() -> None:
+            try:
+                inject_faults(args, fleet, services, faults, started, done)
+            finally:
+                faults_over.set()
+
+        chaos = threading.Thread(target=chaos_then_over)
+        feeder = threading.Thread(
+            target=keep_busy,
+            args=(start, services.pg_url, args.backlog, args.sessions, faults_over),
         )
         chaos.start()
+        feeder.start()
         try:
             wait_sessions(
                 conn,
-                lambda counts: counts["completed"] == args.sessions and faults.kills >= args.kills,
+                lambda counts: (
+                    faults_over.is_set()
+                    and not feeder.is_alive()
+                    and counts["completed"] == sum(counts.values())
+                ),
                 what="every session to complete",
                 timeout=args.timeout,
                 interval=0.2,
             )
         finally:
             done.set()
+            faults_over.set()
             chaos.join()
+            feeder.join()
         finished = time.monotonic()
     for line in faults.log:
         print(f"  {line}")
     gapless, completed = check(services, args)
     return Outcome(
-        sessions=args.sessions,
+        sessions=session_count(services),
         completed=completed,
         statuses=statuses(services.pg_url),
         logical_calls=len(ledger.keys_per_call),
@@ -385,7 +428,7 @@ def report(outcome: Outcome, recovery: list[float], args: argparse.Namespace) ->
     print(f"  statuses                    {dict(outcome.statuses)}")
     print(
         f"  logical calls               {outcome.logical_calls}"
-        f" (expected {args.sessions * args.steps})"
+        f" (expected {outcome.sessions * args.steps})"
     )
     print(f"  raw requests                {outcome.raw_requests}")
     print(f"  calls requested again       {outcome.calls_requested_twice} (same key: deduped)")
@@ -403,13 +446,20 @@ def report(outcome: Outcome, recovery: list[float], args: argparse.Namespace) ->
         lost == 0
         and outcome.calls_with_two_keys == 0
         and outcome.gapless == outcome.sessions
-        and outcome.logical_calls == args.sessions * args.steps
+        and outcome.logical_calls == outcome.sessions * args.steps
     )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sessions", type=int, default=300)
+    parser.add_argument("--sessions", type=int, default=300, help="sessions started first")
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        default=None,
+        help="while faults remain, start more whenever fewer are unfinished"
+        " (default: twice the worker threads)",
+    )
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--threads", type=int, default=4)
@@ -440,6 +490,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.use_async and args.incremental:
         parser.error("--async and --incremental are separate runs")
+    if args.backlog is None:
+        args.backlog = 2 * args.workers * args.threads
     return args
 
 
@@ -448,7 +500,10 @@ def main(argv: list[str] | None = None) -> int:
     with bench_services(args.home) as services:
         reset_data(services.pg_url, services.redis_url, TABLES)
         log_dir = log_dir_for(args.home)
-        print(f"chaos: {args.sessions} sessions x {args.steps} steps on {args.workers} workers")
+        print(
+            f"chaos: {args.sessions} sessions x {args.steps} steps on {args.workers} workers,"
+            f" more while faults remain (at least {args.backlog} unfinished)"
+        )
         print(f"  servers: {services.where}; logs in {log_dir}")
         print(f"  faults: {args.kills} SIGKILLs every {args.kill_every:g} s, one SIGSTOP past")
         print(f"  the {args.lease:g} s lease, one Redis flush, one termination of every connection")
