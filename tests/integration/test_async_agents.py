@@ -68,8 +68,13 @@ def test_an_async_agent_with_tools_a_callback_a_timer_and_a_poll_completes(
         session_id = client.start("async_trip", {"api": api.url, "path": str(path)})
         _run_trip(client, api, session_id, path)
         _assert_trip_effects_once(client, api, session_id)
-    kinds = [e.payload.get("woken_by") for e in client.events(session_id) if e.payload]
+    events = client.events(session_id)
+    kinds = [e.payload.get("woken_by") for e in events if e.payload]
     assert {"callback", "timer", "poll"} <= set(kinds)
+    # The poll check's `resumed` commits with the async step it woke, at the position before.
+    [by_poll] = [e for e in events if e.type == "resumed" and e.payload.get("by") == "poll"]
+    [finished] = [e for e in events if e.type == "step_completed" and e.step == "finish"]
+    assert (by_poll.step, by_poll.seq, by_poll.at) == ("finish", finished.seq - 1, finished.at)
 
 
 def test_sigkill_in_an_async_step_replays_its_tool_calls_without_repeating_them(
