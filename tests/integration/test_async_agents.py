@@ -74,6 +74,7 @@ def test_an_async_agent_with_tools_a_callback_a_timer_and_a_poll_completes(
     # The poll check's `resumed` commits with the async step it woke, at the position before.
     [by_poll] = [e for e in events if e.type == "resumed" and e.payload.get("by") == "poll"]
     [finished] = [e for e in events if e.type == "step_completed" and e.step == "finish"]
+    assert finished.seq is not None
     assert (by_poll.step, by_poll.seq, by_poll.at) == ("finish", finished.seq - 1, finished.at)
 
 
