@@ -273,10 +273,6 @@ def check(services: Services, args: argparse.Namespace) -> tuple[int, int]:
     return gapless, completed
 
 
-def session_count(services: Services) -> int:
-    return sum(statuses(services.pg_url).values())
-
-
 def run_chaos(args: argparse.Namespace, services: Services, log_dir: Path) -> Outcome:
     faults = Faults()
     done = threading.Event()
@@ -349,10 +345,11 @@ def run_chaos(args: argparse.Namespace, services: Services, log_dir: Path) -> Ou
     for line in faults.log:
         print(f"  {line}")
     gapless, completed = check(services, args)
+    counts = statuses(services.pg_url)
     return Outcome(
-        sessions=session_count(services),
+        sessions=sum(counts.values()),
         completed=completed,
-        statuses=statuses(services.pg_url),
+        statuses=counts,
         logical_calls=len(ledger.keys_per_call),
         calls_with_two_keys=sum(1 for keys in ledger.keys_per_call.values() if len(keys) > 1),
         calls_requested_twice=sum(1 for n in ledger.requests_per_call.values() if n > 1),

@@ -70,14 +70,19 @@ class Settled:
     def commits_since(self, before: Counters, ended_at: float) -> float:
         """Commits from `before` until `ended_at` (monotonic), without the idle
         ones counted since."""
-        idle = self.idle_commits_per_second * max(0.0, self.read_at - ended_at)
-        return self.counters.xact_commit - before.xact_commit - idle
+        return self._since(
+            self.counters.xact_commit, before.xact_commit, self.idle_commits_per_second, ended_at
+        )
 
     def wal_syncs_since(self, before: Counters, ended_at: float) -> float | None:
         if self.counters.wal_syncs is None or before.wal_syncs is None:
             return None
-        idle = self.idle_wal_syncs_per_second * max(0.0, self.read_at - ended_at)
-        return self.counters.wal_syncs - before.wal_syncs - idle
+        return self._since(
+            self.counters.wal_syncs, before.wal_syncs, self.idle_wal_syncs_per_second, ended_at
+        )
+
+    def _since(self, now: int, before: int, idle_rate: float, ended_at: float) -> float:
+        return now - before - idle_rate * max(0.0, self.read_at - ended_at)
 
 
 def settled_counters(
