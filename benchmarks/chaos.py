@@ -489,6 +489,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--async and --incremental are separate runs")
     if args.backlog is None:
         args.backlog = 2 * args.workers * args.threads
+    if args.backlog < 0:
+        parser.error("--backlog must not be negative")
     return args
 
 
