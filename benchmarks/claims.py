@@ -22,6 +22,18 @@ commit's WAL flush) and, with ``pg_stat_statements``, the server's mean
 execution time of the claim before and today (``first`` and ``resumed``
 together), with the ratios against ``before``.
 
+Then the claim on new connections (``--cold-connections`` of them per way, the
+ways interleaved): the median latency of each of a connection's first
+``--cold-claims`` claims, as a worker's pool connection pays them after a
+start, a deploy or a recycled connection. Four ways: psycopg's default (the
+first five executions are not prepared, so each is parsed and planned; then
+PostgreSQL plans the prepared statement for its parameters five times more
+before it may keep a generic plan), prepared at the first execution
+(``prepare=True``), ``plan_cache_mode = force_generic_plan`` on the
+connection, and both. What a connection's first claims cost beyond the
+steady state is planning, which a short benchmark run (``steps.py``: 200
+sessions over about 20 pooled connections) mostly measures.
+
 ``DATABASE_URL`` is used when set; otherwise an embedded server runs under
 ``--home`` (default ``.resumable/bench``). The tables are truncated: never
 point this at a database you care about.
@@ -115,7 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claims", type=int, default=500, help="claims per statement per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--home", type=Path, default=ROOT / ".resumable" / "bench")
+    parser.add_argument(
+        "--cold-connections", type=int, default=20, help="new connections per way (0: skip)"
+    )
+    parser.add_argument("--cold-claims", type=int, default=12, help="claims per new connection")
     args = parser.parse_args(argv)
+    if args.claims < 1 or args.rounds < 1 or args.cold_connections < 0 or args.cold_claims < 1:
+        parser.error("--claims, --rounds, --cold-claims must be positive; --cold-connections >= 0")
     timings: dict[str, list[float]] = {"before": [], "first": [], "resumed": []}
     with harness.bench_services(args.home) as services:
         harness.reset_data(
@@ -160,13 +178,14 @@ def main(argv: list[str] | None = None) -> int:
         # does not tell `first` from `resumed`): before, and today's claim.
         fragments = {
             "before": "SELECT id, status, lease_owner, lease_epoch FROM sessions",
-            "today": "SELECT id, status, lease_owner, lease_epoch, cursor FROM sessions",
+            "today": "SELECT id, status, lease_owner, lease_epoch, lease_expires_at, cursor, agent",
         }
         server = {
             stmt.name: stmt.mean_ms
             for stmt in pg_counters.read_statements(services.pg_url, stats, fragments)
             if stmt.name in fragments
         }
+        cold = cold_claims(services.pg_url, args.cold_connections, args.cold_claims)
     base = statistics.median(timings["before"])
     base_mean = statistics.mean(timings["before"])
     print(f"claims: {args.rounds} rounds x {args.claims} per statement, interleaved")
@@ -188,7 +207,62 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:<10} {server[name]:>10.4f} ms {ratio:>8.3f}x before")
     else:
         print(f"no server-side times: {stats.note or stats.method}")
+    if cold:
+        print_cold(cold, args.cold_connections)
     return 0
+
+
+# How a new connection may run its claims: (prepare at the first execution,
+# force generic plans).
+COLD_WAYS = {
+    "default": (False, False),
+    "prepared": (True, False),
+    "generic": (False, True),
+    "both": (True, True),
+}
+
+
+def cold_claims(pg_url: str, connections: int, claims: int) -> dict[str, list[list[float]]]:
+    """Seconds of each new connection's first `claims` claims, per way."""
+    timings: dict[str, list[list[float]]] = {way: [[] for _ in range(claims)] for way in COLD_WAYS}
+    if connections == 0:
+        return {}
+    params = {
+        "owner": OWNER,
+        "lease_seconds": 30,
+        "versions": json.dumps({AGENT: 1}),
+        "starts": json.dumps({AGENT: {"step": "a", "limit": None}}),
+    }
+    with harness.connect(pg_url) as setup:
+        ids = iter(_sessions(setup, connections * len(COLD_WAYS) * claims, "a"))
+        setup.execute("ANALYZE sessions")
+    for _ in range(connections):
+        for way, (prepare, generic) in COLD_WAYS.items():
+            with harness.connect(pg_url) as conn:
+                if generic:
+                    conn.execute("SET plan_cache_mode = force_generic_plan")
+                for index in range(claims):
+                    started = time.perf_counter()
+                    row = conn.execute(
+                        step_queries.CLAIM_LEASE,
+                        {**params, "id": next(ids)},
+                        prepare=True if prepare else None,
+                    ).fetchone()
+                    timings[way][index].append(time.perf_counter() - started)
+                    assert row is not None, f"{way}: nothing claimed"
+    return timings
+
+
+def print_cold(timings: dict[str, list[list[float]]], connections: int) -> None:
+    claims = len(timings["default"])
+    print(
+        f"claims on new connections: {connections} per way, interleaved;"
+        f" median ms of the connection's 1st to {claims}th claim, and their sum"
+    )
+    sums = {way: sum(statistics.median(v) for v in per) * 1000 for way, per in timings.items()}
+    for way, per in timings.items():
+        medians = " ".join(f"{statistics.median(v) * 1000:5.2f}" for v in per)
+        print(f"{way:<10} {medians}  sum {sums[way]:6.2f} ({sums[way] / sums['default']:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -144,6 +144,12 @@ class SessionRunner:
         return f"{self.worker_id}:{threading.get_ident()}"
 
     def claim(self, session_id: uuid.UUID) -> ClaimedSession | None:
+        # Prepared at its first execution on a connection, as COMMIT_STEP is:
+        # psycopg sends the first five unprepared, each parsed and planned anew
+        # (a new connection's 2nd to 6th claims: 0.93-1.28 ms, prepared
+        # 0.70-0.95, once on a generic plan 0.33; `benchmarks/claims.py`), and
+        # every connection of a pool that grows, is recycled or starts after a
+        # deploy pays that.
         with self.db.connection() as conn:
             return (
                 conn.cursor(row_factory=class_row(ClaimedSession))
@@ -156,6 +162,7 @@ class SessionRunner:
                         "starts": self._starts_json,
                         "lease_seconds": self.settings.lease_seconds,
                     },
+                    prepare=True,
                 )
                 .fetchone()
             )
