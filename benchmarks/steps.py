@@ -24,6 +24,11 @@ Run from the repository root::
    (``Client.start``, the queue message, the claim, the completion). The target
    is read on the first run, as always; the split says which of the two to cut.
 
+With ``--warm-up K`` each durable run's new workers first run K one-step
+sessions, untimed and then deleted, so that the run measures warm pooled
+connections, as the raw runs' are (see ``warm_up``); the default, 0, measures
+workers straight after their start.
+
 Statements are counted with ``pg_stat_statements`` when it can be loaded (on the
 benchmark's own embedded server it is preloaded with one restart), else
 estimated from ``pg_stat_database.xact_commit`` (autocommit: one statement per
@@ -76,6 +81,7 @@ from benchmarks.pg_counters import (
 )
 from benchmarks.report import add_deployment, bench_parser, machine, parse, percentile
 from resumable.models import step_queries
+from resumable.settings import Settings
 
 AGENT_MODULE = "benchmarks.noop_agent"
 AGENT_NAME = "bench_noop"  # noop_agent.AGENT_NAME (not imported: the script runs from benchmarks/)
@@ -162,6 +168,8 @@ def run_durable(
     settings = services.settings(worker_threads=args.threads)
     with BenchDeployment(services, log_dir, env) as deployment:
         deployment.start_workers(args.workers, AGENT_MODULE)
+        if args.warm_up:
+            warm_up(args, settings, pg_url, deployment, log_dir)
         time.sleep(1.0)  # idle workers: their start-up statistics are flushed
 
         reset_statements(pg_url, stats)
@@ -215,6 +223,37 @@ def run_durable(
         },
         cpu=cpu,
     )
+
+
+def warm_up(
+    args: argparse.Namespace,
+    settings: Settings,
+    pg_url: str,
+    deployment: BenchDeployment,
+    log_dir: Path,
+) -> None:
+    """Run ``--warm-up`` one-step sessions through the new workers, untimed, then
+    delete them: every pooled connection has then prepared and planned its
+    statements, as a worker that has been up a while has. Without it, a run of
+    200 sessions claims mostly on new connections, whose first dozen claims
+    cost 2-4x a warm one's (``benchmarks/claims.py``), while the raw runs'
+    connections are warm after their first few of 250 commits."""
+    with (
+        harness.bench_client(settings, args.enqueue_threads) as client,
+        harness.connect(pg_url) as poller,
+    ):
+        inputs = [{"steps": 1}] * args.warm_up
+        harness.start_sessions(client, AGENT_NAME, inputs, args.enqueue_threads)
+        harness.wait_sessions(
+            poller,
+            lambda counts: counts["completed"] >= args.warm_up,
+            what=f"{args.warm_up} warm-up sessions to complete (worker logs in {log_dir})",
+            timeout=args.timeout,
+            alive=deployment.check_alive,
+            interval=0.025,
+        )
+        poller.execute("DELETE FROM sessions")  # their history goes with them (CASCADE)
+        poller.execute(f"VACUUM {', '.join(TABLES)}")  # no dead rows left for the timed run
 
 
 # -- the raw ceiling -----------------------------------------------------------------------
@@ -611,9 +650,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="steps per session of the second durable run that splits the CPU per step"
         " and per session run (0: no second run)",
     )
+    parser.add_argument(
+        "--warm-up",
+        type=int,
+        default=0,
+        help="one-step sessions each durable run's new workers run, untimed, before it"
+        " (0: none; ~12 per pooled connection warms them all, e.g. 300 for 2 workers)",
+    )
     args = parse(parser, argv, ("sessions", "steps", "workers", "threads", "enqueue_threads"))
     if args.long_steps < 0:
         parser.error("--long-steps must be 0 or more")
+    if args.warm_up < 0:
+        parser.error("--warm-up must be 0 or more")
     # As many step commits as the first run, in longer sessions.
     args.long_sessions = max(1, args.sessions * args.steps // max(args.long_steps, 1))
     return args
