@@ -186,13 +186,8 @@ def run_durable(
             harness.start_sessions(client, AGENT_NAME, inputs, args.enqueue_threads)
             enqueued = time.monotonic() - started
             own_commits += args.sessions * (1 + empty_query_commits)  # pool check + insert
-            own_commits += harness.wait_sessions(
-                poller,
-                lambda counts: counts["completed"] >= args.sessions,
-                what=f"{args.sessions} sessions to complete (worker logs in {log_dir})",
-                timeout=args.timeout,
-                alive=deployment.check_alive,
-                interval=0.025,
+            own_commits += wait_completed(
+                poller, args, deployment, args.sessions, f"sessions (worker logs in {log_dir})"
             )
             elapsed = time.monotonic() - started
             cpu = meter.sample(deployment.pids).since(cpu_before)
@@ -225,6 +220,20 @@ def run_durable(
     )
 
 
+def wait_completed(
+    poller: Any, args: argparse.Namespace, deployment: BenchDeployment, count: int, what: str
+) -> int:
+    """Poll until `count` sessions completed; the benchmark's own commits."""
+    return harness.wait_sessions(
+        poller,
+        lambda counts: counts["completed"] >= count,
+        what=f"{count} {what} to complete",
+        timeout=args.timeout,
+        alive=deployment.check_alive,
+        interval=0.025,
+    )
+
+
 def warm_up(
     args: argparse.Namespace,
     settings: Settings,
@@ -244,13 +253,8 @@ def warm_up(
     ):
         inputs = [{"steps": 1}] * args.warm_up
         harness.start_sessions(client, AGENT_NAME, inputs, args.enqueue_threads)
-        harness.wait_sessions(
-            poller,
-            lambda counts: counts["completed"] >= args.warm_up,
-            what=f"{args.warm_up} warm-up sessions to complete (worker logs in {log_dir})",
-            timeout=args.timeout,
-            alive=deployment.check_alive,
-            interval=0.025,
+        wait_completed(
+            poller, args, deployment, args.warm_up, f"warm-up sessions (worker logs in {log_dir})"
         )
         poller.execute("DELETE FROM sessions")  # their history goes with them (CASCADE)
         poller.execute(f"VACUUM {', '.join(TABLES)}")  # no dead rows left for the timed run
