@@ -110,6 +110,13 @@ FROM s
 
 AGENT = "bench_claims"
 OWNER = "bench:1:1"
+COMMON = {"owner": OWNER, "lease_seconds": 30}
+# Today's CLAIM_LEASE parameters, but the session's id: a worker of AGENT, version 1.
+CLAIM_PARAMS = {
+    **COMMON,
+    "versions": json.dumps({AGENT: 1}),
+    "starts": json.dumps({AGENT: {"step": "a", "limit": None}}),
+}
 
 
 def _sessions(conn: object, n: int, cursor: str | None) -> list[uuid.UUID]:
@@ -152,9 +159,6 @@ def main(argv: list[str] | None = None) -> int:
                 " VALUES ('bench:1', %s::jsonb, %s::jsonb, now() + interval '1 hour')",
                 (json.dumps([AGENT]), json.dumps({AGENT: 1})),
             )
-            common = {"owner": OWNER, "lease_seconds": 30}
-            versions = json.dumps({AGENT: 1})
-            starts = json.dumps({AGENT: {"step": "a", "limit": None}})
             for _ in range(args.rounds):
                 sets = {
                     "before": _sessions(conn, args.claims, "a"),
@@ -166,9 +170,9 @@ def main(argv: list[str] | None = None) -> int:
                     for name, ids in sets.items():
                         statement = CLAIM_BEFORE if name == "before" else step_queries.CLAIM_LEASE
                         params = (
-                            {"id": ids[i], "agents": [AGENT], **common}
+                            {"id": ids[i], "agents": [AGENT], **COMMON}
                             if name == "before"
-                            else {"id": ids[i], "versions": versions, "starts": starts, **common}
+                            else {"id": ids[i], **CLAIM_PARAMS}
                         )
                         started = time.perf_counter()
                         row = conn.execute(statement, params, prepare=True).fetchone()
@@ -224,15 +228,9 @@ COLD_WAYS = {
 
 def cold_claims(pg_url: str, connections: int, claims: int) -> dict[str, list[list[float]]]:
     """Seconds of each new connection's first `claims` claims, per way."""
-    timings: dict[str, list[list[float]]] = {way: [[] for _ in range(claims)] for way in COLD_WAYS}
     if connections == 0:
         return {}
-    params = {
-        "owner": OWNER,
-        "lease_seconds": 30,
-        "versions": json.dumps({AGENT: 1}),
-        "starts": json.dumps({AGENT: {"step": "a", "limit": None}}),
-    }
+    timings: dict[str, list[list[float]]] = {way: [[] for _ in range(claims)] for way in COLD_WAYS}
     with harness.connect(pg_url) as setup:
         ids = iter(_sessions(setup, connections * len(COLD_WAYS) * claims, "a"))
         setup.execute("ANALYZE sessions")
@@ -245,7 +243,7 @@ def cold_claims(pg_url: str, connections: int, claims: int) -> dict[str, list[li
                     started = time.perf_counter()
                     row = conn.execute(
                         step_queries.CLAIM_LEASE,
-                        {**params, "id": next(ids)},
+                        {**CLAIM_PARAMS, "id": next(ids)},
                         prepare=True if prepare else None,
                     ).fetchone()
                     timings[way][index].append(time.perf_counter() - started)
