@@ -16,10 +16,12 @@ from resumable.errors import (
     IdempotencyConflictError,
     InvalidArgumentError,
     InvalidCursorError,
+    InvalidPatchError,
     InvalidStepResultError,
     LeaseLostError,
     NotSerializableError,
     PermanentError,
+    ReducerNotLoadedError,
     ResumableError,
     SessionExistsError,
     SessionNotFoundError,
@@ -28,6 +30,7 @@ from resumable.errors import (
     TransientError,
     UnknownAgentError,
     UnknownStepError,
+    UnstorableArgumentError,
 )
 from resumable.models.status import SessionStatus
 from resumable.retries import RetryPolicy
@@ -92,10 +95,12 @@ __all__ = [
     "IdempotencyConflictError",
     "InvalidCursorError",
     "InvalidArgumentError",
+    "InvalidPatchError",
     "InvalidStepResultError",
     "LeaseLostError",
     "NotSerializableError",
     "PermanentError",
+    "ReducerNotLoadedError",
     "ResumableError",
     "SessionExistsError",
     "SessionNotFoundError",
@@ -104,4 +109,5 @@ __all__ = [
     "TransientError",
     "UnknownAgentError",
     "UnknownStepError",
+    "UnstorableArgumentError",
 ]

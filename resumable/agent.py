@@ -13,6 +13,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
@@ -21,6 +22,7 @@ from resumable.arguments import MAX_NAME_LENGTH
 from resumable.checkpoints import CheckpointStrategy, EventSourced, Incremental, Snapshot
 from resumable.errors import (
     AgentDefinitionError,
+    ResumableError,
     UnknownAgentError,
     UnknownCheckError,
     UnknownStepError,
@@ -447,6 +449,15 @@ def _is_async(fn: Callable[..., Any], what: str) -> bool:
     )
 
 
+def _where(exc: BaseException) -> str:
+    """Where a failed import failed, as " at FILE:LINE": the innermost frame
+    outside importlib, or the offending line of a SyntaxError; "" if none."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" at {exc.filename}:{exc.lineno}"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+
+
 class AgentRegistry:
     """The agents one process knows, by name. Built in an entry point from the
     configured modules and passed down, never a hidden global."""
@@ -491,6 +502,16 @@ class AgentRegistry:
                 # ValueError: an empty name; TypeError: a relative one ("../x").
                 raise AgentDefinitionError(
                     f"cannot import agent module {module_name!r}: {exc}"
+                ) from exc
+            except ResumableError:
+                raise  # an Agent(...) in it defined wrongly says so itself
+            except Exception as exc:
+                # The user's own module failed as it ran: say where, since
+                # the traceback is not printed (it would read as our bug).
+                raise AgentDefinitionError(
+                    f"agent module {module_name!r} raised {type(exc).__name__} "
+                    f"while importing{_where(exc)}: "
+                    f"{exc.msg if isinstance(exc, SyntaxError) else exc}"
                 ) from exc
             if attr:
                 value = getattr(module, attr, None)

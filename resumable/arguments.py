@@ -12,11 +12,15 @@ from __future__ import annotations
 import math
 import uuid
 
+from resumable import serialization
 from resumable.errors import (
     DeadLetterNotFoundError,
     InvalidArgumentError,
+    InvalidCursorError,
     MalformedDeadLetterIdError,
     MalformedSessionIdError,
+    NotSerializableError,
+    UnstorableArgumentError,
 )
 from resumable.models.status import SessionStatus
 from resumable.serialization import unstorable_text
@@ -85,6 +89,16 @@ def storable(value: object, what: str) -> str:
     if problem:
         raise InvalidArgumentError(f"{what} contains {problem}")
     return value
+
+
+def json_text(value: object, what: str) -> str:
+    """`value` as the JSON text stored for it. One that JSON or PostgreSQL
+    cannot hold (NUL, a lone surrogate, a set) is an argument error as well as
+    unstorable: ``UnstorableArgumentError`` is both."""
+    try:
+        return serialization.dumps(value, what)
+    except NotSerializableError as exc:
+        raise UnstorableArgumentError(exc.message) from None
 
 
 def idempotency_key(value: str | None) -> str | None:
@@ -159,7 +173,11 @@ def seconds(value: object, what: str) -> float:
 
 
 def cursor(value: object) -> str | None:
-    """A page cursor as a list handed it out: None or a string."""
+    """A page cursor as a list handed it out: None or a string. An empty one
+    is no cursor a list hands out (it read as "the first page", so a paging
+    loop fed an empty `next_cursor` never ended), as over HTTP."""
+    if value == "":
+        raise InvalidCursorError("an empty cursor is not one this API handed out")
     if value is None or isinstance(value, str):
         return value
     kind = type(value).__name__

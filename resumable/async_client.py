@@ -31,8 +31,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, ParamSpec, TypeVar
 
+from resumable import arguments
 from resumable.agent import AgentRegistry
-from resumable.client import HUNG_AFTER_SECONDS, Client, Started
+from resumable.client import HUNG_AFTER_SECONDS, Client, Started, WaitSchedule
 from resumable.coordination.records import SharedDocument, SharedVersion
 from resumable.models.agent_queries import UnservedAgent
 from resumable.models.step_queries import HungSession
@@ -145,6 +146,18 @@ class AsyncClient:
 
     async def get(self, session_id: uuid.UUID | str) -> Session:
         return await self._run(self.client.get, session_id)
+
+    async def wait(self, session_id: uuid.UUID | str, *, timeout: float | None = None) -> Session:
+        """See `Client.wait`; the pauses are ``asyncio.sleep``, so the event
+        loop and the client's threads are free while it waits."""
+        sid = arguments.session_id(session_id)
+        schedule = WaitSchedule(sid, timeout)
+        while True:
+            session = await self.get(sid)
+            pause = schedule.pause_after(session)
+            if pause is None:
+                return session
+            await asyncio.sleep(pause)
 
     async def state(self, session_id: uuid.UUID | str) -> dict[str, Any]:
         return await self._run(self.client.state, session_id)

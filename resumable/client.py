@@ -20,6 +20,7 @@ import base64
 import contextlib
 import json
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -41,9 +42,11 @@ from resumable.errors import (
     IdempotencyConflictError,
     InvalidArgumentError,
     InvalidCursorError,
+    NotSerializableError,
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
+    UnstorableArgumentError,
 )
 from resumable.inbox import Inbox, Verdict
 from resumable.models import agent_queries, session_queries, step_queries
@@ -86,6 +89,37 @@ class Started:
 
     session_id: uuid.UUID
     created: bool
+
+
+class WaitSchedule:
+    """When `Client.wait` (and `AsyncClient.wait`) read a session again: after
+    20 ms, then half as long again each time up to once a second (most runs
+    are short; a long wait then costs one read a second), never past the
+    deadline."""
+
+    FIRST_PAUSE = 0.02
+    LONGEST_PAUSE = 1.0
+
+    def __init__(self, session_id: uuid.UUID, timeout: float | None) -> None:
+        self.session_id = session_id
+        self.timeout = None if timeout is None else arguments.seconds(timeout, "timeout")
+        self.deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        self._pause = self.FIRST_PAUSE
+
+    def pause_after(self, session: Session) -> float | None:
+        """None once `session` has finished, else the seconds to sleep before
+        reading it again; TimeoutError past the deadline."""
+        if SessionStatus(session.status).is_terminal:
+            return None
+        pause, self._pause = self._pause, min(self._pause * 1.5, self.LONGEST_PAUSE)
+        if self.deadline is None:
+            return pause
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(
+                f"session {self.session_id} is still {session.status} after {self.timeout:g} s"
+            )
+        return min(pause, left)
 
 
 class Client:
@@ -225,7 +259,7 @@ class Client:
         cursor = None
         if self.registry is not None:
             cursor = self.registry.get(agent).start_step  # raises UnknownAgentError
-        encoded_input = serialization.dumps(input, "input")
+        encoded_input = arguments.json_text(input, "input")
         new_id = session_id
         with self.db.connection() as conn:
             try:
@@ -277,7 +311,9 @@ class Client:
     ) -> Session:
         """Cancel a session that has not finished; the cancelled `Session`.
         Fences out a running worker (the epoch moves on) and closes its callbacks;
-        SessionStateError if it had already finished."""
+        SessionStateError if it had already finished or is compensating (it
+        failed for good and its saga is undoing its calls: it ends `failed`,
+        with a dead letter, when the saga is done)."""
         sid = _as_uuid(session_id)
         arguments.storable(actor, "actor")
         if reason is not None:
@@ -288,6 +324,11 @@ class Client:
             ).fetchone()
         if row is None:
             status = self.get(sid).status  # raises SessionNotFoundError
+            if status == SessionStatus.COMPENSATING:
+                raise SessionStateError(
+                    f"session {sid} is compensating: it failed for good and its saga is"
+                    " undoing its tool calls; it ends failed, with a dead letter"
+                )
             raise SessionStateError(f"session {sid} is already {status}")
         for child in children.unfinished_children(self.db, sid):  # and theirs, recursively
             with contextlib.suppress(SessionStateError):  # it finished meanwhile
@@ -314,7 +355,10 @@ class Client:
         arguments.idempotency_key(idempotency_key)
         arguments.storable(actor, "actor")
         inbox = Inbox(self.settings, self.db, self.broker)
-        receipt = inbox.signal(sid, topic, payload, idempotency_key, actor)
+        try:
+            receipt = inbox.signal(sid, topic, payload, idempotency_key, actor)
+        except NotSerializableError as exc:  # the payload: a bad argument too
+            raise UnstorableArgumentError(exc.message) from None
         if receipt.verdict is Verdict.UNKNOWN:
             raise SessionNotFoundError(f"no session {sid}")
         if receipt.verdict is Verdict.REUSED:
@@ -411,6 +455,22 @@ class Client:
     def get(self, session_id: uuid.UUID | str) -> Session:
         """One session, with its state; SessionNotFoundError if there is none."""
         return Session.from_row(self.session_row(session_id))
+
+    def wait(self, session_id: uuid.UUID | str, *, timeout: float | None = None) -> Session:
+        """The session once it has finished (`completed`, `failed` or
+        `cancelled`: read its `result` or `error`); TimeoutError if it has not
+        within `timeout` seconds (None: no limit). It reads the session row,
+        soon at first and then at most once a second, so it holds no
+        connection while it waits and a crash of the worker meanwhile changes
+        nothing (another worker finishes the session)."""
+        sid = _as_uuid(session_id)
+        schedule = WaitSchedule(sid, timeout)
+        while True:
+            session = self.get(sid)
+            pause = schedule.pause_after(session)
+            if pause is None:
+                return session
+            time.sleep(pause)
 
     def state(self, session_id: uuid.UUID | str) -> dict[str, Any]:
         """A session's current state (what its next step gets)."""
@@ -679,8 +739,9 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
 
 def dead_letter_cursor(cursor: str | None) -> int | None:
     """A dead-letter page's cursor (the number the next page starts below)."""
-    if not cursor:
+    if arguments.cursor(cursor) is None:
         return None
+    assert cursor is not None
     if not cursor.isdigit() or not 0 < int(cursor) < 2**63:
         raise InvalidCursorError(f"invalid cursor {cursor[:40]!r}")
     return int(cursor)

@@ -80,11 +80,20 @@ class EmbeddedServices:
         reap_orphans(exclude=self.home)
         with self._lock():
             self._prune_dead_users()
-            urls = ServiceURLs(self._ensure_postgres(), self._ensure_valkey())
-            self.users_dir.mkdir(exist_ok=True)
-            pid = os.getpid()
-            (self.users_dir / str(pid)).write_text(start_time(pid))
-            _register_home(self.home)
+            try:
+                urls = ServiceURLs(self._ensure_postgres(), self._ensure_valkey())
+                self.users_dir.mkdir(exist_ok=True)
+                pid = os.getpid()
+                (self.users_dir / str(pid)).write_text(start_time(pid))
+                _register_home(self.home)
+            except BaseException:
+                # Interrupted (Ctrl-C, SIGTERM) or failed while starting them:
+                # this process is no user yet, so nobody would stop what it
+                # started; it does, unless another process uses them.
+                (self.users_dir / str(os.getpid())).unlink(missing_ok=True)
+                if not self._prune_dead_users():
+                    self._stop_all()
+                raise
         return urls
 
     def release(self) -> bool:

@@ -8,6 +8,9 @@ into a running step, so it must not be an ``Exception`` a step could catch.
 
 from __future__ import annotations
 
+# What a process says of a database it can reach that has no resumable tables.
+NO_SCHEMA_MESSAGE = "the database has no resumable tables yet: run `resumable db upgrade`"
+
 
 class ResumableError(Exception):
     """An error raised by resumable."""
@@ -150,7 +153,7 @@ class SessionStateError(ResumableError):
     code = "invalid_session_state"
 
 
-class InvalidCursorError(ResumableError):
+class InvalidCursorError(InvalidArgumentError):
     """The pagination cursor is not one this API handed out."""
 
     code = "invalid_cursor"
@@ -168,7 +171,7 @@ class DeadLetterStateError(ResumableError):
     code = "invalid_dead_letter_state"
 
 
-class InvalidPatchError(ResumableError):
+class InvalidPatchError(InvalidArgumentError):
     """The operator's request is invalid (a state patch that does not apply, a missing reason)."""
 
     code = "invalid_request"
@@ -181,9 +184,24 @@ class InvalidDrainError(ResumableError):
 
 
 class CheckpointNotFoundError(ResumableError):
-    """The session has no such checkpoint, or it cannot be rebuilt here."""
+    """The session has no such checkpoint."""
 
     code = "checkpoint_not_found"
+
+
+class ReducerNotLoadedError(ResumableError):
+    """An event-sourced agent's state between snapshots is its reducer folded
+    over the events, and this process did not load the agent's module: the
+    checkpoint exists, but cannot be rebuilt here."""
+
+    code = "reducer_not_loaded"
+
+
+class UnstorableArgumentError(NotSerializableError, InvalidArgumentError):
+    """A value given to the Python API (an input, a payload) that JSON or
+    PostgreSQL cannot hold: both a value that cannot be stored and a bad argument."""
+
+    code = "not_serializable"
 
 
 # An id or position that is not well formed names nothing: it is both not

@@ -13,6 +13,7 @@ import json
 import math
 import sys
 import traceback
+from decimal import Decimal
 from typing import Any
 
 from resumable.errors import NotSerializableError
@@ -152,5 +153,45 @@ def dumps(value: Any, what: str = "value") -> str:
 
 
 def canonical(value: Any, what: str = "value") -> str:
-    """Deterministic encoding (sorted keys), used to derive idempotency keys."""
-    return _encode(value, what, sort_keys=True)
+    """Deterministic encoding (sorted keys), used to derive idempotency keys
+    and to tell a repeated request from another one.
+
+    Numbers are written as PostgreSQL gives them back, so a value and the same
+    value read from the database encode alike: a float of 1e16 or more (always
+    integral) comes back from ``jsonb`` as an int, and -0.0 as 0.0. Without
+    this a tool call made with ``1e20`` got another key once a recovered worker
+    re-ran the step from the stored state (``100000000000000000000``): the
+    session was blocked as diverged and accepting it repeated the call.
+    """
+    try:
+        stored = as_stored(value)
+    except RecursionError:
+        stored = value  # the walk in _encode reports it
+    return _encode(stored, what, sort_keys=True)
+
+
+#: From here on a float's repr has an exponent, and ``jsonb`` (numeric)
+#: reads such a number back as an integer.
+_INTEGRAL_FLOATS = 1e16
+
+
+def as_stored(value: Any) -> Any:
+    """`value` with its floats as they come back from ``jsonb``: -0.0 as 0.0 and
+    a float of magnitude 1e16 or more as the integer its JSON text spells
+    (``1.2345678901234568e+17`` is 123456789012345680, not the float's exact
+    binary value). Returns `value` itself when nothing changes."""
+    if isinstance(value, float):
+        if value == 0.0:
+            return 0.0
+        if math.isfinite(value) and abs(value) >= _INTEGRAL_FLOATS:
+            return int(Decimal(repr(value)))
+        return value
+    if isinstance(value, list | tuple):
+        items = [as_stored(item) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    if isinstance(value, dict):
+        changed = {key: as_stored(item) for key, item in value.items()}
+        if all(changed[key] is item for key, item in value.items()):
+            return value
+        return changed
+    return value

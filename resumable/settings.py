@@ -9,7 +9,7 @@ import binascii
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 import redis
 from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
@@ -59,7 +59,14 @@ class Settings(BaseSettings):
         description="`text` for a terminal, `json` for one JSON object per line (log shippers).",
     )
     queue_name: str = Field(
-        default="resumable", min_length=1, description="dramatiq queue for session runs."
+        default="resumable",
+        min_length=1,
+        max_length=100,
+        # dramatiq's own rule for queue names (its workers refuse any other);
+        # `.DQ` and `.XQ` name its delay and dead-letter queues.
+        pattern=r"^[A-Za-z_][A-Za-z0-9._-]*$",
+        description="dramatiq queue for session runs: a letter or `_`, then letters, digits,"
+        " `.`, `_` or `-`, at most 100 characters, not ending in `.DQ` or `.XQ`.",
     )
     lease_seconds: float = Field(
         default=30.0,
@@ -271,6 +278,13 @@ class Settings(BaseSettings):
                 raise ValueError("must be a UTF-8 path")
         return value
 
+    @field_validator("queue_name")
+    @classmethod
+    def _not_dramatiqs_own(cls, value: str) -> str:
+        if value.endswith((".DQ", ".XQ")):
+            raise ValueError("must not end in .DQ or .XQ (dramatiq's delay and dead-letter queues)")
+        return value
+
     @field_validator("database_url", "redis_url", "alert_webhook_url", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
@@ -325,6 +339,25 @@ def env_name(field: str) -> str:
     return name if name.isupper() else f"RESUMABLE_{name.upper()}"
 
 
+_BAD_PORT = "has a port that is not a number from 1 to 65535"
+
+
+def _port_in_range(port: int | None) -> None:
+    """A URL's port, when it has one, as a socket can take it: urlsplit
+    refuses only past 65535, and libpq and redis-py take 0 or 99999 and then
+    fail at the first connection."""
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(_BAD_PORT)
+
+
+def _split_port(parts: SplitResult) -> None:
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(_BAD_PORT) from None
+    _port_in_range(port)
+
+
 def checked_http_url(value: str) -> str:
     """An http(s) URL with a host (RESUMABLE_PUBLIC_URL, an alert webhook, an
     OTLP endpoint); ValueError saying what is wrong."""
@@ -333,6 +366,7 @@ def checked_http_url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise ValueError("must be an http:// or https:// URL with a host")
+    _split_port(parts)
     return value
 
 
@@ -410,6 +444,7 @@ def _check_postgres_url(value: str) -> None:
         url.port  # noqa: B018 - parsed lazily: a bad port (or IPv6 literal) raises here
     except (ArgumentError, ValueError):
         raise ValueError("is not a valid postgresql:// URL") from None
+    _port_in_range(url.port)
     for option in _NUMERIC_LIBPQ_OPTIONS:
         given = url.query.get(option)
         for item in (given,) if isinstance(given, str) else given or ():
@@ -426,10 +461,7 @@ def _check_redis_url(value: str, scheme: str) -> None:
     """redis-py reads a database number that is not one as database 0, and
     fails only at the first command on an option it cannot read."""
     parts = urlsplit(value)
-    try:
-        parts.port  # noqa: B018 - raises for a port that is not a number
-    except ValueError:
-        raise ValueError("has a port that is not a number") from None
+    _split_port(parts)
     db = parts.path.strip("/") if scheme != "unix" else ""
     for query_db in parse_qs(parts.query).get("db", []):
         db = db or query_db

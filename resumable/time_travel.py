@@ -28,6 +28,7 @@ from resumable.checkpoints import EventSourced, Reducer, rebuild
 from resumable.errors import (
     CheckpointNotFoundError,
     MalformedCheckpointError,
+    ReducerNotLoadedError,
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
@@ -198,11 +199,16 @@ class TimeTravel:
 
     def _reducer(self, agent: str) -> Reducer:
         if self.registry is None or agent not in self.registry:
-            raise CheckpointNotFoundError(
-                f"rebuilding agent {agent!r}'s event-sourced state needs its reducer: "
-                "load its module (RESUMABLE_AGENTS or --agents)"
+            raise ReducerNotLoadedError(
+                f"agent {agent!r} is event-sourced: its state between snapshots is its"
+                " reducer folded over the events, and this process has not loaded it;"
+                " load the agent's module (RESUMABLE_AGENTS, --agents, or a Client's"
+                " registry=)"
             )
         strategy = self.registry.get(agent).checkpoints
         if not isinstance(strategy, EventSourced):
-            raise CheckpointNotFoundError(f"agent {agent!r} is not event-sourced")
+            raise ReducerNotLoadedError(
+                f"agent {agent!r} as loaded here is not event-sourced, but its history"
+                " holds events: load the code that recorded them"
+            )
         return strategy.reducer

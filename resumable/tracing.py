@@ -64,7 +64,8 @@ def enabled() -> bool:
 # The batch processor's settings, whole numbers the SDK reads itself: a value
 # it cannot use stopped every command as "unexpected ValueError", or logged a
 # traceback and went on with its default. (The exporter's timeouts it reads
-# as floats, warning in one line and using its default for a bad one.)
+# as floats: a word it warns about and replaces with 10 s, but "inf", 0 or a
+# negative one it takes, and then every export fails: the spans are lost.)
 _OTEL_NUMBERS = (
     "OTEL_BSP_SCHEDULE_DELAY",
     "OTEL_BSP_MAX_QUEUE_SIZE",
@@ -72,6 +73,16 @@ _OTEL_NUMBERS = (
     "OTEL_BSP_EXPORT_TIMEOUT",
 )
 _MAX_OTEL_NUMBER = 2**31 - 1
+_OTEL_TIMEOUTS = ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
+_MAX_OTEL_TIMEOUT_SECONDS = 86400.0
+
+
+def _is_timeout(text: str) -> bool:
+    try:
+        seconds = float(text)
+    except ValueError:
+        return False
+    return text.isascii() and 0 < seconds <= _MAX_OTEL_TIMEOUT_SECONDS  # False for nan
 
 
 def _otel_problem() -> str | None:
@@ -97,6 +108,10 @@ def _otel_problem() -> str | None:
             text = value.strip()
             if not text.isascii() or not text.isdigit() or not 0 < int(text) <= _MAX_OTEL_NUMBER:
                 return f"{name}: must be a whole number from 1 to {_MAX_OTEL_NUMBER}"
+    for name in _OTEL_TIMEOUTS:
+        value = os.environ.get(name, "").strip()
+        if value and not _is_timeout(value):
+            return f"{name}: must be a number of seconds above 0 and at most 86400"
     batch = os.environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "").strip()
     queue = os.environ.get("OTEL_BSP_MAX_QUEUE_SIZE", "").strip() or "2048"
     if batch and int(batch) > int(queue):
@@ -141,10 +156,7 @@ def configure_tracing(service_name: str, *, long_running: bool = True) -> bool:
         return False
     name = os.environ.get("OTEL_SERVICE_NAME") or service_name
     provider = TracerProvider(resource=Resource.create({"service.name": name}))
-    timeout_set = any(
-        os.environ.get(name, "").strip()
-        for name in ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
-    )
+    timeout_set = any(os.environ.get(name, "").strip() for name in _OTEL_TIMEOUTS)
     timeout = None if long_running or timeout_set else ONE_SHOT_EXPORT_TIMEOUT_SECONDS
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(timeout=timeout)))
     trace.set_tracer_provider(provider)

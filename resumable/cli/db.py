@@ -6,6 +6,7 @@ import click
 
 from resumable.cli.support import ErrorGroup, console
 from resumable.embedded import service_urls
+from resumable.errors import ConfigurationError
 from resumable.models import migrate
 from resumable.reachability import probe_database
 from resumable.settings import Settings
@@ -23,5 +24,9 @@ def db_upgrade(settings: Settings, revision: str) -> None:
     """Apply migrations (safe to run from several processes at once)."""
     with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
         probe_database(urls.database_url, "DATABASE_URL")
+        current = migrate.current_revision(urls.database_url)
+        newer = migrate.unknown_revision(current) if current is not None else None
+        if newer:
+            raise ConfigurationError(newer)
         migrate.upgrade(urls.database_url, revision)
         console.print(f"schema at {migrate.current_revision(urls.database_url)}")

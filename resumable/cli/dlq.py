@@ -146,7 +146,8 @@ def dlq_list(
         )  # fmt: skip
     console.print(table)
     if page.next_cursor:
-        console.print(f"more: --cursor {page.next_cursor}", highlight=False)
+        # Never wrapped (a pipe is 80 columns to rich): scripts cut the token out.
+        console.print(f"more: --cursor {page.next_cursor}", highlight=False, soft_wrap=True)
 
 
 @dlq.command("show")

@@ -3,6 +3,10 @@ per command group."""
 
 from __future__ import annotations
 
+import signal
+import sys
+from types import FrameType
+
 import click
 
 from resumable.cli import db, processes, services, sessions
@@ -33,9 +37,18 @@ def main(ctx: click.Context, log_level: str) -> None:
     if ctx.obj.log_format != "text":
         configure_logging(log_level.upper(), ctx.obj.log_format)
     command = ctx.invoked_subcommand
+    if command not in LONG_RUNNING_COMMANDS:  # those install their own handlers
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     configure_tracing(  # on if OTEL_* asks for it
         f"resumable-{command}", long_running=command in LONG_RUNNING_COMMANDS
     )
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """A one-shot command told to stop (a CI timeout, a shell's kill) unwinds
+    as on Ctrl-C: its embedded servers are released (stopped, if it started
+    them and no one else uses them), not left running as after a SIGKILL."""
+    sys.exit(128 + signum)
 
 
 for command in (

@@ -15,6 +15,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from resumable import arguments
 from resumable.agent import AgentRegistry
 from resumable.cli.ids import resolve_session
 from resumable.cli.json_args import (
@@ -44,14 +45,27 @@ _TOPIC = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 STATUSES = [status.value for status in SessionStatus]
 
 
+#: As long as the HTTP API keeps an X-Resumable-Actor.
+MAX_ACTOR_LENGTH = 200
+
+
 def actor(by: str | None) -> str:
-    """Who did it, for the audit log."""
-    return by or f"cli:{getpass.getuser()}"
+    """Who did it, for the audit log: --by, or cli:<user> without it. A blank
+    or overlong --by is refused rather than kept as an actor no one can read."""
+    if by is None or by == "":
+        return f"cli:{getpass.getuser()}"
+    who = by.strip()
+    if not who:
+        raise click.UsageError("--by must not be blank")
+    if len(who) > MAX_ACTOR_LENGTH:
+        raise click.UsageError(f"--by is at most {MAX_ACTOR_LENGTH} characters")
+    return who
 
 
 def _check_agent(db: Database, registry: AgentRegistry | None, agent: str) -> None:
     """Refuse an agent no code defines, as ``POST /v1/sessions`` does (422):
     against the given modules if any, else against the agents workers announced."""
+    arguments.text(agent, "AGENT")  # an empty or NUL name is a bad argument, not unknown
     if registry is not None:
         registry.get(agent)  # raises UnknownAgentError
         return
@@ -176,7 +190,8 @@ def sessions_list(
         table.add_row(*row)
     console.print(table)
     if page.next_cursor:
-        console.print(f"more: --cursor {page.next_cursor}", highlight=False)
+        # Never wrapped (a pipe is 80 columns to rich): scripts cut the token out.
+        console.print(f"more: --cursor {page.next_cursor}", highlight=False, soft_wrap=True)
 
 
 @sessions.command("show")

@@ -27,7 +27,13 @@ from rich.markup import escape
 from resumable.agent import AgentRegistry
 from resumable.client import Client
 from resumable.embedded import ServiceURLs, service_urls
-from resumable.errors import ConfigurationError, ResumableError
+from resumable.errors import (
+    NO_SCHEMA_MESSAGE,
+    ConfigurationError,
+    InvalidArgumentError,
+    InvalidDrainError,
+    ResumableError,
+)
 from resumable.models.database import Database
 from resumable.queue.broker import build_broker
 from resumable.reachability import probe_database, probe_redis, reason, which_server
@@ -86,14 +92,15 @@ def check_servers(
             migrate.upgrade(urls.database_url)
         return
     from resumable.models.database import libpq_url
+    from resumable.models.migrate import schema_problem
 
     with psycopg.connect(libpq_url(urls.database_url)) as conn:
-        found = conn.execute("SELECT to_regclass('sessions') IS NOT NULL").fetchone()
-    if not (found and found[0]):
-        raise ConfigurationError(_NO_SCHEMA)
+        problem = schema_problem(conn)
+    if problem:
+        raise ConfigurationError(problem)
 
 
-_NO_SCHEMA = "the database has no resumable tables yet: run `resumable db upgrade`"
+_NO_SCHEMA = NO_SCHEMA_MESSAGE
 
 
 def load_agents(modules: Iterable[str]) -> AgentRegistry:
@@ -111,9 +118,9 @@ def optional_agents(modules: Iterable[str]) -> AgentRegistry | None:
     return load_agents(listed) if listed else None
 
 
-def fail(message: str) -> NoReturn:
+def fail(message: str, status: int = 1) -> NoReturn:
     errors.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
-    sys.exit(1)
+    sys.exit(status)
 
 
 def describe(exc: BaseException) -> str | None:
@@ -139,10 +146,16 @@ def usage_error(exc: click.ClickException) -> NoReturn:
     """A bad argument or option: one line (click's default adds a usage block)
     and click's exit status (2)."""
     hint = ""
+    message = exc.format_message()
     if isinstance(exc, click.UsageError) and exc.ctx is not None:
         hint = f" (see `{exc.ctx.command_path} --help`)"
+        command = exc.ctx.command
+        if isinstance(exc, click.exceptions.NoArgsIsHelpError) and isinstance(command, click.Group):
+            # Its message is the whole help text: a group called alone says
+            # what it takes instead, on one line as every error is.
+            message = f"missing command: one of {', '.join(command.list_commands(exc.ctx))}"
     errors.print(
-        f"[red]error:[/red] {escape(exc.format_message())}{escape(hint)}",
+        f"[red]error:[/red] {escape(message)}{escape(hint)}",
         highlight=False,
         soft_wrap=True,
     )
@@ -176,7 +189,10 @@ class ErrorGroup(click.Group):
         except Exception as exc:
             message = describe(exc)
             if message is not None:
-                fail(message)
+                # A value the command cannot take (found past click's own
+                # checks: an empty filter, a cursor, a patch) is a bad argument.
+                bad = isinstance(exc, InvalidArgumentError | InvalidDrainError)
+                fail(message, 2 if bad else 1)
             if logging.getLogger().isEnabledFor(logging.DEBUG):
                 raise
             fail(
@@ -211,11 +227,12 @@ def process_urls(settings: Settings, *, check: bool = False) -> Iterator[Service
 
 def _require_schema_if_reachable(database_url: str) -> None:
     from resumable.models.database import libpq_url
+    from resumable.models.migrate import schema_problem
 
     try:
         with psycopg.connect(libpq_url(database_url), connect_timeout=2) as conn:
-            found = conn.execute("SELECT to_regclass('sessions') IS NOT NULL").fetchone()
+            problem = schema_problem(conn)
     except psycopg.Error:
         return  # unreachable: an outage the process reports and rides out
-    if not (found and found[0]):
-        raise ConfigurationError(_NO_SCHEMA)
+    if problem:
+        raise ConfigurationError(problem)

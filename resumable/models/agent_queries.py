@@ -93,13 +93,12 @@ RETIRE_WORKER = "DELETE FROM workers WHERE id = %(id)s"
 # Rows of workers dead for long: nothing refers to them any more.
 FORGET_DEAD_WORKERS = "DELETE FROM workers WHERE expires_at < now() - interval '1 hour'"
 
-# Of these agents, the ones a worker announced before but no live worker
-# other than %(id)s loads: their sessions were skipped, their messages dropped.
-# (An agent never announced had its messages wait in the queue instead.)
+# Of these agents, the ones no live worker other than %(id)s loads, whether
+# announced before or never (a new agent's sessions, started before its
+# workers were deployed): their sessions were skipped, their messages dropped.
 UNSERVED_AGENTS = """
 SELECT u.name FROM unnest(%(agents)s::text[]) AS u(name)
-WHERE EXISTS (SELECT 1 FROM agents a WHERE a.name = u.name)
-  AND NOT EXISTS (SELECT 1 FROM workers w
+WHERE NOT EXISTS (SELECT 1 FROM workers w
                   WHERE w.expires_at > now() AND w.id <> %(id)s AND w.agents ? u.name)
 """
 

@@ -3,11 +3,15 @@ Procfile's ``release:``), safe when several processes do it at once."""
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 
+from resumable.errors import NO_SCHEMA_MESSAGE
 from resumable.models.database import sqlalchemy_url
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -39,3 +43,48 @@ def current_revision(database_url: str) -> str | None:
             return MigrationContext.configure(conn).get_current_revision()
     finally:
         engine.dispose()
+
+
+@cache
+def known_revisions() -> tuple[str, frozenset[str]]:
+    """This code's latest revision and every revision it has."""
+    scripts = ScriptDirectory.from_config(alembic_config("postgresql://"))
+    return scripts.get_current_head() or "", frozenset(s.revision for s in scripts.walk_revisions())
+
+
+def unknown_revision(found: str) -> str | None:
+    """Why `found`, the database's revision, cannot be used or upgraded by this
+    code: a newer release migrated it. None if this code knows it."""
+    head, known = known_revisions()
+    if found in known:
+        return None
+    return (
+        f"the database schema is at revision {found[:40]!r}, which this resumable (at {head})"
+        " does not know: a newer release migrated it; upgrade resumable, or use another database"
+    )
+
+
+def schema_problem(conn: Any) -> str | None:
+    """Why this code cannot use the schema on `conn` (a psycopg connection),
+    in one line saying what to do; None when it is at this code's head. A
+    schema behind the code would fail on every statement that touches a
+    column it lacks (a worker's every message); one ahead of it was migrated
+    by a newer release, whose tables this code may misread."""
+    head, known = known_revisions()
+    tables = conn.execute(
+        "SELECT to_regclass('sessions') IS NOT NULL, to_regclass('alembic_version') IS NOT NULL"
+    ).fetchone()
+    if not tables[0]:
+        return NO_SCHEMA_MESSAGE
+    found = None
+    if tables[1]:
+        row = conn.execute("SELECT version_num FROM alembic_version LIMIT 1").fetchone()
+        found = str(row[0]) if row else None
+    if found == head:
+        return None
+    if found is not None and found not in known:
+        return unknown_revision(found)
+    return (
+        f"the database schema is at revision {found or 'none'}, and this resumable needs"
+        f" {head}: run `resumable db upgrade`"
+    )

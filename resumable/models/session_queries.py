@@ -56,6 +56,9 @@ FROM due WHERE sessions.id = due.id
 RETURNING sessions.id, sessions.status
 """
 
+# Not a finished session, nor one whose saga is running: it failed for good
+# already, and a cancel would leave what it did half undone (the saga's
+# compensations abandoned, no dead letter). It ends `failed` on its own.
 CANCEL_SESSION = """
 WITH s AS (
     UPDATE sessions SET
@@ -66,7 +69,7 @@ WITH s AS (
         wake_at = NULL,
         finished_at = now(),
         updated_at = now()
-    WHERE id = %(id)s AND status NOT IN ('completed', 'failed', 'cancelled')
+    WHERE id = %(id)s AND status NOT IN ('completed', 'failed', 'cancelled', 'compensating')
     RETURNING id, step_seq, cursor
 ), c AS (
     UPDATE callbacks SET status = 'closed', closed_at = now()

@@ -114,17 +114,19 @@ CLAIMABLE = f"""(
 _MINE = "coalesce((%(versions)s::jsonb ->> sessions.agent)::int, -1)"
 
 # A session this worker may run: one of its agents at the version it serves;
-# a session that never ran a step (no cursor yet) of an older or equal
+# or a session that never ran a step (no cursor yet) of an older or equal
 # version when no live worker serves a newer one (it starts on the newest
-# code deployed, and is stamped with that version); or one of an agent no
-# worker ever announced (the runner then fails it: unknown agent). Sessions
-# of older versions this worker migrates are taken over by TAKE_OVER, not here.
+# code deployed, and is stamped with that version). Sessions of older
+# versions this worker migrates are taken over by TAKE_OVER, not here. A
+# session of an agent this worker does not load is never claimed here, even
+# one no worker ever announced: an application may start sessions of a new
+# agent before the workers that load it are deployed, and they wait, pending
+# (listed and alerted on as unserved), for the first of those to start.
 RUNNABLE_HERE = f"""(
     (sessions.cursor IS NOT NULL AND sessions.agent_version = {_MINE})
     OR (sessions.cursor IS NULL AND sessions.agent_version <= {_MINE}
         AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.expires_at > now()
                         AND (w.versions ->> sessions.agent)::int > {_MINE}))
-    OR NOT EXISTS (SELECT 1 FROM agents a WHERE a.name = sessions.agent)
 )"""
 
 # Of the versions this worker migrates (%(takes_over)s: ["agent@version"]),

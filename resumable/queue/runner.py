@@ -258,7 +258,7 @@ class SessionRunner:
     def _loop(self, claim: ClaimedSession, active: ActiveRun) -> RunOutcome:
         try:
             agent = self.registry.get(claim.agent)
-        except ResumableError as exc:  # an agent no worker ever announced
+        except ResumableError as exc:  # not loaded here (a claim takes only those that are)
             return self.failures.step_failed(_held(claim), None, exc, claim.cursor)
         if claim.status is SessionStatus.COMPENSATING:
             error = claim.error or {}

@@ -95,8 +95,19 @@ class BearerAuth:
         if not self.accepts(given):
             raise UnauthorizedError("invalid bearer token", f'{_CHALLENGE}, error="invalid_token"')
         fingerprint = hashlib.sha256(given).hexdigest()[:8]
-        who = conn.headers.get("x-resumable-actor", "").strip()[:200]
+        who = header_text(conn.headers.get("x-resumable-actor", "")).strip()[:200]
         return f"{who} (token {fingerprint})" if who else f"token {fingerprint}"
+
+
+def header_text(value: str) -> str:
+    """A header's text as the client wrote it: Starlette decodes header bytes
+    as Latin-1, so UTF-8 "José" would reach the audit log as "JosÃ©". Bytes
+    that are not UTF-8 are kept visible as escapes (``\\xed``), not guessed."""
+    raw = value.encode("latin-1")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "backslashreplace")
 
 
 def route_for(conn: HTTPConnection) -> BaseRoute | None:

@@ -27,6 +27,13 @@ from resumable.webhooks.state import WebState, web_state
 
 TAG = "time travel"
 _NO_SESSION = Answer(404, "No such session.", codes=("session_not_found",))
+# An event-sourced state between snapshots is the reducer folded over events.
+_NO_REDUCER = Answer(
+    409,
+    "The checkpoint is an event-sourced agent's, between snapshots, and this web process "
+    "has not loaded the agent's reducer (set `RESUMABLE_AGENTS` to its module).",
+    codes=("reducer_not_loaded",),
+)
 
 
 def _history(state: WebState) -> TimeTravel:
@@ -78,6 +85,7 @@ GET = Operation(
             "No such session, or no such checkpoint (not reached, or compacted).",
             codes=("session_not_found", "checkpoint_not_found"),
         ),
+        _NO_REDUCER,
     ),
 )
 
@@ -121,8 +129,10 @@ FORK = Operation(
         Answer(
             409,
             "The origin had finished at that checkpoint, the fork would reuse compensated "
-            "effects, or `session_id` is taken.",
-            codes=("invalid_session_state", "session_exists"),
+            "effects, or `session_id` is taken; or the checkpoint is an event-sourced "
+            "agent's and this web process has not loaded the agent's reducer "
+            "(`RESUMABLE_AGENTS`).",
+            codes=("invalid_session_state", "session_exists", "reducer_not_loaded"),
         ),
         Answer(422, "The state patch does not apply.", codes=("invalid_state_patch",)),
     ),

@@ -204,7 +204,8 @@ DRAIN = Operation(
         Answer(200, "What was matched, done and not done.", response_models.DrainReport),
         Answer(
             422,
-            f"A paced drain (`limit / rate`) that would take over {MAX_PACED_DRAIN_SECONDS:g} s.",
+            f"A paced drain (`limit / rate`) that would take over {MAX_PACED_DRAIN_SECONDS:g} s"
+            " (its dry run too: it previews the real run).",
             codes=("drain_too_slow",),
         ),
     ),
@@ -215,7 +216,8 @@ async def drain_dead_letters(request: Request) -> Response:
     state = web_state(request)
     actor = request_actor(request)
     body = parse_body(DrainDeadLetters, await json_body(request, empty={}))
-    if body.rate and not body.dry_run and body.limit / body.rate > MAX_PACED_DRAIN_SECONDS:
+    # A dry run is refused as its real run would be: it is that run's preview.
+    if body.rate and body.limit / body.rate > MAX_PACED_DRAIN_SECONDS:
         raise ApiError(
             422,
             "drain_too_slow",

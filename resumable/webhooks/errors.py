@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import psycopg
 import sqlalchemy.exc
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Match
 
@@ -25,6 +25,7 @@ from resumable.errors import (
     InvalidDrainError,
     InvalidPatchError,
     NotSerializableError,
+    ReducerNotLoadedError,
     ResumableError,
     SessionExistsError,
     SessionNotFoundError,
@@ -64,6 +65,8 @@ _CLIENT_ERRORS: dict[type[ResumableError], int] = {
     InvalidPatchError: 422,
     InvalidDrainError: 422,
     CheckpointNotFoundError: 404,
+    # The checkpoint exists; this deployment lacks the code to rebuild it.
+    ReducerNotLoadedError: 409,
 }
 
 
@@ -146,6 +149,20 @@ async def _database_down(request: Request, exc: Exception) -> Response:
     )
 
 
+async def client_disconnected(request: Request, exc: Exception) -> Response:
+    """The client went away before its body arrived: nothing was read or
+    written, and nobody reads the answer. Not an error of ours, so not a
+    traceback at ERROR in the log operators alert on (any client could fill
+    it by hanging up mid-body); one INFO line, with the action named."""
+    logger.info(
+        "client disconnected before sending its whole body on %s %s",
+        request.method,
+        request.url.path,
+        extra={"action": "client_disconnected"},
+    )
+    return error_response(400, "client_disconnected", "the request body ended early")
+
+
 async def _unexpected(request: Request, exc: Exception) -> Response:
     logger.error(
         "unhandled error on %s %s",
@@ -162,6 +179,7 @@ EXCEPTION_HANDLERS = {
     HTTPException: _http_error,
     ResumableError: _package_error,
     # psycopg_pool.PoolTimeout is an OperationalError.
+    ClientDisconnect: client_disconnected,
     psycopg.OperationalError: _database_down,
     sqlalchemy.exc.OperationalError: _database_down,
     Exception: _unexpected,

@@ -7,7 +7,11 @@ string or a header value would reach PostgreSQL, which refuses NUL in text
 (a 500 otherwise): it answers 400 here. Starlette's routes end in ``$``, which
 also matches before a final newline, so ``/v1/dead-letters/7%0A`` would be
 dead letter 7 and ``/v1/sessions%0A`` the list: a path ending in a newline
-names nothing, 404.
+names nothing, 404. A percent-escape that is not UTF-8 (``%FF``, or
+``%ED%A0%80``, a lone surrogate) would be decoded to U+FFFD by the server and
+Starlette, aliasing another name (``/v1/shared/%FF`` read the document named
+"\ufffd"): in the path or the query string it answers 400, as such a body
+does.
 """
 
 from __future__ import annotations
@@ -22,6 +26,14 @@ from resumable.webhooks.errors import error_response
 MAX_HEADER_BYTES = 16 * 1024
 
 
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")  # strict: surrogates are not UTF-8 either
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _problem(scope: Scope) -> tuple[int, str, str] | None:
     headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
     if sum(len(name) + len(value) for name, value in headers) > MAX_HEADER_BYTES:
@@ -31,8 +43,14 @@ def _problem(scope: Scope) -> tuple[int, str, str] | None:
         return 400, "invalid_request", "the path may not contain NUL (%00)"
     if path.endswith("\n"):
         return 404, "not_found", "no resource has a path ending in a newline (%0A)"
-    if b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
+    raw_path = scope.get("raw_path")
+    if raw_path is not None and not _is_utf8(unquote_to_bytes(raw_path)):
+        return 400, "invalid_request", "the path must be UTF-8 (its %-escapes too)"
+    query = unquote_to_bytes(scope.get("query_string", b""))
+    if b"\x00" in query:
         return 400, "invalid_request", "the query string may not contain NUL (%00)"
+    if not _is_utf8(query):
+        return 400, "invalid_request", "the query string must be UTF-8 (its %-escapes too)"
     if any(b"\x00" in value for _, value in headers):
         return 400, "invalid_request", "header values may not contain NUL"
     return None

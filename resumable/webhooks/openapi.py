@@ -74,6 +74,8 @@ _EXAMPLE_MESSAGES = {
     "invalid_state_patch": "the state patch does not apply: member 'x' not found",
     "headers_too_large": f"request headers exceed {MAX_HEADER_BYTES} bytes",
     "database_unavailable": "the database cannot be reached; try again shortly",
+    "reducer_not_loaded": "agent 'ledger' is event-sourced: its state between snapshots is"
+    " its reducer folded over the events, and this process has not loaded it",
 }
 
 
@@ -85,7 +87,10 @@ def shared_answers(operation: Operation) -> list[Answer]:
     """The answers this operation gives because of what it is, not what it does."""
     answers = [
         Answer(
-            400, "NUL (%00) in the path, the query string or a header.", codes=("invalid_request",)
+            400,
+            "NUL (%00) in the path, the query string or a header, or a %-escape in the"
+            " path or query string that is not UTF-8.",
+            codes=("invalid_request",),
         ),
         Answer(
             431,

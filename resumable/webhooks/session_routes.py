@@ -225,7 +225,11 @@ CANCEL = Operation(
     answers=(
         Answer(200, "Cancelled.", Session),
         _NOT_FOUND,
-        Answer(409, "It has already finished.", codes=("invalid_session_state",)),
+        Answer(
+            409,
+            "It has already finished, or is compensating (its saga is undoing what it did).",
+            codes=("invalid_session_state",),
+        ),
     ),
 )
 

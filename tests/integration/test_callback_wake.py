@@ -169,14 +169,15 @@ def _ungate_commits(conn: psycopg.Connection[Any]) -> None:
 
 
 def _claim(url: str, session_id: uuid.UUID) -> Any:
-    """The worker's claim statement, as a worker runs it (autocommitted)."""
+    """The worker's claim statement, as a worker that loads `race` runs it
+    (autocommitted)."""
     with psycopg.connect(url, autocommit=True) as conn:
         return conn.execute(
             step_queries.CLAIM_LEASE,
             {
                 "id": session_id,
                 "owner": "test-worker:1",
-                "versions": "{}",
+                "versions": '{"race": 0}',
                 "starts": "{}",
                 "lease_seconds": 30,
             },

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -144,6 +145,50 @@ def test_a_database_without_the_schema_says_to_run_db_upgrade(client: Client) ->
             conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
+def test_a_schema_behind_or_ahead_of_the_code_is_one_line_and_nothing_is_written(
+    client: Client,
+) -> None:
+    """Only `sessions` was looked for: a database at an older revision was
+    written to by `enqueue`, and a worker logged a traceback per message; one
+    a newer release migrated made `db upgrade` report a bug."""
+    from resumable.models import migrate
+
+    name = f"old_{uuid.uuid4().hex[:8]}"
+    admin = libpq_url(_with_url(client, database="postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    url = _with_url(client, database=name)
+    env = {"DATABASE_URL": url}
+    head, _ = migrate.known_revisions()
+    try:
+        migrate.upgrade(url, "0010")
+        for command in (
+            ("enqueue", "five", "--agents", "tests.agents"),
+            ("sessions", "list"),
+            ("worker", "--agents", "tests.agents"),
+            ("web", "--port", str(free_port())),
+            ("scheduler",),
+        ):
+            result = _run(*command, client=client, env=env)
+            _one_line_error(result, "at revision 0010", f"needs {head}", "resumable db upgrade")
+            assert result.returncode == 1
+        with psycopg.connect(libpq_url(url)) as conn:
+            assert conn.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
+            conn.execute("UPDATE alembic_version SET version_num = '0999'")
+        for command in (
+            ("db", "upgrade"),
+            ("sessions", "list"),
+            ("worker", "--agents", "tests.agents"),
+        ):
+            result = _run(*command, client=client, env=env)
+            _one_line_error(result, "'0999'", "a newer release migrated it")
+            assert result.returncode == 1
+        assert migrate.current_revision(url) == "0999"  # left as it was
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
 @pytest.fixture
 def fresh_home() -> Iterator[Path]:
     """A home no process has used (short, for unix socket paths); its servers
@@ -162,6 +207,39 @@ def test_a_fresh_embedded_home_is_migrated_on_first_use(fresh_home: Path) -> Non
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"items": [], "next_cursor": None}
     assert EmbeddedServices(fresh_home).running_pids() == [], "the last user stops the servers"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_command_stopped_while_it_starts_the_servers_stops_them(
+    fresh_home: Path, sig: signal.Signals
+) -> None:
+    """SIGTERM killed a one-shot command with no clean-up, and Ctrl-C while
+    the servers were starting left them running with no user: only SIGKILL
+    may leave them (for the next process to reap)."""
+    services = EmbeddedServices(fresh_home)
+    env = {**os.environ, "RESUMABLE_HOME": str(fresh_home)}
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+    command = subprocess.Popen(
+        [sys.executable, "-m", "resumable.cli", "sessions", "list"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        # The database server is up (its pid file written): the command is
+        # inside the start of the servers, or just past it.
+        wait_until(lambda: services.running_pids() or command.poll() is not None, timeout=60)
+        command.send_signal(sig)
+        _, stderr = command.communicate(timeout=60)
+    finally:
+        if command.poll() is None:
+            command.kill()
+    assert command.returncode != 0, "the signal came after the command had finished"
+    assert b"Traceback" not in stderr, stderr.decode(errors="replace")
+    wait_until(lambda: services.running_pids() == [], timeout=30, what="the servers stopped")
+    assert not services.users_dir.exists() or not any(services.users_dir.iterdir())
 
 
 @pytest.mark.parametrize("where", ["under-a-file", "read-only"])
@@ -232,8 +310,8 @@ def test_bytes_that_are_not_utf8_in_input_are_refused(client: Client) -> None:
     [
         (["history", "doc", "--before", "9" * 25], "'--before'", 2),
         (["history", "doc", "--limit", "0"], "'--limit'", 2),
-        (["show", "x" * 300], "at most 200 characters", 1),
-        (["show", "tab\there"], "printable text", 1),
+        (["show", "x" * 300], "at most 200 characters", 2),
+        (["show", "tab\there"], "printable text", 2),
     ],
 )
 def test_shared_commands_refuse_bad_arguments_in_one_line(
@@ -373,6 +451,9 @@ def _run_bytes(client: Client, *args: bytes) -> subprocess.CompletedProcess[str]
     ("args", "code", "fragment"),
     [
         ((b"sessions", b"cancel", b"{sid}", b"--reason", b"r", b"--by", b"a\xff"), 2, "--by"),
+        # Once kept as the actor: "   ", or 5,000 characters no audit view shows.
+        ((b"sessions", b"cancel", b"{sid}", b"--reason", b"r", b"--by", b"   "), 2, "not be blank"),
+        ((b"sessions", b"cancel", b"{sid}", b"--reason", b"r", b"--by", b"x" * 201), 2, "200"),
         ((b"sessions", b"list", b"--agent", b"a\xff"), 2, "--agent"),
         ((b"dlq", b"list", b"--step", b"a\xff"), 2, "--step"),
         ((b"dlq", b"list", b"--error-type", b"a\x01\xfe"), 2, "--error-type"),
@@ -446,3 +527,36 @@ def test_worker_metrics_on_a_port_in_use_is_one_line_naming_the_setting(
     env["RESUMABLE_WORKER_METRICS_HOST"] = "no-such-host.invalid"
     result = _run("worker", client=client, env=env)
     _one_line_error(result, "no-such-host.invalid:", "RESUMABLE_WORKER_METRICS_HOST")
+
+
+def test_bad_values_found_past_click_exit_2_like_click_s_own(client: Client) -> None:
+    """README: exit status 2 for a bad argument. Values click cannot judge
+    itself (an empty filter, a cursor, a missing reason) exited 1, and an empty
+    cursor read as the first page, so a paging loop never ended."""
+    for args, fragment in (
+        (("sessions", "list", "--agent", ""), "agent must be 1 to 200 characters"),
+        (("sessions", "list", "--cursor", "garbage"), "invalid cursor"),
+        (("sessions", "list", "--cursor", ""), "empty cursor"),
+        (("dlq", "list", "--cursor", "abc"), "invalid cursor"),
+        (("dlq", "list", "--cursor", ""), "empty cursor"),
+        (("dlq", "drain", "--action", "discard"), "needs a reason"),
+        (("enqueue", ""), "AGENT must be 1 to 200 characters"),
+    ):
+        result = _run(*args, client=client)
+        _one_line_error(result, fragment)
+        assert result.returncode == 2, (args, result.stderr)
+    assert client.count_by_status() == {}
+
+
+def test_the_next_page_line_is_never_wrapped_for_a_script(client: Client) -> None:
+    """Not on a terminal, rich wrapped the `more: --cursor` line at 80
+    columns and split the token a script cuts out of it."""
+    for _ in range(3):
+        client.start("five")
+    first = _run("sessions", "list", "--limit", "2", client=client, env={"COLUMNS": "40"})
+    assert first.returncode == 0, first.stderr
+    [line] = [row for row in first.stdout.splitlines() if row.startswith("more: --cursor ")]
+    token = line.removeprefix("more: --cursor ")
+    second = _run("sessions", "list", "--limit", "2", "--cursor", token, client=client)
+    assert second.returncode == 0, second.stderr
+    assert "more: --cursor" not in second.stdout  # the third session, and the end

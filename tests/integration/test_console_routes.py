@@ -351,6 +351,8 @@ def test_bad_input_on_every_form_shows_an_error_and_changes_nothing(
         ("/ui/sessions?status=nope", "Status must be one of"),
         ("/ui/sessions?id=zz", "hexadecimal"),
         ("/ui/sessions?older_than=yesterday", "duration"),
+        ("/ui/sessions?older_than=999999d", "at most 36500d"),
+        ("/ui/sessions?newer_than=740000d", "at most 36500d"),
         ("/ui/sessions?cursor=" + "A" * 150, "cursor"),
         ("/ui/sessions?limit=0", "page size"),
         ("/ui/dead-letters?status=lost", "status must be one of"),

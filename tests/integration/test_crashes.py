@@ -10,6 +10,7 @@ from pathlib import Path
 import redis
 
 from resumable.client import Client
+from resumable.models import agent_queries
 from resumable.models.database import Database
 from resumable.scheduler.reconcile import reconcile
 from resumable.settings import Settings
@@ -151,6 +152,14 @@ def test_redis_flushed_with_pending_sessions_reconcile_brings_all_back(
     redis_client: redis.Redis,
     deployment: LocalDeployment,
 ) -> None:
+    # Another live worker loads `counter`, so the one started here does not
+    # enqueue its waiting sessions itself (a starting worker does that for
+    # agents no live worker serves): only the reconciler brings these back.
+    with db.connection() as conn:
+        conn.execute(
+            agent_queries.ANNOUNCE_WORKER,
+            {"id": "elsewhere:1", "agents": '["counter"]', "ttl": 600},
+        )
     ids = [client.start("counter", {"steps": 3}) for _ in range(50)]
     redis_client.flushdb()
     deployment.worker()

@@ -12,11 +12,14 @@ from typing import Any
 
 import pytest
 from standardwebhooks.webhooks import Webhook
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
 
 from resumable.client import Client
 from resumable.dev.fake_server import FakeServer, Reply, Request
+from resumable.errors import SessionStateError
 from resumable.models.database import Database
-from tests.conftest import ManagedProcess, run_cli, wait_until
+from tests.conftest import API_TOKEN, ManagedProcess, run_cli, wait_until
 from tests.fake_api import FakeAPI
 
 ALERT_SECRET = "whsec_" + "YWxlcnQtc2VjcmV0LWZvci10ZXN0cy0xMjM0NTY="
@@ -171,6 +174,41 @@ def test_saga_survives_a_worker_killed_while_compensating(
     # API); the card's, recorded before the kill, did not run again.
     assert sorted(undo_calls.values()) == [1, 1, 2]
     assert _events(client, session_id, "compensation_resumed")
+    [letter] = _dead_letters(db, session_id)
+    assert letter["compensation"] == "completed"
+
+
+def test_a_compensating_session_cannot_be_cancelled_and_its_saga_runs_to_the_end(
+    client: Client,
+    db: Database,
+    app: Starlette,
+    tmp_path: Path,
+    start_worker: Callable[..., ManagedProcess],
+) -> None:
+    """A cancel mid-saga ended the session `cancelled`: the older calls were
+    never undone, the one in flight stayed `started`, and no dead letter told
+    anyone. It failed for good already; the saga finishes what it began."""
+    (tmp_path / "hold").touch()
+    start_worker()
+    with FakeAPI() as api, TestClient(app) as web:
+        session_id = client.start("saga", {"api": api.url, "gate_dir": str(tmp_path)})
+        wait_until((tmp_path / "entered-undo-hotel").exists, what="the hotel compensation")
+        assert client.get(session_id).status == "compensating"
+        with pytest.raises(SessionStateError, match="compensating"):
+            client.cancel(session_id, actor="ops", reason="changed my mind")
+        answer = web.post(
+            f"/v1/sessions/{session_id}/cancel",
+            json={"reason": "changed my mind"},
+            headers={"authorization": f"Bearer {API_TOKEN}"},
+        )
+        assert answer.status_code == 409, answer.text
+        assert answer.json()["error"]["code"] == "invalid_session_state"
+        assert client.get(session_id).status == "compensating"
+        (tmp_path / "hold").unlink()
+        assert wait_until(lambda: _finished(client, session_id), timeout=30) == "failed"
+        undone = [body["what"] for path, body in api.order if path == "/undo"]
+    assert undone == ["card", "hotel", "flight"]
+    assert not _events(client, session_id, "session_cancelled")
     [letter] = _dead_letters(db, session_id)
     assert letter["compensation"] == "completed"
 

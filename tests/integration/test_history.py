@@ -9,14 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
 
 from resumable.agent import AgentRegistry
 from resumable.client import Client
+from resumable.errors import ReducerNotLoadedError
 from resumable.models.database import Database
 from resumable.scheduler.retention import compact_histories, retire_old_sessions
 from resumable.time_travel import TimeTravel
 from tests import agents
-from tests.conftest import ManagedProcess, wait_until
+from tests.conftest import API_TOKEN, ManagedProcess, wait_until
 from tests.fake_api import FakeAPI
 
 STRATEGIES = ["hist_snapshot", "hist_incremental", "hist_events"]
@@ -225,3 +228,32 @@ def test_secrets_never_reach_the_history(
     assert letter is not None and "[REDACTED]" in str(letter["error_message"])
     checkpoint = TimeTravel(db, REGISTRY).state_at(session_id, 1).state
     assert checkpoint["auth"] == {"api_key": "[REDACTED]", "user": "alice"}
+
+
+def test_an_event_sourced_state_between_snapshots_names_the_module_to_load(
+    client: Client, db: Database, app: Starlette, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    """Between snapshots an event-sourced state is the reducer folded over the
+    events: a process without the agent's module answered 404
+    checkpoint_not_found for a checkpoint that exists. It is 409
+    reducer_not_loaded (ReducerNotLoadedError), naming what to load."""
+    start_worker()
+    session_id = client.start("hist_events", {"steps": 3})
+    wait_until(lambda: _done(client, session_id), what="the run")
+    assert [c.kind for c in client.checkpoints(session_id)] == ["snapshot", "events", "events"]
+    plain = Client(client.settings, client.db, client.broker)  # no registry
+    with pytest.raises(ReducerNotLoadedError, match="RESUMABLE_AGENTS"):
+        plain.checkpoint_state(session_id, 2)
+    with pytest.raises(ReducerNotLoadedError):
+        plain.fork(session_id, 2, actor="test")
+    assert plain.checkpoint_state(session_id, 1).state == recording(1)[-1]  # a snapshot
+    with TestClient(app) as web:  # a web process without RESUMABLE_AGENTS
+        answer = web.get(
+            f"/v1/sessions/{session_id}/checkpoints/2",
+            headers={"authorization": f"Bearer {API_TOKEN}"},
+        )
+    assert answer.status_code == 409, answer.text
+    assert answer.json()["error"]["code"] == "reducer_not_loaded"
+    loaded = Client(client.settings, client.db, client.broker, REGISTRY)
+    assert loaded.checkpoint_state(session_id, 2).state == recording(2)[-1]
+    assert [s.session_id for s in client.list_sessions()] == [session_id]  # no fork made

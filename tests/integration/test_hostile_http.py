@@ -11,7 +11,7 @@ import socket
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httpx2
@@ -398,11 +398,12 @@ def test_drain_validates_before_it_acts(
     )
     assert answer.status_code == 400
     assert snapshot(db) == before
-    dry = api.post(
-        "/v1/dead-letters/drain",
-        json={"action": "discard", "reason": "r", "rate": 0.01, "limit": 100_000, "dry_run": True},
-        headers=AUTH,
-    )
+    # A dry run previews its real run, refusal included.
+    too_slow = {"action": "discard", "reason": "r", "rate": 0.01, "limit": 100_000}
+    dry = api.post("/v1/dead-letters/drain", json={**too_slow, "dry_run": True}, headers=AUTH)
+    assert dry.status_code == 422 and dry.json()["error"]["code"] == "drain_too_slow", dry.text
+    paced = {"action": "discard", "reason": "r", "rate": 1, "limit": 60, "dry_run": True}
+    dry = api.post("/v1/dead-letters/drain", json=paced, headers=AUTH)
     assert dry.status_code == 200 and dry.json()["matched"] == [int(world["dead_letter_id"])]
     assert snapshot(db) == before
 
@@ -638,3 +639,92 @@ def test_a_number_too_small_for_a_float_is_refused_not_stored_as_zero(
     )
     assert zero.status_code == 201, zero.text
     assert client.get(zero.json()["session_id"]).input == {"a": 0.0, "b": 1e-300}
+
+
+def test_escapes_that_are_not_utf8_are_refused_not_read_as_another_name(
+    api: TestClient, db: Database, world: dict[str, str]
+) -> None:
+    """``%FF`` and ``%ED%A0%80`` (a lone surrogate) were decoded to U+FFFD, so
+    ``/v1/shared/%FF`` read the document named "\\ufffd" and a filter matched
+    it: in the path or the query string they answer 400, as in a body."""
+    before = snapshot(db)
+    for escape in ("%FF", "%ED%A0%80", "%C0%AF", "a%E2%82"):
+        for path in (
+            f"/v1/shared/{escape}",
+            f"/v1/shared/{escape}/history",
+            f"/v1/sessions/{escape}",
+            f"/v1/dead-letters?error_type={escape}",
+            f"/v1/sessions?agent={escape}",
+            f"/v1/sessions?{escape}=1",
+            f"/ui/sessions?agent={escape}",
+        ):
+            answer = api.get(path, headers=AUTH)
+            assert answer.status_code == 400, (path, answer.status_code, answer.text[:200])
+            if not path.startswith("/ui"):
+                check_error(answer, path)
+                assert answer.json()["error"]["code"] == "invalid_request"
+    # Escaped UTF-8 is still a name like any other.
+    assert api.get("/v1/dead-letters?error_type=%C3%A9", headers=AUTH).status_code == 200
+    assert api.get("/v1/shared/caf%C3%A9", headers=AUTH).status_code == 404
+    assert snapshot(db) == before
+
+
+def test_the_actor_header_is_read_as_utf8(
+    start_web: Callable[..., ManagedProcess], web_port: int, client: Client, db: Database
+) -> None:
+    """Starlette decodes headers as Latin-1: "José" reached the audit log as
+    "JosÃ©". Bytes that are not UTF-8 are kept as escapes. (Raw sockets: an
+    HTTP client re-encodes header values its own way.)"""
+    start_web()
+    for raw, expected in (("José".encode(), "José"), (b"\xed\xa0\x80", "\\xed\\xa0\\x80")):
+        session = client.start("five")
+        body = b'{"reason": "r"}'
+        head = b"\r\n".join(
+            [
+                f"POST /v1/sessions/{session}/cancel HTTP/1.1".encode(),
+                b"Host: x",
+                b"Connection: close",
+                f"Authorization: Bearer {API_TOKEN}".encode(),
+                b"Content-Type: application/json",
+                b"Content-Length: %d" % len(body),
+                b"X-Resumable-Actor: " + raw,
+            ]
+        )
+        status, _, answer = _raw_http(web_port, head + b"\r\n\r\n" + body)
+        assert status == 200, answer
+        with db.connection() as conn:
+            row = conn.execute(
+                "SELECT payload FROM audit_events WHERE session_id = %s"
+                " AND event_type = 'session_cancelled'",
+                [session],
+            ).fetchone()
+        assert row is not None
+        payload = cast(dict[str, Any], row["payload"])
+        assert str(payload["by"]).startswith(f"{expected} (token "), row
+
+
+def test_a_client_that_hangs_up_mid_body_is_one_info_line_not_a_traceback(
+    start_web: Callable[..., ManagedProcess], web_port: int
+) -> None:
+    """Anyone could fill the ERROR log operators alert on by hanging up in
+    the middle of a body; it is not an error of the server's."""
+    web = start_web()
+    paths = ("/v1/callbacks/abc", "/v1/sessions", "/v1/dead-letters/drain")
+    for path in paths:
+        with socket.create_connection(("127.0.0.1", web_port), timeout=10) as sock:
+            head = (
+                f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_TOKEN}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+            )
+            sock.sendall(head.encode())
+    wait_until(
+        lambda: (
+            web.output().count("client disconnected before sending its whole body") >= len(paths)
+        ),
+        timeout=15,
+        what="a line per hung-up request",
+    )
+    log = web.output()
+    assert "Traceback" not in log and "ClientDisconnect" not in log, log[-3000:]
+    assert "Exception in ASGI application" not in log
+    assert " ERROR " not in log and '"level": "error"' not in log.lower()

@@ -8,6 +8,7 @@ import asyncio
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from resumable import (
     DeadLetter,
     Event,
     IdempotencyConflictError,
+    InvalidArgumentError,
     InvalidCursorError,
     Page,
     Session,
@@ -212,3 +214,48 @@ def test_async_client_runs_the_calls_off_the_event_loop(
         return owned
 
     assert asyncio.run(from_env()).client.db.pool.closed
+
+
+FIVE_STEPS = ["one", "two", "three", "four", "five"]
+
+
+def test_wait_answers_the_finished_session_or_times_out(
+    client: Client, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    """`wait` is what an application calls instead of polling `get` itself:
+    the session once finished, however it finished; TimeoutError otherwise."""
+    waiting = client.start("signalled", {})  # suspends until a signal, sent at the end
+    cancelled = client.start("five")
+    client.cancel(cancelled, actor="test")
+    assert client.wait(cancelled, timeout=0).status == "cancelled"  # finished: no wait
+    start_worker()
+    done = client.wait(client.start("five"), timeout=30)
+    assert (done.status, done.result) == ("completed", {"progress": FIVE_STEPS})
+    wait_until(lambda: client.get(waiting).status == "suspended", what="the suspension")
+    began = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"still suspended after 0\.5 s"):
+        client.wait(waiting, timeout=0.5)
+    assert 0.5 <= time.monotonic() - began < 5
+    for timeout in (-1, float("nan"), float("inf"), "soon"):
+        with pytest.raises(InvalidArgumentError, match="timeout"):
+            client.wait(waiting, timeout=timeout)  # type: ignore[arg-type]
+    with pytest.raises(SessionNotFoundError):
+        client.wait(uuid.uuid4(), timeout=1)
+
+    async def handler() -> tuple[Session, Session]:
+        async with AsyncClient(client) as resumable:
+            started = await resumable.start("five")
+            # Two waits at once on one event loop: neither blocks the other.
+            finished, timed_out = await asyncio.gather(
+                resumable.wait(started, timeout=30),
+                resumable.wait(waiting, timeout=0.3),
+                return_exceptions=True,
+            )
+            assert isinstance(timed_out, TimeoutError), timed_out
+            assert isinstance(finished, Session)
+            client.signal(waiting, "approve", {"approved": True})
+            return finished, await resumable.wait(waiting, timeout=30)
+
+    five, approved = asyncio.run(handler())
+    assert (five.status, five.result) == ("completed", {"progress": FIVE_STEPS})
+    assert approved.status == "completed"

@@ -138,7 +138,7 @@ def test_a_step_reads_its_own_update_and_later_steps_see_it(
     assert missing.returncode == 1 and "nothing-here" in missing.stderr
     assert "Traceback" not in missing.stderr
     bad = run_cli(settings, "shared", "history", "x" * 300)
-    assert bad.returncode == 1 and "at most 200" in bad.stderr
+    assert bad.returncode == 2 and "at most 200" in bad.stderr
 
 
 def test_retention_deletes_old_versions_but_never_a_documents_current_one(

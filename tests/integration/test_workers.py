@@ -178,7 +178,38 @@ def test_an_agent_no_live_worker_loads_waits_without_churn_until_one_starts(
     assert client.list_sessions(unserved=True) == []
 
 
-def test_a_starting_worker_enqueues_only_agents_announced_before_and_unserved(
+def test_a_new_agent_s_sessions_started_before_its_workers_wait_for_them(
+    client: Client,
+    db: Database,
+    start_process: Callable[..., ManagedProcess],
+    start_worker: Callable[..., ManagedProcess],
+) -> None:
+    """An application may start sessions of an agent no worker has announced
+    yet (its workers are still being deployed): the workers already running
+    leave them pending, untouched, and the first worker that loads the agent
+    runs them. (They were failed at once as `unknown_agent`.)"""
+    with db.connection() as conn:  # `lonely` was never announced
+        conn.execute("DELETE FROM agents WHERE name = 'lonely'")
+        conn.execute("DELETE FROM agent_versions WHERE agent = 'lonely'")
+    other = start_worker()  # loads every agent but `lonely`
+    early = [client.start("lonely") for _ in range(3)]
+    wait_until(lambda: "no live worker loads agent 'lonely'" in other.output(), what="the skip")
+    served = client.start("five")
+    wait_until(lambda: client.get(served).status == "completed", what="a served session")
+    for session in early:
+        assert client.get(session).status == "pending"
+        assert _events(client, session) == ["session_created"]
+    assert sorted(s.session_id for s in client.list_sessions(unserved=True)) == sorted(early)
+
+    start_process(["worker", "--agents", "tests.other_agents"], "worker started")
+    wait_until(lambda: all(client.get(s).status == "completed" for s in early), what="the runs")
+    for session in early:
+        assert _events(client, session).count("run_started") == 1
+        assert client.get(session).result == {"ran": True}
+    assert client.list_sessions(unserved=True) == []
+
+
+def test_a_starting_worker_enqueues_only_unserved_agents(
     db: Database,
 ) -> None:
     from resumable.models import agent_queries
@@ -200,4 +231,5 @@ def test_a_starting_worker_enqueues_only_agents_announced_before_and_unserved(
             {"id": "me:3", "agents": ["skipped", "served", "never_announced"]},
         ).fetchall()
         conn.execute("DELETE FROM workers")
-    assert [row["name"] for row in rows] == ["skipped"]
+    # A never announced agent's sessions (started before its workers) waited too.
+    assert [row["name"] for row in rows] == ["skipped", "never_announced"]

@@ -63,6 +63,29 @@ def test_definition_errors_are_clear() -> None:
         AgentRegistry([agent]).get("b")
 
 
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        (
+            "x = 1\nraise RuntimeError('no config')\n",
+            "raised RuntimeError while importing at {path}:2: no config",
+        ),
+        ("def f(:\n", "raised SyntaxError while importing at {path}:1: invalid syntax"),
+    ],
+)
+def test_an_agent_module_that_fails_as_it_runs_is_a_definition_error_saying_where(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, source: str, said: str
+) -> None:
+    """It was "unexpected RuntimeError (a bug)", read as resumable's own bug,
+    with nothing pointing at the user's file."""
+    path = tmp_path / "failing_agents_module.py"
+    path.write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(AgentDefinitionError) as caught:
+        AgentRegistry.from_modules(["failing_agents_module"])
+    assert caught.value.message == "agent module 'failing_agents_module' " + said.format(path=path)
+
+
 def test_registry_collects_agents_from_modules() -> None:
     registry = AgentRegistry.from_modules(["tests.agents"])
     assert {"bad", "counter", "five", "approval", "poller"} <= {a.name for a in registry}

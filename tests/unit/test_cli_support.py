@@ -72,3 +72,23 @@ def test_usage_errors_are_one_line_with_a_pointer_to_help() -> None:
 def test_an_unknown_relation_says_to_migrate() -> None:
     message = describe(psycopg.errors.UndefinedTable('relation "sessions" does not exist'))
     assert message is not None and "run `resumable db upgrade`" in message
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        ([], "error: missing command: one of db, demo, dev, dlq, enqueue, reconcile, scheduler, "
+         "services, sessions, shared, web, worker (see `resumable --help`)"),
+        (["dlq"], "error: missing command: one of discard, drain, list, retry, show "
+         "(see `resumable dlq --help`)"),
+    ],
+)  # fmt: skip
+def test_a_group_called_without_its_command_says_so_in_one_line(args: list[str], line: str) -> None:
+    """Click's message for it is the group's whole help text, which came out
+    as a 20-line 'error: Usage: ...'."""
+    from resumable.cli import main
+
+    result = CliRunner().invoke(main, args, prog_name="resumable")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.strip() == line

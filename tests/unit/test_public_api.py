@@ -61,3 +61,25 @@ def test_the_async_client_has_every_public_method_of_the_client() -> None:
     for name in public(Client) & public(AsyncClient):
         if callable(getattr(Client, name)) and name != "from_env":
             assert inspect.iscoroutinefunction(getattr(AsyncClient, name)), name
+
+
+def test_the_errors_readme_names_are_exported_and_bad_arguments_are_value_errors() -> None:
+    """README lists each error Python callers meet; every one is importable
+    from `resumable`, and a bad argument of any kind is an InvalidArgumentError
+    (a ValueError): a patch that does not apply, a cursor not handed out."""
+    from resumable.state_patch import apply_state_patch
+    from resumable.webhooks.params import number_cursor
+
+    for name in (
+        "InvalidPatchError",
+        "InvalidCursorError",
+        "ReducerNotLoadedError",
+        "UnstorableArgumentError",
+    ):
+        assert name in resumable.__all__ and hasattr(resumable, name), name
+    with pytest.raises(resumable.InvalidPatchError) as patch_error:
+        apply_state_patch({}, [{"op": "remove", "path": "/nope"}])
+    with pytest.raises(resumable.InvalidCursorError) as cursor_error:
+        number_cursor("not-ours", 100)
+    for raised in (patch_error.value, cursor_error.value):
+        assert isinstance(raised, resumable.InvalidArgumentError) and isinstance(raised, ValueError)

@@ -69,6 +69,13 @@ def test_a_value_past_either_bound_names_the_variable(
         ("RESUMABLE_ALERT_WEBHOOK_URL", "ftp://ops", "http:// or https://"),
         ("RESUMABLE_WEB_PORT", "80000", "less than or equal to 65535"),
         ("RESUMABLE_QUEUE_NAME", "", "at least 1 character"),
+        # Once accepted: the message went to a queue no worker can consume.
+        ("RESUMABLE_QUEUE_NAME", "a b", "should match pattern"),
+        ("RESUMABLE_QUEUE_NAME", "1abc", "should match pattern"),
+        ("RESUMABLE_QUEUE_NAME", "é", "should match pattern"),
+        ("RESUMABLE_QUEUE_NAME", "a\x01", "should match pattern"),
+        ("RESUMABLE_QUEUE_NAME", "q" * 101, "at most 100 characters"),
+        ("RESUMABLE_QUEUE_NAME", "runs.DQ", "must not end in .DQ or .XQ"),
         # Once "unexpected ValueError ... (a bug)" quoting part of the URL, or
         # (a Redis database that is no number) silently database 0.
         ("DATABASE_URL", "postgresql://u:pw@[::1/db", "is not a valid postgresql:// URL"),
@@ -78,6 +85,13 @@ def test_a_value_past_either_bound_names_the_variable(
         ("REDIS_URL", "redis://h:6379/abc", "names a database that is not a number"),
         ("REDIS_URL", "redis://h:6379?db=x", "a db that is not a database number"),
         ("REDIS_URL", "redis://h:port/0", "a port that is not a number"),
+        # Ports a socket cannot take: accepted, then every connection failed
+        # (or, for the public URL, callback URLs nobody could reach were handed out).
+        ("REDIS_URL", "redis://h:99999/0", "port that is not a number from 1 to 65535"),
+        ("REDIS_URL", "redis://h:0/0", "port that is not a number from 1 to 65535"),
+        ("DATABASE_URL", "postgresql://u:pw@h:99999/db", "from 1 to 65535"),
+        ("RESUMABLE_PUBLIC_URL", "http://h:99999", "from 1 to 65535"),
+        ("RESUMABLE_ALERT_WEBHOOK_URL", "https://h:0/alerts", "from 1 to 65535"),
         ("RESUMABLE_PUBLIC_URL", "http://a\x01b", "control characters"),
         # Once "unexpected ValueError"/"OverflowError" at the first Redis
         # command, and the working directory as the home.

@@ -12,13 +12,13 @@ import logging
 import psycopg
 import sqlalchemy.exc
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from resumable.errors import ResumableError
 from resumable.webhooks.console.forms import CsrfError, FormError
 from resumable.webhooks.console.render import page
-from resumable.webhooks.errors import _CLIENT_ERRORS, RETRY_AFTER_SECONDS
+from resumable.webhooks.errors import _CLIENT_ERRORS, RETRY_AFTER_SECONDS, client_disconnected
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +100,7 @@ EXCEPTION_HANDLERS = {
     FormError: _form,
     ResumableError: _package,
     HTTPException: _http,
+    ClientDisconnect: client_disconnected,
     psycopg.OperationalError: _database_down,
     sqlalchemy.exc.OperationalError: _database_down,
     Exception: _unexpected,

@@ -29,6 +29,9 @@ MAX_PAGE_SIZE = 500
 _ID_PREFIX = re.compile(r"[0-9a-f-]{1,36}")
 _DURATION = re.compile(r"(\d{1,6})\s*(s|m|min|h|d)")
 _UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+# An age filter reaches back at most this far: 999999d would be a date before
+# year 1, which Python cannot hold (a 500 otherwise), and no session is older.
+_MAX_AGE = timedelta(days=36500)
 _MAX_CURSOR_LENGTH = 200
 
 # What a successful action says on the page it returns to (a fixed set: the
@@ -54,7 +57,10 @@ def duration(form: Form, name: str, label: str) -> timedelta | None:
     match = _DURATION.fullmatch(text.lower())
     if not match:
         raise FormError(f"{label} must be a duration like 90s, 15m, 2h or 7d")
-    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+    age = timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+    if age > _MAX_AGE:
+        raise FormError(f"{label} may be at most 36500d (100 years)")
+    return age
 
 
 def session_filter(form: Form) -> queries.SessionFilter:

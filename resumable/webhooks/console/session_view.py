@@ -92,6 +92,11 @@ class SessionView:
     def finished(self) -> bool:
         return self.row.status in TERMINAL_STATUSES
 
+    @property
+    def cancellable(self) -> bool:
+        """Not finished, and not undoing what it did (``Client.cancel`` refuses that)."""
+        return not self.finished and self.row.status != "compensating"
+
 
 def _wait(state: WebState, row: SessionRow) -> WaitView | None:
     if row.status != "suspended" or not row.wait:
