@@ -28,7 +28,7 @@ from resumable import serialization
 from resumable.errors import SessionNotFoundError, SessionStateError
 from resumable.models import blocked_queries
 from resumable.models.database import Database
-from resumable.queue.broker import enqueue_session
+from resumable.queue.broker import enqueue_after_commit
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -153,8 +153,6 @@ class BlockedSessions:
         return BlockedOutcome(session_id, action, str(row["status"]), blocked, superseded)
 
     def _enqueue(self, session_id: uuid.UUID) -> None:
-        """After the commit; a lost message is left to the reconciler."""
-        try:
-            enqueue_session(self.broker, self.settings, session_id)
-        except Exception:
-            logger.warning("could not enqueue session %s; the scheduler will", session_id)
+        enqueue_after_commit(
+            self.broker, self.settings, [session_id], why="blocked session released"
+        )

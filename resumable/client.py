@@ -55,7 +55,7 @@ from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.models.step_queries import HungSession
 from resumable.models.tables import AuditEventRow, SessionRow
-from resumable.queue.broker import enqueue_session
+from resumable.queue.broker import enqueue_after_commit
 from resumable.schemas import (
     Checkpoint,
     CheckpointState,
@@ -294,16 +294,7 @@ class Client:
                         f"idempotency key {idempotency_key!r} was used for a different request"
                     )
                 return Started(uuid.UUID(str(existing["id"])), created=False)
-        try:
-            enqueue_session(self.broker, self.settings, new_id)
-        except Exception:
-            # The row is committed: the reconciler will enqueue it later.
-            logger.warning(
-                "session %s committed but not enqueued; the reconciler will pick it up",
-                new_id,
-                exc_info=True,
-                extra={"action": "enqueue_failed", "session_id": str(new_id)},
-            )
+        enqueue_after_commit(self.broker, self.settings, [new_id], why="session started")
         return Started(new_id, created=True)
 
     def cancel(
@@ -594,7 +585,7 @@ class Client:
         # Read before it is enqueued: the fork as created, not as a worker
         # may already have advanced it.
         fork = self.get(fork_id)
-        enqueue_session(self.broker, self.settings, fork_id)
+        enqueue_after_commit(self.broker, self.settings, [fork_id], why="session forked")
         return fork
 
     def dead_letters(

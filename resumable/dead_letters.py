@@ -29,7 +29,7 @@ from resumable.errors import (
 from resumable.models import dead_letter_queries
 from resumable.models.database import Database
 from resumable.models.tables import AuditEventRow, DeadLetterRow, SessionRow
-from resumable.queue.broker import enqueue_session
+from resumable.queue.broker import enqueue_after_commit
 from resumable.settings import Settings
 from resumable.state_patch import apply_state_patch
 
@@ -215,7 +215,7 @@ class DeadLetters:
         if row is None:
             raise DeadLetterStateError(f"dead letter {dead_letter_id} is no longer open")
         session_id = uuid.UUID(str(row["session_id"]))
-        enqueue_session(self.broker, self.settings, session_id)
+        enqueue_after_commit(self.broker, self.settings, [session_id], why="dead letter retried")
         return session_id
 
     def _session_statuses(self, letters: list[DeadLetterRow]) -> dict[uuid.UUID, str]:

@@ -38,7 +38,7 @@ from resumable import serialization
 from resumable.models import wait_queries
 from resumable.models.database import Database, pipelined_transaction
 from resumable.models.status import TERMINAL_STATUSES
-from resumable.queue.broker import enqueue_session
+from resumable.queue.broker import enqueue_after_commit
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -89,19 +89,11 @@ class Inbox:
 
     def enqueue(self, session_id: uuid.UUID) -> None:
         """Send the woken session's queue message (after the wake statement;
-        before or after its commit)."""
-        try:
-            enqueue_session(self.broker, self.settings, session_id)
-        except Exception:
-            # The wake-up is (or is about to be) committed, the session
-            # pending: the scheduler's reconciler sends the message once
-            # Redis is back.
-            logger.warning(
-                "session %s woken but not enqueued; the reconciler will",
-                session_id,
-                exc_info=True,
-                extra={"action": "enqueue_failed", "session_id": str(session_id)},
-            )
+        before or after its commit). A failed send is the one policy's: the
+        wake-up is (or is about to be) committed, the session pending, and
+        the scheduler's reconciler sends the message once Redis is back; if
+        the commit fails instead, there was nothing to send."""
+        enqueue_after_commit(self.broker, self.settings, [session_id], why="session woken")
 
     def callback(self, token: str, payload: Any, dedupe_key: str | None) -> Receipt:
         encoded = serialization.dumps(payload, "callback payload")

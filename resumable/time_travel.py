@@ -35,7 +35,7 @@ from resumable.errors import (
 )
 from resumable.models import checkpoint_queries, session_queries
 from resumable.models.database import Database
-from resumable.queue.broker import enqueue_session
+from resumable.queue.broker import enqueue_after_commit
 from resumable.settings import Settings
 from resumable.state_patch import apply_state_patch
 
@@ -150,7 +150,7 @@ class TimeTravel:
         if row is None:
             raise SessionNotFoundError(f"no session {session_id}")
         if broker is not None and settings is not None:
-            enqueue_session(broker, settings, fork_id)
+            enqueue_after_commit(broker, settings, [fork_id], why="session forked")
         return fork_id
 
     def compensated_before(self, session_id: uuid.UUID, at: int) -> list[dict[str, Any]]:

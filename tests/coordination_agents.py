@@ -191,12 +191,19 @@ def fan_out(ctx: StepContext) -> Any:
         ctx.spawn("researcher", {**ctx.input.get("child", {}), "i": i})
         for i in range(ctx.input["children"])
     ]
-    return ctx.wait(Children(ids, on_failure=ctx.input.get("on_failure", "inform")), then="fan_in")
+    return ctx.wait(
+        Children(ids, on_failure=ctx.input.get("on_failure", "inform")),
+        then="fan_in",
+        timeout=ctx.input.get("timeout"),
+    )
 
 
 @planner.step
 def fan_in(ctx: StepContext) -> Any:
-    assert ctx.wake is not None and ctx.wake.kind == "children"
+    assert ctx.wake is not None
+    if ctx.wake.timed_out:  # nothing of its children's fates reached it
+        return ctx.complete({"timed_out": True})
+    assert ctx.wake.kind == "children"
     results, failures = ctx.wake.payload["results"], ctx.wake.payload["failures"]
     return ctx.complete(
         {

@@ -30,7 +30,7 @@ from resumable.coordination import locks
 from resumable.coordination.shared import CoordinationError
 from resumable.models import coordination_queries as queries
 from resumable.models.database import Database
-from resumable.queue.broker import enqueue_session
+from resumable.queue.broker import enqueue_after_commit
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -74,9 +74,9 @@ class Spawns:
             )
 
     def enqueue(self, broker: dramatiq.Broker, settings: Settings) -> None:
-        """After the commit (a lost message is the reconciler's to resend)."""
-        for child in self.children:
-            enqueue_session(broker, settings, uuid.UUID(child["id"]))
+        """After the commit."""
+        ids = [child["id"] for child in self.children]
+        enqueue_after_commit(broker, settings, ids, why="child sessions spawned")
 
 
 def wake_parent(
@@ -87,14 +87,26 @@ def wake_parent(
     parent_id: uuid.UUID | None = None,
     child_id: uuid.UUID | None = None,
 ) -> bool:
-    """Wake the parent (named, or of `child_id`) if enough of its children finished."""
+    """Wake the parent (named, or of `child_id`) if enough of its children
+    finished; the failures it is woken with under ``inform`` are its to handle
+    (their dead letters discarded, their alerts cancelled: see WAKE_PARENT)."""
     with db.connection() as conn:
         row = conn.execute(
-            queries.WAKE_PARENT, {"parent_id": parent_id, "child_id": child_id}
+            queries.WAKE_PARENT,
+            {"parent_id": parent_id, "child_id": child_id, "handled": queries.HANDLED_BY_PARENT},
         ).fetchone()
     if row is None:
         return False
-    enqueue_session(broker, settings, uuid.UUID(str(row["id"])))
+    parent = str(row["id"])
+    handled = row["handled"]
+    if isinstance(handled, list) and handled:
+        logger.info(
+            "dead letter(s) %s of failed children handled by their parent %s",
+            ", ".join(str(i) for i in handled),
+            parent,
+            extra={"action": "dead_letter_handled", "session_id": parent, "dead_letters": handled},
+        )
+    enqueue_after_commit(broker, settings, [parent], why="parent woken by its children")
     return True
 
 

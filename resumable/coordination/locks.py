@@ -33,7 +33,7 @@ from resumable.coordination.shared import CoordinationError, check_name
 from resumable.errors import LeaseLostError
 from resumable.models import coordination_queries as queries
 from resumable.models.database import Database
-from resumable.queue.broker import enqueue_session
+from resumable.queue.broker import enqueue_after_commit
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -94,13 +94,15 @@ def grant(db: Database, name: str, idle_timeout: float) -> list[uuid.UUID]:
 def grant_and_wake(
     db: Database, broker: dramatiq.Broker, settings: Settings, names: set[str]
 ) -> int:
-    """Grant each lock and enqueue the sessions it woke; how many woke."""
-    woken = 0
-    for name in sorted(names):
-        for session_id in grant(db, name, settings.lease_seconds):
-            enqueue_session(broker, settings, session_id)
-            woken += 1
-    return woken
+    """Grant each lock and enqueue the sessions it woke, in one send (also
+    those granted before a later grant failed); how many woke."""
+    woken: list[uuid.UUID] = []
+    try:
+        for name in sorted(names):
+            woken += grant(db, name, settings.lease_seconds)
+    finally:
+        enqueue_after_commit(broker, settings, woken, why="lock granted")
+    return len(woken)
 
 
 def grant_waiting(db: Database, broker: dramatiq.Broker, settings: Settings) -> int:

@@ -6,11 +6,28 @@ from resumable.models.agent_queries import AGENT_SERVED
 
 # Alerts to POST: taken for a minute (so two schedulers do not both send one),
 # then marked sent, or put back with a later attempt time.
-TAKE_DUE_ALERTS = """
+#
+# A failed child's dead-letter alert is held back while its parent waits on
+# it with ``on_failure="inform"``: the parent will be woken with the failure
+# and handle it, and the wake cancels the alert in the same commit that
+# discards the dead letter (``coordination_queries.WAKE_PARENT``). One
+# snapshot decides, so no alert is taken between the child's failure and its
+# parent's wake. Once the parent stops waiting on it otherwise (a timeout,
+# another condition, a cancel) or the child is retried, the alert goes out.
+HELD_FOR_PARENT = """
+a.kind = 'dead_letter' AND EXISTS (
+    SELECT 1 FROM sessions c JOIN sessions p ON p.id = c.parent_id
+    WHERE c.id = a.session_id AND c.status = 'failed' AND p.status = 'suspended'
+      AND p.wait -> 'children' ->> 'on_failure' = 'inform'
+      AND p.wait -> 'children' -> 'ids' ? c.id::text)
+"""
+
+TAKE_DUE_ALERTS = f"""
 UPDATE alerts SET next_attempt_at = now() + interval '60 seconds', attempts = attempts + 1
 WHERE id IN (
-    SELECT id FROM alerts WHERE status = 'pending' AND next_attempt_at <= now()
-    ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+    SELECT a.id FROM alerts a
+    WHERE a.status = 'pending' AND a.next_attempt_at <= now() AND NOT ({HELD_FOR_PARENT})
+    ORDER BY a.id LIMIT %(limit)s FOR UPDATE OF a SKIP LOCKED
 )
 RETURNING id, kind, session_id, payload, attempts, created_at
 """
@@ -18,12 +35,13 @@ RETURNING id, kind, session_id, payload, attempts, created_at
 
 ALERT_SENT = "UPDATE alerts SET status = 'sent', sent_at = now() WHERE id = %(id)s"
 
+# A cancelled alert (its dead letter handled while it was being sent) stays so.
 ALERT_FAILED = """
 UPDATE alerts SET
     status = CASE WHEN %(give_up)s THEN 'failed' ELSE 'pending' END,
     last_error = %(error)s,
     next_attempt_at = now() + make_interval(secs => %(delay)s)
-WHERE id = %(id)s
+WHERE id = %(id)s AND status = 'pending'
 """
 
 

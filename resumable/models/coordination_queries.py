@@ -237,6 +237,16 @@ FROM s
 # ``inform``, or (``wait``) once its dead letter is no longer open: retried,
 # it runs again and counts when it ends; discarded, it counts as a failure.
 # The parent row is locked, so concurrent finishing children wake it once.
+#
+# Under ``inform`` the parent handles the failures it is woken with: in the
+# same statement each such child's open dead letter is discarded by the
+# parent (``session:<parent id>``, an audit event on the child) and its
+# pending alert cancelled, so no one is paged for what the parent's code
+# dealt with. Until then the alert is held back (``alert_queries``). A dead
+# letter whose saga failed stays open: the parent knows, but the effects its
+# compensations could not undo still need an operator.
+HANDLED_BY_PARENT = 'handled by its parent session %s (on_failure="inform")'
+
 WAKE_PARENT = """
 WITH p AS (
     SELECT id, wait FROM sessions
@@ -286,8 +296,30 @@ WITH p AS (
     SELECT id, step_seq, cursor, 'resumed',
            jsonb_build_object('by', 'children', 'finished', (SELECT count(*) FROM done))
     FROM s
+), handled AS (
+    UPDATE dead_letters d SET
+        status = 'discarded',
+        resolved_at = now(),
+        resolved_by = 'session:' || s.id::text,
+        resolution = format(%(handled)s, s.id)
+    FROM s, done
+    WHERE d.session_id = done.id AND done.status = 'failed' AND d.status = 'open'
+      AND d.compensation <> 'failed'
+      AND (SELECT wait -> 'children' ->> 'on_failure' FROM p) = 'inform'
+    RETURNING d.id, d.session_id, d.resolved_by, d.resolution, s.id AS parent_id
+), quiet AS (
+    UPDATE alerts a SET status = 'cancelled'
+    FROM handled h
+    WHERE a.session_id = h.session_id AND a.status = 'pending' AND a.kind = 'dead_letter'
+      AND a.payload ->> 'dead_letter_id' = h.id::text
+), he AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT h.session_id, c.step_seq, c.cursor, 'dead_letter_discarded',
+           jsonb_build_object('dead_letter_id', h.id, 'by', h.resolved_by,
+                              'reason', h.resolution, 'parent_id', h.parent_id)
+    FROM handled h JOIN sessions c ON c.id = h.session_id
 )
-SELECT id FROM s
+SELECT id, (SELECT array_agg(id ORDER BY id) FROM handled) AS handled FROM s
 """
 
 # Run before WAKE_PARENT when a child finishes: whether the parent waits for

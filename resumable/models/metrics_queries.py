@@ -21,6 +21,7 @@ shard, and one connection's transactions never wait for each other.
 
 from __future__ import annotations
 
+from resumable.models.alert_queries import HELD_FOR_PARENT
 from resumable.models.status import TERMINAL_STATUSES, SessionStatus, sql_values
 
 # In declaration order, as the migration and the partial index write it.
@@ -129,9 +130,13 @@ SESSIONS_BY_AGENT_AND_STATUS = """
 SELECT agent, status, count(*) AS n FROM sessions GROUP BY agent, status
 """
 
-BACKLOG = """
+# Alerts held for a parent that will handle the failure are not undelivered
+# (see ``alert_queries.TAKE_DUE_ALERTS``): a child's fellow children may run
+# for hours before its parent is woken with it.
+BACKLOG = f"""
 SELECT (SELECT count(*) FROM dead_letters WHERE status = 'open') AS dead_letters,
-       (SELECT count(*) FROM alerts WHERE status = 'pending') AS alerts,
+       (SELECT count(*) FROM alerts a
+          WHERE a.status = 'pending' AND NOT ({HELD_FOR_PARENT})) AS alerts,
        (SELECT coalesce(extract(epoch FROM now() - min(updated_at)), 0)
           FROM sessions WHERE status = 'pending') AS oldest_pending,
        (SELECT count(*) FROM sessions

@@ -481,9 +481,17 @@ class AlertRow(SQLModel, table=True):
 
     __tablename__ = "alerts"
     __table_args__ = (
-        sa.CheckConstraint("status IN ('pending','sent','failed')", name="status"),
+        # Migration 0019: `cancelled`, a failed child's alert once its parent
+        # handled the failure (see coordination_queries.WAKE_PARENT), found
+        # by its session among the pending ones.
+        sa.CheckConstraint("status IN ('pending','sent','failed','cancelled')", name="status"),
         sa.Index(
             "ix_alerts_pending", "next_attempt_at", postgresql_where=sa.text("status = 'pending'")
+        ),
+        sa.Index(
+            "ix_alerts_pending_session",
+            "session_id",
+            postgresql_where=sa.text("status = 'pending'"),
         ),
     )
 

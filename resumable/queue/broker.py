@@ -6,19 +6,26 @@ dramatiq's defaults a SIGKILLed worker's unacked messages come back after the
 We shorten both (settings ``heartbeat_timeout_ms``, ``maintenance_chance``),
 and the reconciler re-enqueues from PostgreSQL whatever Redis loses anyway.
 Idle consumers block on a wake-up list instead of polling (``wakeup.py``).
+Every send that follows a commit goes through ``enqueue_after_commit``, so an
+unreachable Redis fails them all the same way.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import dramatiq
 import redis
+from dramatiq.errors import BrokerError
 from dramatiq.middleware import CurrentMessage
 
 from resumable.queue.wakeup import WakingRedisBroker
+from resumable.reachability import reason
 from resumable.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 SESSION_ACTOR = "resumable_run_session"
 NAMESPACE = "resumable"
@@ -82,6 +89,8 @@ def session_message(settings: Settings, session_id: uuid.UUID | str) -> dramatiq
 def enqueue_session(
     broker: dramatiq.Broker, settings: Settings, session_id: uuid.UUID | str
 ) -> None:
+    """A bare send that raises what the broker raises; after a commit, use
+    ``enqueue_after_commit``."""
     broker.enqueue(session_message(settings, session_id))
 
 
@@ -104,3 +113,72 @@ def enqueue_sessions(
     for start in range(0, len(messages), ENQUEUE_CHUNK):
         broker.enqueue_many(messages[start : start + ENQUEUE_CHUNK])
     return len(messages)
+
+
+# What a send raises when the broker cannot be reached in time: redis-py's
+# errors (connection refused or dropped, a timeout), dramatiq's broker errors
+# (its other brokers wrap theirs so), and a socket error that escaped both.
+UNREACHABLE_BROKER_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, BrokerError, OSError)
+
+# Sessions a failed send's log line names in its text, and in its
+# ``session_ids`` field (a worker's backlog can be ten thousand; the line
+# stays one line a log shipper takes). ``sessions`` counts them all.
+_NAMED_IN_TEXT = 10
+_NAMED_IN_FIELD = ENQUEUE_CHUNK
+
+
+def enqueue_after_commit(
+    broker: dramatiq.Broker,
+    settings: Settings,
+    session_ids: Iterable[uuid.UUID | str],
+    *,
+    why: str,
+    delay: float = 0.0,
+) -> bool:
+    """Send "run" messages for sessions whose change is committed (or, for a
+    receiver that holds the session row, about to be); whether they went.
+
+    The one policy for every such send. The change is the truth and the
+    message only a wake-up: when the broker cannot be reached, one warning
+    (``action=enqueue_failed``) names the sessions and the scheduler's
+    reconciler sends them once it can, so the caller still reports its
+    success. A 5xx after a commit would invite a retry of what was done.
+    Anything else raised is a bug and propagates. `delay` (seconds) sends
+    delayed messages (a retry's backoff), one round trip per session."""
+    ids = [str(session_id) for session_id in session_ids]
+    if not ids:
+        return True
+    try:
+        if delay > 0:
+            for session_id in ids:
+                broker.enqueue(session_message(settings, session_id), delay=int(delay * 1000))
+        else:
+            enqueue_sessions(broker, settings, ids)
+    except UNREACHABLE_BROKER_ERRORS as exc:
+        _log_not_enqueued(ids, why, exc)
+        return False
+    return True
+
+
+def _log_not_enqueued(ids: Sequence[str], why: str, exc: Exception) -> None:
+    named = ", ".join(ids[:_NAMED_IN_TEXT])
+    more = f" and {len(ids) - _NAMED_IN_TEXT} more" if len(ids) > _NAMED_IN_TEXT else ""
+    # One session: the line names it as its session; several: the ids field.
+    own = {"session_id": ids[0]} if len(ids) == 1 else {}
+    logger.warning(
+        "%s: %d session(s) committed but not enqueued (%s: %s); the scheduler's"
+        " reconciler will re-enqueue them: %s%s",
+        why,
+        len(ids),
+        type(exc).__name__,
+        reason(exc),
+        named,
+        more,
+        extra={
+            "action": "enqueue_failed",
+            "why": why,
+            "sessions": len(ids),
+            "session_ids": list(ids[:_NAMED_IN_FIELD]),
+            **own,
+        },
+    )

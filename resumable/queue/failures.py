@@ -38,7 +38,7 @@ from resumable.models import failure_queries
 from resumable.models.database import Database
 from resumable.models.failure_queries import DeadLettered, PendingCompensation
 from resumable.models.status import SagaOutcome
-from resumable.queue.broker import session_message
+from resumable.queue.broker import enqueue_after_commit
 from resumable.queue.event_loop import EventLoopThread, resolve
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.outcomes import RunOutcome
@@ -178,7 +178,7 @@ class FailureHandler:
             record["message"],
             extra={"action": "retry_scheduled", "error_code": record["code"]},
         )
-        self.enqueue_later(held.session_id, delay)
+        self.enqueue_later(held.session_id, delay, why="retry scheduled")
         return RunOutcome.RETRYING
 
     # -- sagas --------------------------------------------------------------------------
@@ -285,7 +285,7 @@ class FailureHandler:
                 record["message"],
                 extra={"action": "compensation_retry_scheduled"},
             )
-            self.enqueue_later(held.session_id, delay)
+            self.enqueue_later(held.session_id, delay, why="compensation retry scheduled")
             return RunOutcome.COMPENSATING
         logger.error(
             "compensation %s failed %d time(s)%s; saga stopped, manual intervention needed: %s",
@@ -376,13 +376,10 @@ class FailureHandler:
         self.enqueue_later(held.session_id, delay)
         return RunOutcome.HANDED_BACK
 
-    def enqueue_later(self, session_id: Any, delay: float) -> None:
-        try:
-            message = session_message(self.settings, session_id)
-            # No delay at all (not delay=0): an immediate enqueue also wakes idle consumers.
-            self.broker.enqueue(message, delay=int(delay * 1000) if delay > 0 else None)
-        except Exception:
-            logger.warning("could not enqueue the retry; the scheduler will", exc_info=True)
+    def enqueue_later(self, session_id: Any, delay: float, *, why: str = "handed back") -> None:
+        """Send the session's message after `delay` seconds (none at all when
+        0: an immediate enqueue also wakes idle consumers)."""
+        enqueue_after_commit(self.broker, self.settings, [session_id], why=why, delay=delay)
 
 
 def _log_failed_for_good(step: str | None, attempts: int, record: dict[str, Any]) -> None:

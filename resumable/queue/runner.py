@@ -179,7 +179,7 @@ class SessionRunner:
         with session_context(session_id):
             if self.shutdown.stopping.is_set():
                 # Taken off the queue as the worker stops: straight back, unclaimed.
-                self.failures.enqueue_later(session_id, 0.0)
+                self.failures.enqueue_later(session_id, 0.0, why="returned unclaimed (stopping)")
                 return RunOutcome.NOT_CLAIMED
             claim = self.claim(session_id)
             if claim is None:
@@ -238,7 +238,7 @@ class SessionRunner:
                 label,
                 extra={"action": "agent_not_loaded"},
             )
-            self.failures.enqueue_later(session_id, 1.0)
+            self.failures.enqueue_later(session_id, 1.0, why="passed on to a worker serving it")
             return RunOutcome.YIELDED
         if row.agent in self.versions:
             logger.info(
@@ -425,7 +425,7 @@ class SessionRunner:
             self.wakes.wake_if_delivered(claim.session_id)
             return RunOutcome.SUSPENDED
         if status is SessionStatus.PENDING:
-            self.failures.enqueue_later(claim.session_id, 0.0)
+            self.failures.enqueue_later(claim.session_id, 0.0, why="step committed, run yielded")
             if stopping:
                 logger.info(
                     "worker stopping: step %s committed, session handed back",

@@ -25,7 +25,7 @@ from resumable.errors import LeaseLostError
 from resumable.models import wait_queries
 from resumable.models.database import Database
 from resumable.models.step_queries import ClaimedSession
-from resumable.queue.broker import enqueue_session
+from resumable.queue.broker import enqueue_after_commit
 from resumable.queue.event_loop import EventLoopThread, resolve
 from resumable.queue.lease import LeaseKeeper
 from resumable.settings import Settings
@@ -111,7 +111,9 @@ class Wakes:
                 woke["kind"],
                 extra={"action": "early_delivery"},
             )
-            enqueue_session(self.broker, self.settings, session_id)
+            enqueue_after_commit(
+                self.broker, self.settings, [session_id], why="woken by an early delivery"
+            )
 
 
 def _next_check(now: datetime, every: float, due_at: object) -> datetime:

@@ -29,7 +29,7 @@ import dramatiq
 from resumable.agent import AgentRegistry
 from resumable.models import agent_queries, step_queries
 from resumable.models.database import Database
-from resumable.queue.broker import SESSION_ACTOR, build_broker, enqueue_sessions
+from resumable.queue.broker import SESSION_ACTOR, build_broker, enqueue_after_commit
 from resumable.queue.heartbeat import MAX_TTL_SECONDS, WorkerHeartbeat
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.runner import SessionRunner
@@ -136,8 +136,13 @@ def enqueue_waiting(runtime: WorkerRuntime, agents: list[str]) -> int:
             },
         ).fetchall()
     # One Redis round trip per few hundred (a backlog of thousands is common).
-    enqueue_sessions(runtime.broker, runtime.settings, [str(row["id"]) for row in rows])
-    if rows:
+    sent = enqueue_after_commit(
+        runtime.broker,
+        runtime.settings,
+        [str(row["id"]) for row in rows],
+        why="sessions that waited for a worker",
+    )
+    if rows and sent:
         logger.info(
             "enqueued %d session(s) that waited for a worker loading %s",
             len(rows),

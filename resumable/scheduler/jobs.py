@@ -4,9 +4,11 @@ wake-up is guarded by ``status = 'suspended'``, so a due session is resumed
 once however many schedulers see it.
 
 Each batch of woken sessions is committed first and then enqueued in one
-Redis round trip (``enqueue_sessions``), so a burst of due timers reaches the
-workers as fast as they can run it; a batch whose enqueue fails is left to
-the reconciler, as every "enqueue after commit" is."""
+Redis round trip (``enqueue_after_commit``), so a burst of due timers reaches
+the workers as fast as they can run it; a batch whose enqueue fails is left to
+the reconciler, as every "enqueue after commit" is, and the job wakes no more
+this pass (the reconciler's own send then reports the outage, see
+``reconcile``)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from resumable.coordination import children, locks
 from resumable.inbox import Inbox
 from resumable.models import failure_queries, wait_queries
 from resumable.models.database import Database
-from resumable.queue.broker import enqueue_sessions
+from resumable.queue.broker import enqueue_after_commit
 from resumable.scheduler.alerts import AlertSender, sync_lingering
 from resumable.scheduler.reconcile import reconcile
 from resumable.scheduler.retention import compact_histories, retire_old_sessions
@@ -54,13 +56,15 @@ class SchedulerJobs:
             with self.db.connection() as conn:
                 rows = conn.execute(wait_queries.WAKE_DUE, {"limit": self.batch}).fetchall()
             sent = time.monotonic()
-            enqueue_sessions(self.broker, self.settings, [_session_id(row) for row in rows])
+            reached = enqueue_after_commit(
+                self.broker, self.settings, [_session_id(row) for row in rows], why="due wake-ups"
+            )
             sending += time.monotonic() - sent
             for row in rows:
                 kind = str(row["kind"])
                 counts[kind] = counts.get(kind, 0) + 1
             tracing.woken(self.db, rows, began_ns=began_ns)
-            if len(rows) < self.batch:
+            if len(rows) < self.batch or not reached:
                 break
         if counts:
             elapsed = time.monotonic() - began
@@ -85,10 +89,10 @@ class SchedulerJobs:
                 compensations = conn.execute(
                     failure_queries.WAKE_DUE_COMPENSATIONS, {"limit": self.batch}
                 ).fetchall()
-            woke += enqueue_sessions(
-                self.broker, self.settings, [_session_id(row) for row in [*retries, *compensations]]
-            )
-            if len(retries) < self.batch and len(compensations) < self.batch:
+            due = [_session_id(row) for row in [*retries, *compensations]]
+            reached = enqueue_after_commit(self.broker, self.settings, due, why="due retries")
+            woke += len(due)
+            if not reached or (len(retries) < self.batch and len(compensations) < self.batch):
                 return woke
 
     def retention(self) -> int:

@@ -8,6 +8,12 @@ expire, and sessions of a worker whose heartbeat expired (dead or paused).
 Rows are claimed with SKIP LOCKED, so several schedulers may call this at
 once; a session enqueued twice is harmless, as the lease claim lets only one
 run go ahead.
+
+Every other "enqueue after commit" leaves a failed send to this function
+(``enqueue_after_commit``: one line, and the caller succeeds). This one has
+no one to leave it to, and commits nothing: its send raises, so the
+scheduler's outage guard (``outages.py``) reports Redis unreachable once,
+pauses the jobs and probes until it answers, and the next pass sends again.
 """
 
 from __future__ import annotations
