@@ -4,6 +4,17 @@ The drivers' own errors are long (psycopg appends hints, SQLAlchemy a link,
 the pool only says it timed out): an operator needs the setting to check, the
 address it points at and the server's reason. The command line uses these to
 fail fast before it changes anything; the scheduler to report an outage once.
+
+An outage passes (a server down, restarting or out of reach); a refusal does
+not (no such database or role, a wrong password, no right to connect), and a
+process that retried one would log it every few seconds forever. The
+SQLSTATE says which, but PostgreSQL refuses a connection before libpq has one
+to report it on: psycopg raises a bare ``OperationalError`` whose ``sqlstate``
+is None. So a refusal is known by its SQLSTATE where psycopg has one (a
+statement refused once connected) and otherwise by the server's words, each
+mapped to psycopg's class for that SQLSTATE. A server that words its
+refusals in another language (``lc_messages``) is taken for an outage, as
+any refusal was before.
 """
 
 from __future__ import annotations
@@ -12,6 +23,7 @@ import re
 from typing import Literal
 
 import psycopg
+import psycopg.errors
 import psycopg_pool
 import redis
 import sqlalchemy.exc
@@ -36,6 +48,73 @@ class ServiceUnreachableError(ResumableError):
         self.reason = reason or self.message
 
 
+class DatabaseRefusedError(ServiceUnreachableError):
+    """PostgreSQL answered and refused the connection for a reason no retry
+    fixes (no such database or role, a wrong password, no right to connect)."""
+
+    code = "database_refused"
+
+
+# Refusals no retry fixes, as psycopg's class for each SQLSTATE.
+_NO_DATABASE = psycopg.errors.InvalidCatalogName  # 3D000
+_NO_LOGIN = psycopg.errors.InvalidAuthorizationSpecification  # 28000
+_WRONG_PASSWORD = psycopg.errors.InvalidPassword  # 28P01
+_NO_RIGHT = psycopg.errors.InsufficientPrivilege  # 42501 (no CONNECT, or no access to a table)
+# What each says is wrong with the setting.
+_REFUSED_BECAUSE: dict[type[psycopg.Error], str] = {
+    _NO_DATABASE: "names a database that does not exist",
+    _NO_LOGIN: "names a user that may not log in",
+    _WRONG_PASSWORD: "names a user whose password is refused",
+    _NO_RIGHT: "names a user without the right to use it",
+}
+# The server's words for each (libpq's own for a missing password), where
+# psycopg has no SQLSTATE; the most specific first.
+_REFUSAL_WORDS: tuple[tuple[re.Pattern[str], type[psycopg.Error]], ...] = (
+    (re.compile(r'database "[^"]*" does not exist'), _NO_DATABASE),
+    (re.compile(r'role "[^"]*" does not exist'), _NO_LOGIN),
+    (re.compile(r'role "[^"]*" is not permitted to log in'), _NO_LOGIN),
+    (re.compile(r"pg_hba\.conf (entry for|rejects)"), _NO_LOGIN),
+    (re.compile(r"password authentication failed"), _WRONG_PASSWORD),
+    (re.compile(r"fe_sendauth: no password supplied"), _WRONG_PASSWORD),
+    (re.compile(r"authentication failed for user"), _NO_LOGIN),
+    (re.compile(r"permission denied for database"), _NO_RIGHT),
+)
+
+
+def refusal(exc: BaseException) -> type[psycopg.Error] | None:
+    """psycopg's class for the SQLSTATE of a refusal no retry fixes, or None
+    (an outage, or not a database error at all)."""
+    if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.orig is not None:
+        exc = exc.orig
+    if not isinstance(exc, psycopg.Error):
+        return None
+    for kind in _REFUSED_BECAUSE:
+        if isinstance(exc, kind):
+            return kind
+    if exc.sqlstate is None:
+        text = str(exc)
+        for words, kind in _REFUSAL_WORDS:
+            if words.search(text):
+                return kind
+    return None
+
+
+def refused(exc: BaseException, url: str, setting: str) -> DatabaseRefusedError | None:
+    """The one line for a refusal, naming `setting` and what is wrong with it;
+    None for an outage."""
+    kind = refusal(exc)
+    if kind is None:
+        return None
+    why = reason(exc)
+    named = [f"{part} {value!r}" for part, value in _names(url) if value]
+    return DatabaseRefusedError(
+        f"{setting} {_REFUSED_BECAUSE[kind]} on PostgreSQL at {database_location(url)}"
+        f"{' (' + ', '.join(named) + ')' if named else ''}: {why} "
+        f"(SQLSTATE {kind.sqlstate}: fix the setting or the server; retrying cannot)",
+        reason=why,
+    )
+
+
 def database_location(url: str) -> str:
     """``host:port``, or the socket's directory: never the user or password."""
     try:
@@ -54,6 +133,15 @@ def _database_name(url: str) -> str:
         return make_url(url).database or ""
     except Exception:
         return ""
+
+
+def _names(url: str) -> list[tuple[str, str]]:
+    """The database and the user `url` names (never its password)."""
+    try:
+        parsed = make_url(url)
+    except Exception:
+        return []
+    return [("database", parsed.database or ""), ("user", parsed.username or "")]
 
 
 def redis_location(url: str) -> str:
@@ -104,6 +192,9 @@ def probe_database(url: str, setting: str = "DATABASE_URL", timeout: float = PRO
         with psycopg.connect(libpq_url(url), connect_timeout=max(1, round(timeout))) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
+        refusal_error = refused(exc, url, setting)
+        if refusal_error is not None:
+            raise refusal_error from exc
         why = reason(exc)
         raise ServiceUnreachableError(
             f"cannot connect to PostgreSQL at {database_location(url)} "

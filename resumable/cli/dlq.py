@@ -232,7 +232,12 @@ def dlq_drain(
 ) -> None:
     """Retry or discard every open dead letter matching the filters. A dry
     run applies the same rules and says which would be refused, and why."""
+    # Every argument is checked before the progress bar is drawn: a bad one
+    # is its error line alone, not an empty bar and then the line.
     parse_text(reason, "--reason")
+    if action == "discard" and not (reason and reason.strip()):
+        raise click.UsageError("--reason is required: discarding needs a reason (it is audited)")
+    who = actor(by)
     where = _filters(agent, error_type, step, since, until, compensation)
     with (
         connected(settings, broker=action == "retry" and not dry_run) as c,
@@ -246,7 +251,7 @@ def dlq_drain(
         report = DeadLetters(settings, c.db, c.client.broker).drain(
             action,  # type: ignore[arg-type]
             where,
-            actor=actor(by),
+            actor=who,
             reason=reason,
             dry_run=dry_run,
             limit=limit,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from resumable.errors import (
 )
 from resumable.models.database import Database
 from resumable.queue.broker import build_broker
-from resumable.reachability import probe_database, probe_redis, reason, which_server
+from resumable.reachability import probe_database, probe_redis, reason, refused, which_server
 from resumable.settings import Settings
 
 console = Console()
@@ -142,11 +143,23 @@ def describe(exc: BaseException) -> str | None:
     return None
 
 
+# Click repeats a refused value in its message: one longer than this (a
+# 50,000-digit number) is cut, so the line stays one a person can read.
+MAX_SHOWN_VALUE = 60
+_LONG_VALUE = re.compile(rf"[^\s']{{{MAX_SHOWN_VALUE + 1},}}")
+
+
+def _cut_long_values(message: str) -> str:
+    return _LONG_VALUE.sub(
+        lambda m: f"{m.group()[:MAX_SHOWN_VALUE]}... ({len(m.group()):,} characters)", message
+    )
+
+
 def usage_error(exc: click.ClickException) -> NoReturn:
     """A bad argument or option: one line (click's default adds a usage block)
     and click's exit status (2)."""
     hint = ""
-    message = exc.format_message()
+    message = _cut_long_values(exc.format_message())
     if isinstance(exc, click.UsageError) and exc.ctx is not None:
         hint = f" (see `{exc.ctx.command_path} --help`)"
         command = exc.ctx.command
@@ -211,8 +224,10 @@ def process_urls(settings: Settings, *, check: bool = False) -> Iterator[Service
     fails at once, naming the setting, if either does not answer or the
     schema is missing. The web process starts anyway and answers 503 on
     ``/readyz``; the scheduler starts anyway and reports the outage. A
-    database that answers without the schema fails them all: no retry
-    fixes that, `resumable db upgrade` does."""
+    database that answers without the schema, or refuses the connection
+    for good (no such database or role, a wrong password: see
+    ``reachability.refusal``), fails them all in one line: no retry fixes
+    that, the setting or `resumable db upgrade` does."""
     with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
         if not settings.database_url:
             from resumable.models import migrate
@@ -221,18 +236,22 @@ def process_urls(settings: Settings, *, check: bool = False) -> Iterator[Service
         if check:
             check_servers(settings, urls, broker=True, migrate_embedded=False)
         else:
-            _require_schema_if_reachable(urls.database_url)
+            setting = "DATABASE_URL" if settings.database_url else "the embedded server"
+            _require_schema_if_reachable(urls.database_url, setting)
         yield urls
 
 
-def _require_schema_if_reachable(database_url: str) -> None:
+def _require_schema_if_reachable(database_url: str, setting: str) -> None:
     from resumable.models.database import libpq_url
     from resumable.models.migrate import schema_problem
 
     try:
         with psycopg.connect(libpq_url(database_url), connect_timeout=2) as conn:
             problem = schema_problem(conn)
-    except psycopg.Error:
+    except psycopg.Error as exc:
+        refusal = refused(exc, database_url, setting)
+        if refusal is not None:
+            raise refusal from exc
         return  # unreachable: an outage the process reports and rides out
     if problem:
         raise ConfigurationError(problem)

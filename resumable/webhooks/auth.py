@@ -6,6 +6,10 @@ handler. Public: liveness and readiness (probes carry no credentials) and
 callbacks (external systems prove themselves with the signature and the
 unguessable token). ``/metrics`` and ``/openapi.json`` need the token like
 the rest: Prometheus sends one with ``authorization: {credentials_file: ...}``.
+A path no route serves (``/v1/nope``, ``/healthz/``, ``/v1/callbacks/``) is
+the router's 404 ``not_found``, token or not: there is nothing there to
+protect, and a 401 would send its caller looking for a credential instead of
+a typo. A path some route serves with another method still needs the token.
 
 The operator console (``/`` and ``/ui/...``, served by its own Starlette app in
 front of the API's router) is for browsers, which send no bearer header: the
@@ -40,7 +44,7 @@ from resumable.settings import Settings
 from resumable.webhooks.console.session_cookie import CookieSigner, Operator
 from resumable.webhooks.errors import error_response
 
-# Route paths (as declared) that answer without a token; everything else needs one.
+# Route paths (as declared) that answer without a token; every other route needs one.
 PUBLIC_ROUTES = frozenset({"/healthz", "/readyz", "/v1/callbacks/{token}"})
 # Console routes (as declared) a browser reaches without the console's session
 # cookie: the login form, the static files, and `/`, which only redirects to
@@ -123,18 +127,14 @@ def route_for(conn: HTTPConnection) -> BaseRoute | None:
     return partial
 
 
-def is_public(conn: HTTPConnection) -> bool:
-    route = route_for(conn)
-    return route is not None and getattr(route, "path", None) in PUBLIC_ROUTES
-
-
 class _TokenBackend(AuthenticationBackend):
     def __init__(self, auth: BearerAuth) -> None:
         self.auth = auth
 
     async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
-        if is_public(conn):
-            return None
+        route = route_for(conn)
+        if route is None or getattr(route, "path", None) in PUBLIC_ROUTES:
+            return None  # no route serves the path (a 404), or a public one
         return AuthCredentials(["api"]), SimpleUser(self.auth.actor(conn))
 
 

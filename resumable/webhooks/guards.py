@@ -11,13 +11,16 @@ names nothing, 404. A percent-escape that is not UTF-8 (``%FF``, or
 ``%ED%A0%80``, a lone surrogate) would be decoded to U+FFFD by the server and
 Starlette, aliasing another name (``/v1/shared/%FF`` read the document named
 "\ufffd"): in the path or the query string it answers 400, as such a body
-does.
+does. The API answers each in its JSON error shape; the console as its HTML
+error page (it passes its own ``answer``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import unquote_to_bytes
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from resumable.webhooks.errors import error_response
@@ -56,12 +59,21 @@ def _problem(scope: Scope) -> tuple[int, str, str] | None:
     return None
 
 
+# How a refusal is answered: (scope, status, code, message) -> the response.
+Answer = Callable[[Scope, int, str, str], Response]
+
+
+def json_answer(scope: Scope, status: int, code: str, message: str) -> Response:
+    return error_response(status, code, message)
+
+
 class RejectUnusableRequests:
     """ASGI middleware: 431 for huge headers, 400 for NUL anywhere but the body
     (the body's JSON is checked when it is parsed, see ``bodies.py``)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, answer: Answer = json_answer) -> None:
         self.app = app
+        self.answer = answer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         problem = _problem(scope) if scope["type"] == "http" else None
@@ -69,5 +81,6 @@ class RejectUnusableRequests:
             await self.app(scope, receive, send)
             return
         status, code, message = problem
-        response = error_response(status, code, message, {"Connection": "close"})
+        response = self.answer(scope, status, code, message)
+        response.headers["Connection"] = "close"
         await response(scope, receive, send)

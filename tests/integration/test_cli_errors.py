@@ -120,6 +120,37 @@ def test_unreachable_redis_fails_before_anything_is_written(client: Client) -> N
     assert client.count_by_status() == {}
 
 
+@pytest.mark.parametrize(
+    "command",
+    [("web", "--port", "{port}"), ("scheduler",), ("worker", "--agents", "tests.agents")],
+)
+def test_a_database_or_role_that_does_not_exist_stops_every_process_in_one_line(
+    client: Client, command: tuple[str, ...]
+) -> None:
+    """No retry creates a database or a role: the web process and the
+    scheduler once took these for an outage and logged a warning every few
+    seconds forever. Each process now stops at start, naming the setting,
+    what is wrong and the server's words (SQLSTATE 3D000, 28000)."""
+    args = [arg.replace("{port}", str(free_port())) for arg in command]
+    for parts, fragments in (
+        (
+            {"database": "no_such_db"},
+            ["names a database that does not exist", 'database "no_such_db" does not exist'],
+        ),
+        (
+            {"username": "no_such_role"},
+            ["names a user that may not log in", 'role "no_such_role" does not exist'],
+        ),
+    ):
+        env = {"DATABASE_URL": _with_url(client, **parts)}
+        started = time.monotonic()
+        result = _run(*args, client=client, env=env, timeout=30)
+        _one_line_error(result, "DATABASE_URL", *fragments)
+        assert result.returncode == 1
+        assert result.stdout == ""
+        assert time.monotonic() - started < 15
+
+
 def test_a_database_without_the_schema_says_to_run_db_upgrade(client: Client) -> None:
     name = f"empty_{uuid.uuid4().hex[:8]}"
     admin = libpq_url(_with_url(client, database="postgres"))
@@ -540,12 +571,35 @@ def test_bad_values_found_past_click_exit_2_like_click_s_own(client: Client) -> 
         (("dlq", "list", "--cursor", "abc"), "invalid cursor"),
         (("dlq", "list", "--cursor", ""), "empty cursor"),
         (("dlq", "drain", "--action", "discard"), "needs a reason"),
+        (("dlq", "drain", "--action", "discard", "--reason", "  "), "needs a reason"),
+        (("dlq", "drain", "--action", "retry", "--by", "  "), "--by must not be blank"),
         (("enqueue", ""), "AGENT must be 1 to 200 characters"),
     ):
         result = _run(*args, client=client)
         _one_line_error(result, fragment)
         assert result.returncode == 2, (args, result.stderr)
+        # The error alone: `dlq drain` drew an empty progress bar on stdout first.
+        assert result.stdout == "", (args, result.stdout)
     assert client.count_by_status() == {}
+
+
+def test_a_huge_value_is_refused_in_one_short_line(client: Client) -> None:
+    """Click repeats the value it refuses: a 50,000-digit number made a
+    50,000-character error line."""
+    huge = "9" * 50_000
+    for args in (
+        ("dlq", "list", "--limit", huge),
+        ("dlq", "list", "--since", huge),
+        ("dlq", "drain", "--action", "retry", "--rate", huge),
+        ("sessions", "list", "--hung", "--hung-after", "-" + huge),
+        ("sessions", "state", "x", "--at", huge),
+        ("reconcile", "--grace", "1e309"),
+    ):
+        result = _run(*args, client=client)
+        line = _one_line_error(result, f"'{args[-2]}'")
+        assert result.returncode == 2, (args[:-1], line)
+        assert len(line) < 400, (args[:-1], len(line))
+        assert result.stdout == ""
 
 
 def test_the_next_page_line_is_never_wrapped_for_a_script(client: Client) -> None:

@@ -357,6 +357,9 @@ def test_bad_input_on_every_form_shows_an_error_and_changes_nothing(
         ("/ui/sessions?limit=0", "page size"),
         ("/ui/dead-letters?status=lost", "status must be one of"),
         ("/ui/dead-letters?since=tomorrow", "must be a time"),
+        # Year 1 at +01:00 is before year 1 in UTC, which Python cannot hold (a 500).
+        ("/ui/dead-letters/drain?action=retry&until=0001-01-01T00:00%2B01:00", "from 0001-01-01"),
+        ("/ui/dead-letters?since=9999-12-31T23:59-01:00", "to 9999-12-31"),
         ("/ui/dead-letters?compensation=some", "compensation must be one of"),
         ("/ui/dead-letters/drain?action=explode", "retry or discard"),
         ("/ui/dead-letters/drain?action=discard", "needs a reason"),

@@ -242,8 +242,23 @@ def test_every_route_but_the_public_ones_needs_the_token(app: Starlette, api: Te
     app.routes.append(Route("/v1/added-later", leak, methods=["GET"]))
     assert api.get("/v1/added-later").status_code == 401
     assert api.get("/v1/added-later", headers=AUTH).json() == {"secret": True}
-    assert api.get("/v1/no-such-route").status_code == 401
-    assert api.get("/v1/no-such-route", headers=AUTH).status_code == 404
+    # A path no route serves is the documented 404, token or not (it was a
+    # 401 without one); a path served with another method still needs it.
+    for method, path in (
+        ("GET", "/v1/no-such-route"),
+        ("POST", "/v1/callbacks/"),
+        ("GET", "/healthz/"),
+        ("GET", "/v1/sessions/"),
+        ("POST", "/v1/dead-letters/x/retry"),
+    ):
+        for headers in ({}, {"authorization": "Bearer wrong"}, AUTH):
+            answer = api.request(method, path, headers=headers)
+            check_error(answer, (method, path, headers))
+            assert answer.status_code == 404, (method, path, headers, answer.status_code)
+            assert answer.json()["error"]["code"] == "not_found"
+            assert "www-authenticate" not in answer.headers
+    assert api.delete("/v1/sessions").status_code == 401
+    assert api.delete("/v1/sessions", headers=AUTH).status_code == 405
 
 
 def test_method_not_allowed_names_every_method_of_the_path(api: TestClient) -> None:

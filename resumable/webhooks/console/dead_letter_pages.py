@@ -51,9 +51,13 @@ def _time(form: Form, name: str, label: str) -> datetime | None:
         return None
     try:
         value = datetime.fromisoformat(text)
+        # In UTC here, once: 0001-01-01T00:00+01:00 is before year 1 there,
+        # which Python cannot hold (the preview page's time was a 500).
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
     except ValueError:
         raise FormError(f"{label} must be a time like 2026-11-26T08:30 (UTC)") from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+    except OverflowError:
+        raise FormError(f"{label} must be a time from 0001-01-01 to 9999-12-31 (UTC)") from None
 
 
 def letter_filter(form: Form, *, status: str | None) -> DeadLetterFilter:

@@ -2,7 +2,10 @@
 
 The statuses are the API's (``webhooks/errors.py``): an operator's mistake is
 a 4xx with its message, a database that cannot be reached is a 503, and only
-a bug is a 500 ("see the server log").
+a bug is a 500 ("see the server log"). The answers Starlette and the guards
+give before any route runs (a body over the limit, a NUL in the query
+string, huge headers) are these pages too (``unusable_request``,
+``too_large``), not the API's JSON or Starlette's plain text.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import sqlalchemy.exc
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.types import Scope
 
 from resumable.errors import ResumableError
 from resumable.webhooks.console.forms import CsrfError, FormError
@@ -36,6 +40,22 @@ def error_page(request: Request, status: int, title: str, message: str) -> Respo
     if status == 503:
         response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return response
+
+
+def unusable_request(scope: Scope, status: int, code: str, message: str) -> Response:
+    """A request the guards refuse before any route sees it (``guards.py``)."""
+    return error_page(Request(scope), status, "The request cannot be used", message)
+
+
+def too_large(scope: Scope) -> Response:
+    """A body over ``RESUMABLE_MAX_BODY_BYTES`` (Starlette refuses it itself)."""
+    return error_page(
+        Request(scope),
+        413,
+        "The form is too large",
+        "Nothing was changed. The form is over the size this server takes "
+        "(RESUMABLE_MAX_BODY_BYTES): shorten what you typed and try again.",
+    )
 
 
 async def _csrf(request: Request, exc: Exception) -> Response:

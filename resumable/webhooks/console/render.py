@@ -111,7 +111,10 @@ def when(value: datetime | str | None) -> str:
     assert isinstance(moment, datetime)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    try:
+        return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    except OverflowError:  # before year 1 or after 9999 in UTC: as it was written
+        return moment.isoformat()
 
 
 def ago(value: datetime | None, now: datetime | None = None) -> str:
