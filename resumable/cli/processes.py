@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 
 import click
 
+from resumable.agent import AgentRegistry
 from resumable.cli.support import console, fail, load_agents, optional_agents, process_urls
 from resumable.settings import Settings
 
@@ -42,50 +44,48 @@ def worker(
     registry = load_agents(modules)  # in the parent too: a bad module fails here, once
     count = settings.worker_processes if processes is None else processes
     count = count or supervisor.default_processes()
-    ready = supervisor.as_child()
-    if ready is None:  # not a supervisor's child, whose port its parent checked
-        _check_metrics_ports(settings, count)
-        if count > 1:
-            sys.exit(_supervise(settings, modules, count))
+    _check_metrics_ports(settings, count)
+    if count > 1:
+        sys.exit(_supervise(settings, registry, count))
     from resumable.queue.worker import build_runtime, run_worker
     from resumable.queue.worker_metrics import serve as serve_worker_metrics
 
+    _serve_metrics(settings, serve_worker_metrics)
+    with process_urls(settings, check=True) as urls:
+        runtime = build_runtime(settings, urls.database_url, urls.redis_url, registry)
+        status = run_worker(runtime)
+    sys.exit(status)
+
+
+def _serve_metrics(settings: Settings, serve: Callable[[int, str], object]) -> None:
     try:
-        serve_worker_metrics(settings.worker_metrics_port, settings.worker_metrics_host)
+        serve(settings.worker_metrics_port, settings.worker_metrics_host)
     except OSError as exc:  # taken since it was checked
         where = _metrics_address(settings, settings.worker_metrics_port)
         fail(f"cannot serve worker metrics on {where}: {exc.strerror or exc}")
-    with process_urls(settings, check=True) as urls:
-        runtime = build_runtime(settings, urls.database_url, urls.redis_url, registry)
-        run_worker(runtime, ready=ready, slot=supervisor.slot())
 
 
-def _supervise(settings: Settings, modules: list[str], count: int) -> int:
-    """`count` single-process workers under one parent (``supervisor.py``),
-    on the servers the parent found or started."""
-    import os
-
+def _supervise(settings: Settings, registry: AgentRegistry, count: int) -> int:
+    """`count` single-process workers forked from this one (``supervisor.py``)
+    once everything they run is imported, on the servers this process found
+    or started."""
     from resumable.queue.supervisor import Supervisor
+    from resumable.queue.worker import build_runtime, run_worker
+    from resumable.queue.worker_metrics import serve as serve_worker_metrics
+    from resumable.startup_heap import freeze_startup_heap
 
-    level = str(click.get_current_context().find_root().params.get("log_level", "INFO"))
-    command = [sys.executable, "-m", "resumable.cli", "--log-level", level, "worker"]
-    command += ["--processes", "1"]
-    for module in modules:
-        command += ["--agents", module]
     with process_urls(settings, check=True) as urls:
-        env = {
-            **os.environ,
-            "DATABASE_URL": urls.database_url,
-            "REDIS_URL": urls.redis_url,
-            "RESUMABLE_WORKER_THREADS": str(settings.worker_threads),
-        }
-        return Supervisor(
-            command,
-            count,
-            env,
-            metrics_port=settings.worker_metrics_port,
-            describe=f"{settings.worker_threads} threads",
-        ).run()
+
+        def child_main(slot: int, ready: Callable[[], None]) -> int:
+            port = settings.worker_metrics_port
+            mine = settings.model_copy(update={"worker_metrics_port": port + slot if port else 0})
+            _serve_metrics(mine, serve_worker_metrics)
+            runtime = build_runtime(mine, urls.database_url, urls.redis_url, registry)
+            return run_worker(runtime, ready=ready, slot=f"{slot} of {count}")
+
+        # What every child would build again is built once, here, and shared.
+        freeze_startup_heap()
+        return Supervisor(child_main, count, describe=f"{settings.worker_threads} threads").run()
 
 
 @click.command()

@@ -82,13 +82,34 @@ SELECT (SELECT fingerprint FROM prev) AS previous
 # No row back: the row is gone (a reconciler's cleanup, a wiped table): announce again.
 WORKER_HEARTBEAT = """
 UPDATE workers SET heartbeat_at = now(), expires_at = now() + make_interval(secs => %(ttl)s),
-                   reaped_at = NULL
+                   reaped_at = NULL, problem = %(problem)s
 WHERE id = %(id)s
 RETURNING id
 """
 
 # A worker that stops cleanly has handed every session back.
 RETIRE_WORKER = "DELETE FROM workers WHERE id = %(id)s"
+
+# A worker that stopped because it could not do its job (a vital thread died,
+# see queue/vitals.py) has handed its sessions back too; its row stays, dead,
+# with the problem, for operators (/readyz, /metrics) until forgotten.
+RETIRE_UNHEALTHY_WORKER = """
+UPDATE workers SET problem = %(problem)s, heartbeat_at = now(), expires_at = now()
+WHERE id = %(id)s
+"""
+
+# Live workers, and workers that said in the last %(seconds)s s that they
+# could not do their job (alive still, handing back, or exited since).
+WORKER_HEALTH = """
+SELECT count(*) FILTER (WHERE expires_at > now() AND problem IS NULL) AS live,
+       count(*) FILTER (WHERE problem IS NOT NULL
+                          AND heartbeat_at > now() - make_interval(secs => %(seconds)s))
+           AS unhealthy,
+       max(problem) FILTER (WHERE problem IS NOT NULL
+                              AND heartbeat_at > now() - make_interval(secs => %(seconds)s))
+           AS problem
+FROM workers
+"""
 
 # Rows of workers dead for long: nothing refers to them any more.
 FORGET_DEAD_WORKERS = "DELETE FROM workers WHERE expires_at < now() - interval '1 hour'"

@@ -411,6 +411,9 @@ class WorkerRow(SQLModel, table=True):
         default_factory=list,
         sa_column=sa.Column(JSONB, nullable=False, server_default=sa.text("'[]'::jsonb")),
     )
+    # Why it cannot do its job (a vital thread died or hung; NULL: nothing
+    # wrong): written by its heartbeat, kept after it exits for that reason.
+    problem: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
 
 
 class AgentVersionRow(SQLModel, table=True):

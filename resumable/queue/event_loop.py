@@ -97,6 +97,11 @@ class EventLoopThread:
     def started(self) -> bool:
         return self._loop is not None
 
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The loop's thread once started (a vital: see ``vitals.py``)."""
+        return self._thread
+
     def on_loop(self) -> bool:
         return self._thread is not None and threading.current_thread() is self._thread
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 
 import psycopg
 
@@ -57,9 +58,13 @@ class WorkerHeartbeat:
         self.ttl = ttl
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._stop = threading.Event()
+        self._lock = threading.RLock()
         self._thread = threading.Thread(
             target=self._run, name="resumable-worker-heartbeat", daemon=True
         )
+        #: Why this process cannot do its job, written with each beat (set by
+        #: the worker once its vital signs are watched; None: nothing wrong).
+        self.problem: Callable[[], str | None] = lambda: None
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is None or self._conn.closed:
@@ -68,8 +73,9 @@ class WorkerHeartbeat:
 
     def _execute(self, statement: str, params: dict[str, object]) -> bool:
         """Run one statement on the heartbeat's own connection; whether a row came back."""
-        cursor = self._connection().execute(statement, params)
-        return cursor.description is not None and cursor.fetchone() is not None
+        with self._lock:  # the vital signs' thread reports through it too
+            cursor = self._connection().execute(statement, params)
+            return cursor.description is not None and cursor.fetchone() is not None
 
     def announce(self) -> list[str]:
         """Write this worker's row; return the agents no other live worker
@@ -105,20 +111,40 @@ class WorkerHeartbeat:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The beating thread once started (a vital: see ``vitals.py``)."""
+        return self._thread if self._thread.ident is not None else None
+
     def stop(self) -> None:
-        """Stop beating and remove the row (a clean stop has handed everything back)."""
+        """Stop beating and remove the row (a clean stop has handed everything
+        back); the row of a process that stops because it could not do its
+        job stays, dead, saying why."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        problem = self.problem()
         try:
-            self._execute(agent_queries.RETIRE_WORKER, {"id": self.worker_id})
+            if problem is None:
+                self._execute(agent_queries.RETIRE_WORKER, {"id": self.worker_id})
+            else:
+                params: dict[str, object] = {"id": self.worker_id, "problem": problem}
+                self._execute(agent_queries.RETIRE_UNHEALTHY_WORKER, params)
         except psycopg.Error:
             logger.warning("could not remove this worker's heartbeat row", exc_info=True)
         if self._conn is not None:
             self._conn.close()
 
+    def report(self) -> None:
+        """Write the problem now, from the thread that found it (this one's
+        own thread may be what died); never raises: the process is stopping."""
+        try:
+            self.beat()
+        except Exception:
+            logger.warning("could not write this worker's problem to its heartbeat row")
+
     def beat(self) -> None:
-        params = {"id": self.worker_id, "ttl": self.ttl}
+        params = {"id": self.worker_id, "ttl": self.ttl, "problem": self.problem()}
         if not self._execute(agent_queries.WORKER_HEARTBEAT, params):
             self._announce()
 

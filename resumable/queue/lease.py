@@ -58,6 +58,11 @@ class LeaseKeeper:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The renewing thread once started (a vital: see ``vitals.py``)."""
+        return self._thread if self._thread.ident is not None else None
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive():

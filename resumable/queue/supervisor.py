@@ -3,9 +3,18 @@
 One Python process runs its threads one at a time (the GIL), so on a machine
 with several cores one worker process leaves all but one idle. The parent
 starts ``RESUMABLE_WORKER_PROCESSES`` children (default: one per core), each a
-complete ``resumable worker --processes 1`` with its own threads, pool, lease
-keeper and heartbeat row, and does nothing else: it holds no lease and no
-connection, so nothing is lost when it dies.
+complete single-process worker with its own threads, pool, lease keeper and
+heartbeat row, and does nothing else: it holds no lease and no connection, so
+nothing is lost when it dies.
+
+- Start: the parent imports the worker's modules and the agents, freezes that
+  heap (``startup_heap.py``), and then forks each child from it, holding no
+  thread and no connection. A child only builds its pool and broker and
+  starts consuming: it is ready in a tenth of a second, not after a second
+  or more (seven and more at load 5-13) of importing everything again as a
+  new interpreter did, and a child restarted during a crash storm takes work
+  before the next kill rather than after. The children share the parent's
+  pages of code and frozen objects until they write to them.
 
 - Ready: each child logs ``worker started: process I of N, ...`` as soon as
   it consumes (work can start then, as with one process), and the parent logs
@@ -20,7 +29,8 @@ connection, so nothing is lost when it dies.
   ready (a bad setting, a server gone) or more than ``_MAX_RESTARTS`` times
   in ``_RESTART_WINDOW_SECONDS`` makes the parent stop the others and exit 1:
   restarting cannot fix those, and a supervisor (systemd, Kubernetes) above
-  this one sees the failure.
+  this one sees the failure. A child that stops because it could not do its
+  job (a vital thread died, ``vitals.py``) is such an exit too: restarted.
 - Parent killed (SIGKILL, OOM): the kernel kills each child too
   (``PR_SET_PDEATHSIG`` on Linux), so ``kill -9`` of the worker's pid is a
   crash of the whole worker, as with one process: its leases expire and
@@ -42,11 +52,11 @@ import logging
 import os
 import select
 import signal
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 
@@ -54,15 +64,14 @@ from resumable.stop_signals import StopSignals
 
 logger = logging.getLogger(__name__)
 
-# What a child finds in its environment (not settings: only the parent sets them).
-READY_FD_ENV = "RESUMABLE_WORKER_READY_FD"
-PARENT_ENV = "RESUMABLE_WORKER_PARENT"
-SLOT_ENV = "RESUMABLE_WORKER_SLOT"
-
 _MAX_RESTARTS = 5
 _RESTART_WINDOW_SECONDS = 60.0
 _POLL_SECONDS = 0.1
 _PR_SET_PDEATHSIG = 1
+
+#: What a forked child runs: its slot and the callback that says it is ready,
+#: to its exit status.
+ChildMain = Callable[[int, Callable[[], None]], int]
 
 
 def default_processes() -> int:
@@ -73,31 +82,53 @@ def default_processes() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+class ForkedChild:
+    """A forked child, asked what ``subprocess.Popen`` is asked."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def _reaped(self, options: int) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, options)
+            except ChildProcessError:  # reaped elsewhere: its status is lost
+                self.returncode = 1
+                return self.returncode
+            if pid != 0:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def poll(self) -> int | None:
+        """Its exit status (negative: the signal that killed it), None while it runs."""
+        return self._reaped(os.WNOHANG)
+
+    def wait(self) -> int:
+        code = self._reaped(0)
+        assert code is not None
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+
 @dataclass
 class _Child:
     slot: int
-    popen: subprocess.Popen[bytes]
+    popen: ForkedChild
     ready_fd: int  # the read end of the child's ready pipe (-1 once read)
     started: float = field(default_factory=time.monotonic)
     ready: bool = False
 
 
 class Supervisor:
-    """Runs `processes` copies of `command`, each a single-process worker."""
+    """Runs `processes` forked children, each ``child_main(slot, ready)``."""
 
-    def __init__(
-        self,
-        command: Sequence[str],
-        processes: int,
-        env: Mapping[str, str],
-        *,
-        metrics_port: int = 0,
-        describe: str = "",
-    ) -> None:
-        self.command = list(command)
+    def __init__(self, child_main: ChildMain, processes: int, *, describe: str = "") -> None:
+        self.child_main = child_main
         self.processes = processes
-        self.env = dict(env)
-        self.metrics_port = metrics_port
         self.describe = describe
         self.stop = threading.Event()
         self.signals = StopSignals()
@@ -109,27 +140,21 @@ class Supervisor:
 
     def _spawn(self, slot: int) -> _Child:
         read_fd, write_fd = os.pipe()
-        env = {
-            **self.env,
-            READY_FD_ENV: str(write_fd),
-            PARENT_ENV: str(os.getpid()),
-            SLOT_ENV: f"{slot} of {self.processes}",
-        }
-        if self.metrics_port:
-            env["RESUMABLE_WORKER_METRICS_PORT"] = str(self.metrics_port + slot)
-        try:
-            # Same process group as the parent: a signal to the group (a
-            # terminal's Ctrl-C, `kill -- -PGID`) reaches every worker too.
-            popen = subprocess.Popen(self.command, env=env, pass_fds=(write_fd,))
-        finally:
-            os.close(write_fd)
-        child = _Child(slot, popen, read_fd)
+        parent = os.getpid()
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            os.close(read_fd)
+            _child(self.child_main, slot, parent, write_fd)
+        os.close(write_fd)
+        child = _Child(slot, ForkedChild(pid), read_fd)
         self.children[slot] = child
         logger.info(
             "worker process %d started as pid %d",
             slot,
-            popen.pid,
-            extra={"action": "worker_process_spawned", "slot": slot, "pid": popen.pid},
+            pid,
+            extra={"action": "worker_process_spawned", "slot": slot, "pid": pid},
         )
         return child
 
@@ -276,31 +301,47 @@ def _describe_exit(code: int) -> str:
 # -- the child's side --------------------------------------------------------------------
 
 
-def as_child() -> Callable[[], None] | None:
-    """In a child of a Supervisor: die with the parent, pause with it, and
-    return the callback that tells the parent this worker is ready. None in a
-    worker started any other way."""
-    fd_text = os.environ.pop(READY_FD_ENV, None)
-    parent_text = os.environ.pop(PARENT_ENV, None)
-    if fd_text is None or parent_text is None:
-        return None
-    ready_fd = int(fd_text)
-    if sys.platform == "linux":
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != int(parent_text):  # the parent died before prctl
-            os.kill(os.getpid(), signal.SIGKILL)
-        threading.Thread(
-            target=_pause_with, args=(int(parent_text),), name="pause-with-parent", daemon=True
-        ).start()
+def _child(child_main: ChildMain, slot: int, parent: int, ready_fd: int) -> None:
+    """A forked child's whole life: die with the parent, pause with it, run
+    `child_main`, and exit with its status without unwinding anything of the
+    parent's (its ``with`` blocks, its atexit handlers: they are the parent's)."""
+    status = 1
+    try:
+        # The parent's handlers are the parent's: the worker installs its own.
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCONT):
+            signal.signal(sig, signal.SIG_DFL)
+        _follow_parent(parent)
 
-    def ready() -> None:
-        with contextlib.suppress(OSError):
-            os.write(ready_fd, b"1")
-        with contextlib.suppress(OSError):
-            os.close(ready_fd)
+        def ready() -> None:
+            with contextlib.suppress(OSError):
+                os.write(ready_fd, b"1")
+            with contextlib.suppress(OSError):
+                os.close(ready_fd)
 
-    return ready
+        status = child_main(slot, ready)
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        logging.shutdown()  # flushes every handler
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(status)
+
+
+def _follow_parent(parent: int) -> None:
+    """Die with the parent (``PR_SET_PDEATHSIG``) and pause with it."""
+    if sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl
+        os.kill(os.getpid(), signal.SIGKILL)
+    threading.Thread(
+        target=_pause_with, args=(parent,), name="pause-with-parent", daemon=True
+    ).start()
 
 
 def _pause_with(parent: int) -> None:
@@ -317,8 +358,3 @@ def _pause_with(parent: int) -> None:
             return  # the parent is gone (and PDEATHSIG ends this process)
         if fields and fields[0] in (b"T", b"t"):
             os.kill(os.getpid(), signal.SIGSTOP)
-
-
-def slot() -> str | None:
-    """This child's slot number, for its log lines (None outside a Supervisor)."""
-    return os.environ.get(SLOT_ENV)

@@ -28,6 +28,7 @@ back to the queue, with wake-up tokens, for the other workers.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -40,6 +41,10 @@ from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
 from dramatiq.common import current_millis
 from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
+
+from resumable.queue.vitals import Pulse
+
+logger = logging.getLogger(__name__)
 
 _MAX_TOKENS = 64
 
@@ -66,6 +71,9 @@ class WakingRedisBroker(RedisBroker):
         #: worker process; 0 when unknown): how many prefetched messages are
         #: spare, which lets a busy consumer refill them in batches.
         self.worker_threads = 0
+        self._owed: dict[str, Owed] = {}
+        self._pulses: dict[str, Pulse] = {}
+        self._owed_lock = threading.Lock()
 
     @property
     def consumer_class(self) -> type[_RedisConsumer]:
@@ -123,11 +131,14 @@ class WakingRedisBroker(RedisBroker):
 
     def wake(self, queue_name: str, tokens: int) -> None:
         """Wake up to `tokens` idle consumers of the queue (in any process)."""
-        key = wakeup_key(self.namespace, queue_name)
         pipe = self.client.pipeline(transaction=False)
+        self._wake_in(pipe, queue_name, tokens)
+        pipe.execute()
+
+    def _wake_in(self, pipe: Any, queue_name: str, tokens: int) -> None:
+        key = wakeup_key(self.namespace, queue_name)
         pipe.lpush(key, *([b"1"] * min(tokens, _MAX_TOKENS)))
         pipe.ltrim(key, 0, _MAX_TOKENS - 1)
-        pipe.execute()
 
     def _dispatch_in(self, pipe: Any, command: str, queue_name: str, *args: object) -> None:
         """Queue a call of dramatiq's dispatch script on `pipe`, by its SHA,
@@ -147,24 +158,48 @@ class WakingRedisBroker(RedisBroker):
             *args,
         )
 
+    def owed(self, queue_name: str) -> Owed:
+        """What this process's consumers of `queue_name` still owe Redis."""
+        with self._owed_lock:
+            return self._owed.setdefault(queue_name, Owed())
+
+    def pulse(self, queue_name: str) -> Pulse:
+        """Beats each time a consumer of `queue_name` in this process goes
+        round its loop, whichever consumer dramatiq has made (it makes a new
+        one after a connection error): silence means no consumer is running
+        (see ``vitals.py``)."""
+        with self._owed_lock:
+            return self._pulses.setdefault(queue_name, Pulse())
+
     def fetch(
-        self, queue_name: str, count: int, *, acks: Sequence[str] = (), wait: float | None = None
+        self,
+        queue_name: str,
+        count: int,
+        *,
+        acks: Sequence[str] = (),
+        requeue: Sequence[str] = (),
+        wait: float | None = None,
     ) -> list[bytes | None]:
-        """Ack these messages (by ``redis_message_id``), optionally block until a
-        wake-up token arrives (or `wait` seconds pass), then fetch up to `count`
-        messages: all in ONE round trip. The acks, the BLPOP and dramatiq's
-        fetch go in one pipeline, and Redis runs a blocked client's next
-        command as soon as the BLPOP returns, so a woken consumer has its
-        message without asking again.
+        """Ack these messages (by ``redis_message_id``), put back those in
+        `requeue` (fetched, never started) with a wake-up token each,
+        optionally block until a wake-up token arrives (or `wait` seconds
+        pass), then fetch up to `count` messages: all in ONE round trip. The
+        acks, the BLPOP and dramatiq's fetch go in one pipeline, and Redis runs
+        a blocked client's next command as soon as the BLPOP returns, so a
+        woken consumer has its message without asking again.
 
         A fetch after a wait carries a timestamp (its heartbeat) taken before
         the wait, up to `wait` old: far inside ``heartbeat_timeout``. The script
         is called by its SHA (loaded by the first plain fetch of every
         consumer); after a Redis restart forgot it, dramatiq's own calls, which
-        load it, do the acks and the fetch instead (an ack twice is harmless)."""
+        load it, do the acks, the requeue and the fetch instead (an ack twice
+        is harmless)."""
         pipe = self.client.pipeline(transaction=False)
         for message_id in acks:
             self._dispatch_in(pipe, "ack", queue_name, message_id)
+        if requeue:
+            self._dispatch_in(pipe, "requeue", queue_name, *requeue)
+            self._wake_in(pipe, queue_name, len(requeue))
         if wait is not None:
             pipe.blpop([wakeup_key(self.namespace, queue_name)], timeout=wait)
         self._dispatch_in(pipe, "fetch", queue_name, count)
@@ -173,6 +208,8 @@ class WakingRedisBroker(RedisBroker):
         except redis.exceptions.NoScriptError:
             for message_id in acks:
                 self.do_ack(queue_name, message_id)
+            if requeue:
+                self.do_requeue(queue_name, *requeue)
             messages = self.do_fetch(queue_name, count)
         return list(messages)
 
@@ -183,6 +220,44 @@ class WakingRedisBroker(RedisBroker):
         if ids:
             self.do_requeue(queue_name, *ids)
             self.wake(queue_name, len(ids))
+
+
+class Owed:
+    """Acks and returns a queue's consumers in this process have not sent yet.
+
+    They belong to the queue, not to one consumer: dramatiq replaces a
+    consumer whose connection failed with a new one (a Redis restart, a
+    network cut), and what the old one could not send (the acks of messages
+    its threads finished, the messages it had prefetched and not started)
+    goes with the new one's first fetch instead of being dropped or, worse,
+    raised from the old one's ``close``. Worker threads add acks from their
+    own threads, hence the lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._acks: list[str] = []
+        self._requeue: list[str] = []
+
+    def add(self, acks: Sequence[str] = (), requeue: Sequence[str] = ()) -> None:
+        with self._lock:
+            self._acks.extend(acks)
+            self._requeue.extend(requeue)
+
+    def take(self) -> tuple[list[str], list[str]]:
+        with self._lock:
+            taken = self._acks, self._requeue
+            self._acks, self._requeue = [], []
+        return taken
+
+    def give_back(self, acks: Sequence[str], requeue: Sequence[str]) -> None:
+        """Not sent after all: first in line for the next try."""
+        with self._lock:
+            self._acks[:0] = acks
+            self._requeue[:0] = requeue
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._acks) + len(self._requeue)
 
 
 def refill_batch(prefetch: int, threads: int) -> int:
@@ -209,76 +284,91 @@ class _WakingConsumer(_RedisConsumer):
         self._broker = broker
         self._key = wakeup_key(broker.namespace, queue_name)
         self._capacity = threading.Event()
-        # Acks of finished messages not yet sent: they ride with this
-        # consumer's next fetch (see ``ack``).
-        self._acks: list[str] = []
-        self._acks_lock = threading.Lock()
+        # Acks of finished messages not yet sent ride with this queue's next
+        # fetch (see ``ack``), as do prefetched messages to put back.
+        self._owed = broker.owed(queue_name)
+        self._pulse = broker.pulse(queue_name)
         self._refill = refill_batch(prefetch, broker.worker_threads)
         # The last fetch got fewer messages than it asked for: the queue was
         # empty then, and every message sent since left a wake-up token, so
         # the next fetch can wait for one at once (see ``__next__``).
         self._drained = False
 
-    def _take_acks(self) -> list[str]:
-        with self._acks_lock:
-            acks, self._acks = self._acks, []
-        return acks
-
     def _free_slots(self) -> int:
         return int(self.prefetch - self.outstanding_message_count)
 
-    def _fetch(self, wait: float | None = None) -> list[bytes | None]:
-        """The pending acks, then (after a wake-up, when `wait` is given) up
-        to the free prefetch of messages: one round trip."""
-        acks = self._take_acks()
-        count = self._free_slots()
+    def _fetch(self, count: int, wait: float | None = None) -> list[bytes | None]:
+        """What is owed (acks, messages to put back), then (after a wake-up,
+        when `wait` is given) up to `count` messages: one round trip."""
+        acks, requeue = self._owed.take()
         try:
-            messages = self._broker.fetch(self.queue_name, count, acks=acks, wait=wait)
+            messages = self._broker.fetch(
+                self.queue_name, count, acks=acks, requeue=requeue, wait=wait
+            )
         except BaseException:
-            with self._acks_lock:  # not sent: kept for the next try
-                self._acks[:0] = acks
+            self._owed.give_back(acks, requeue)  # not sent: kept for the next try
             raise
+        return messages
+
+    def _fetch_more(self, wait: float | None = None) -> list[bytes | None]:
+        count = self._free_slots()
+        messages = self._fetch(count, wait)
         self._drained = len(messages) < count
         return messages
 
-    def flush_acks(self) -> None:
-        acks = self._take_acks()
-        for message_id in acks:
-            self._broker.do_ack(self.queue_name, message_id)
-
-    def _return_prefetched(self) -> None:
+    def _put_back_prefetched(self) -> None:
+        """What was prefetched and not started is owed back to the queue."""
         cached = [Message.decode(data) for data in self.message_cache if data is not None]
         self.message_cache = []
-        self._broker.requeue(self.queue_name, cached)
+        self._owed.add(requeue=[message.options["redis_message_id"] for message in cached])
 
     def close(self) -> None:
+        """Send what is owed, and never raise.
+
+        dramatiq calls this outside any ``try`` after the consumer's
+        connection failed (``ConsumerThread.run``), and swallows only its own
+        connection error: anything raised here would end the consumer thread
+        for good while the process looked alive (the Redis-restart outage of
+        issue 36). With Redis still down, what is owed waits for the next
+        consumer's first fetch."""
         try:
-            self.flush_acks()
-        finally:
-            self._return_prefetched()
+            self._put_back_prefetched()
+            if len(self._owed):
+                self._fetch(0)
+        except Exception as exc:
+            logger.warning(
+                "could not settle with Redis while closing a consumer of %r (%s: %s);"
+                " %d ack(s) and return(s) go with the next fetch",
+                self.queue_name,
+                type(exc).__name__,
+                exc,
+                len(self._owed),
+                extra={"action": "consumer_close_deferred"},
+            )
 
     def _idle_while_stopping(self) -> None:
-        self._return_prefetched()
+        self._put_back_prefetched()
         # A fetch of nothing still records this process's heartbeat, so the
         # messages it is finishing are not handed to another worker meanwhile;
-        # the acks of those it finished go with it.
-        self._broker.fetch(self.queue_name, 0, acks=self._take_acks())
+        # the acks of those it finished and the returns go with it.
+        self._fetch(0)
         time.sleep(min(self.timeout / 1000, 0.1))
 
     def ack(self, message: MessageProxy) -> None:
-        """Noted, and sent with this consumer's next fetch (or when it closes),
-        not in a round trip of the worker thread's own: under a burst, many
-        acks share one. Delivery stays at-least-once: a process killed before
-        the acks went out has those messages redelivered, and a duplicate
-        message is harmless (its claim finds nothing to run)."""
-        with self._acks_lock:
-            self._acks.append(message.options["redis_message_id"])
+        """Noted, and sent with this queue's next fetch (or when the consumer
+        closes), not in a round trip of the worker thread's own: under a
+        burst, many acks share one. Delivery stays at-least-once: a process
+        killed before the acks went out has those messages redelivered, and a
+        duplicate message is harmless (its claim finds nothing to run)."""
+        self._owed.add(acks=[message.options["redis_message_id"]])
         self.queued_message_ids.discard(message.message_id)
         self._capacity.set()
 
     def nack(self, message: MessageProxy) -> None:
         try:
             super().nack(message)  # type: ignore[no-untyped-call]
+        except redis.RedisError as exc:  # a timeout too: dramatiq retries its own error
+            raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
         finally:
             self._capacity.set()
 
@@ -289,6 +379,7 @@ class _WakingConsumer(_RedisConsumer):
         # consumer-to-thread hand-off of a resume) before a socket call let go
         # of it. A zero sleep lets it go now (0.09 ms).
         time.sleep(0)
+        self._pulse.beat()
         try:
             if not self._broker.fetching.is_set():
                 self._idle_while_stopping()
@@ -315,7 +406,7 @@ class _WakingConsumer(_RedisConsumer):
                 if not self._drained:
                     # The last fetch filled every slot it asked for: more may
                     # wait, some without a token (tokens are capped).
-                    self.message_cache = self._fetch()
+                    self.message_cache = self._fetch_more()
                     if self.message_cache:
                         continue
                 # Idle: the last fetch found the queue empty, and an enqueue
@@ -323,14 +414,16 @@ class _WakingConsumer(_RedisConsumer):
                 # fetch that follows the wake-up rides in the same round trip:
                 # a message that arrives while the consumer is idle costs it
                 # one round trip, not a fetch of nothing and then a wait.
-                self.message_cache = self._fetch(wait=self.timeout / 1000)
+                self.message_cache = self._fetch_more(wait=self.timeout / 1000)
                 if not self.message_cache:
                     return None
                 if not self._broker.fetching.is_set():
                     # Stopped while waiting: what was just fetched goes back.
-                    self._return_prefetched()
+                    self._put_back_prefetched()
                     return None
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            # A stalled Redis (a timeout, see ``broker.REDIS_TIMEOUT_SECONDS``)
-            # is a lost connection too: one line, and the consumer restarts.
+        except redis.RedisError as exc:
+            # A lost connection, a stalled Redis (a timeout, see
+            # ``broker.REDIS_TIMEOUT_SECONDS``) or one that restarted mid-call
+            # (a script or a reply it no longer knows): one line, and the
+            # consumer restarts.
             raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]

@@ -35,7 +35,9 @@ from resumable.queue.lease import LeaseKeeper
 from resumable.queue.runner import SessionRunner
 from resumable.queue.shutdown import ActiveRun
 from resumable.queue.startup_check import announce_versions, warn_unserved_positions
+from resumable.queue.vitals import Vital, VitalSigns
 from resumable.queue.wakeup import WakingRedisBroker
+from resumable.queue.worker_metrics import watch as serve_health_from
 from resumable.settings import Settings
 from resumable.startup_heap import freeze_startup_heap
 from resumable.stop_signals import StopSignals
@@ -45,6 +47,15 @@ logger = logging.getLogger(__name__)
 # Sessions enqueued at start for agents no worker served (the reconciler,
 # which now includes this worker's agents, finds any beyond that).
 _WAITING_BATCH = 10_000
+
+#: The exit status of a worker that stopped because it could not do its job
+#: (a vital thread died or hung, see ``vitals.py``): 70, EX_SOFTWARE.
+UNHEALTHY_EXIT_STATUS = 70
+
+# A consumer goes round its loop at least once a worker timeout (1 s), or
+# once a Redis call fails (at most its 5 s timeouts, connecting and reading):
+# silent for this long, it is stuck.
+_CONSUMER_SILENT_AFTER_SECONDS = 30.0
 
 
 @dataclass
@@ -152,13 +163,37 @@ def enqueue_waiting(runtime: WorkerRuntime, agents: list[str]) -> int:
     return len(rows)
 
 
+def watch_vitals(
+    runtime: WorkerRuntime, worker: dramatiq.Worker, on_failure: Callable[[str], None]
+) -> VitalSigns:
+    """Every thread this process cannot work without, watched (``vitals.py``)."""
+    vitals = VitalSigns(on_failure)
+    for queue_name in list(worker.consumers):
+        vitals.watch(
+            Vital(
+                f"consumer (queue {queue_name!r})",
+                lambda name=queue_name: worker.consumers.get(name),  # type: ignore[misc]
+                pulse=runtime.broker.pulse(queue_name),
+                silent_after=_CONSUMER_SILENT_AFTER_SECONDS,
+            )
+        )
+    for index, thread in enumerate(list(worker.workers)):
+        vitals.watch(Vital(f"worker {index}", lambda t=thread: t))  # type: ignore[misc]
+    vitals.watch(Vital("lease keeper", lambda: runtime.keeper.thread))
+    vitals.watch(Vital("heartbeat", lambda: runtime.heartbeat.thread))
+    vitals.watch(Vital("event loop", lambda: runtime.runner.async_runs.events.thread))
+    return vitals
+
+
 def run_worker(
     runtime: WorkerRuntime,
     stop_event: threading.Event | None = None,
     ready: Callable[[], None] | None = None,
     slot: str | None = None,
-) -> None:
-    """Consume until SIGTERM/SIGINT (or `stop_event`), then shut down cleanly.
+) -> int:
+    """Consume until SIGTERM/SIGINT (or `stop_event`), then shut down cleanly;
+    the exit status: 0, or ``UNHEALTHY_EXIT_STATUS`` after it stopped because
+    a vital thread died (its sessions handed back all the same).
 
     `ready` is called once consuming (a supervising parent's signal, see
     ``supervisor.py``); `slot` names this process among its parent's children."""
@@ -184,6 +219,15 @@ def run_worker(
     runtime.heartbeat.start()
     runtime.keeper.start()
     worker.start()
+
+    def unhealthy(problem: str) -> None:
+        runtime.heartbeat.report()
+        stop.set()
+
+    vitals = watch_vitals(runtime, worker, on_failure=unhealthy)
+    runtime.heartbeat.problem = lambda: vitals.problem
+    vitals.start()
+    serve_health_from(vitals)
     enqueue_waiting(runtime, unserved)
     freeze_startup_heap()
     logger.info(
@@ -205,7 +249,9 @@ def run_worker(
             )
         stop.set()
     finally:
+        vitals.stop()
         hand_back_and_stop(runtime, worker)
+    return 0 if vitals.healthy else UNHEALTHY_EXIT_STATUS
 
 
 def hand_back_and_stop(runtime: WorkerRuntime, worker: dramatiq.Worker) -> None:

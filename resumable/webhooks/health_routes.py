@@ -9,10 +9,11 @@ import redis
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from resumable.models import agent_queries
 from resumable.webhooks.database_calls import DatabaseDidNotAnswer, database_call
 from resumable.webhooks.openapi import openapi_document
 from resumable.webhooks.operations import Answer, ApiRoute, Operation, json_answer
-from resumable.webhooks.response_models import Health, Readiness
+from resumable.webhooks.response_models import Health, Readiness, WorkerHealth
 from resumable.webhooks.state import web_state
 
 TAG = "operations"
@@ -36,6 +37,9 @@ async def healthz(request: Request) -> Response:
 # A probe must answer before the orchestrator's own timeout (often 1 s).
 READY_TIMEOUT_SECONDS = 1.0
 
+# How long a worker that said it could not do its job counts as unhealthy.
+UNHEALTHY_WORKERS_SECONDS = 600
+
 
 READYZ = Operation(
     "GET",
@@ -43,7 +47,9 @@ READYZ = Operation(
     "getReadiness",
     "Readiness: the database and the broker answer",
     TAG,
-    description=f"Public; answers within about {READY_TIMEOUT_SECONDS:g} s either way.",
+    description=f"Public; answers within about {READY_TIMEOUT_SECONDS:g} s either way. "
+    "`workers` reports what the workers say of themselves (their heartbeat rows) without "
+    "deciding this process's readiness: a worker answers its own `/readyz` on its metrics port.",
     answers=(
         Answer(200, "Ready.", Readiness),
         Answer(503, "The database or the broker does not answer.", Readiness),
@@ -55,10 +61,16 @@ READYZ = Operation(
 async def readyz(request: Request) -> Response:
     state = web_state(request)
 
+    workers: list[WorkerHealth] = []
+
     def database() -> str:
         try:
             with state.db.connection(timeout=READY_TIMEOUT_SECONDS) as conn:
-                conn.execute("SELECT 1")
+                row = conn.execute(
+                    agent_queries.WORKER_HEALTH, {"seconds": UNHEALTHY_WORKERS_SECONDS}
+                ).fetchone()
+            assert row is not None
+            workers.append(WorkerHealth.model_validate(row))
             return "ok"
         except Exception as exc:
             return f"error: {type(exc).__name__}"
@@ -81,7 +93,11 @@ async def readyz(request: Request) -> Response:
     db_check, broker_check = await asyncio.gather(_within(database), _within(broker))
     checks = {"database": db_check, "broker": broker_check}
     ready = all(v == "ok" for v in checks.values())
-    body = Readiness(status="ready" if ready else "unavailable", checks=checks)
+    body = Readiness(
+        status="ready" if ready else "unavailable",
+        checks=checks,
+        workers=workers[0] if workers else None,
+    )
     return json_answer(body, 200 if ready else 503)
 
 

@@ -81,10 +81,29 @@ class Health(Record):
     status: Literal["ok"]
 
 
+class WorkerHealth(Record):
+    """What the workers say of themselves in their heartbeat rows. Reported,
+    not judged: this process can store callbacks without any worker, so its
+    own readiness does not depend on theirs (each worker answers its own
+    ``/readyz`` beside its metrics)."""
+
+    live: int = Field(ge=0, description="Workers alive and doing their job.")
+    unhealthy: int = Field(
+        ge=0,
+        description="Workers that said in the last 10 minutes that they could not do their "
+        "job (a vital thread died or hung): they hand their sessions back and exit, and "
+        "their supervisor starts new ones.",
+    )
+    problem: str | None = Field(description="One of their problems, as the worker said it.")
+
+
 class Readiness(Record):
     status: Literal["ready", "unavailable"]
     checks: dict[Literal["database", "broker"], str] = Field(
         description='"ok", or "error: <exception type>".'
+    )
+    workers: WorkerHealth | None = Field(
+        default=None, description="The workers' own health; null when the database does not answer."
     )
 
 
