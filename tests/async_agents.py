@@ -232,6 +232,25 @@ async def wait_or_block(ctx: StepContext) -> Complete:
     return Complete({"n": ctx.input["n"]})
 
 
+# -- many quick steps: a busy loop, no blocking call -----------------------------------
+
+busy = Agent("async_busy")
+
+
+@busy.step
+async def think(ctx: StepContext) -> Complete:
+    """Short awaits only (an LLM call's stand-in), with a little CPU between
+    them (a prompt to build, an answer to parse): innocent, however long the
+    loop's rounds get."""
+    await hold_while_flagged(ctx, "think", every=0.1)
+    for _ in range(int(ctx.input["rounds"])):
+        await asyncio.sleep(0.005)
+        end = time.thread_time() + float(ctx.input["cpu"])
+        while time.thread_time() < end:
+            pass
+    return Complete({"rounds": ctx.input["rounds"]})
+
+
 # -- mistakes, told clearly ------------------------------------------------------------
 
 mistakes = Agent("async_mistakes", retry=RetryPolicy(max_attempts=1))

@@ -10,9 +10,14 @@ default executor (what ``asyncio.to_thread`` in agent code uses) is neither.
 
 A blocking call inside an ``async def`` step (``time.sleep``, ``requests``)
 would stall every other session on the loop. A watchdog thread notices a loop
-that has not ticked for ``RESUMABLE_LOOP_LAG_WARNING_SECONDS`` and logs which
-step is holding it; leases are renewed by the lease keeper's own thread, so a
-stalled loop does not cost the other sessions their leases.
+that has not ticked for ``RESUMABLE_LOOP_LAG_WARNING_SECONDS`` and tells three
+causes apart before it blames anyone (see ``_Spell``): one step holding the
+loop (a blocking call: the step is named), a busy loop (hundreds of tasks,
+each quick, the loop's rounds long) and a process starved of CPU (the loop's
+thread runnable but not running, or the watchdog itself not woken on time).
+Only the first is a step's fault; the other two are said at most once a
+minute, naming no step. Leases are renewed by the lease keeper's own thread,
+so a stalled loop does not cost the other sessions their leases.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
+from resumable import procfs
 from resumable.queue.database_threads import DatabaseThreads
 
 logger = logging.getLogger(__name__)
@@ -37,6 +44,16 @@ P = ParamSpec("P")
 
 # How often the loop says it is alive (the watchdog's resolution).
 _TICK_SECONDS = 0.1
+# A watchdog that wakes this much later than it asked was not given a CPU (or
+# the GIL) on time: what it saw meanwhile is only what the clocks say.
+_LATE_SECONDS = 0.15
+# A loop thread in a system call (state S or D) using less of a core than this
+# is asleep in that call: its wait is the holder's, starved or not.
+_ASLEEP_CPU_SHARE = 0.05
+# A loop thread that is not asleep and got less of a core than this is starved.
+_STARVED_CPU_SHARE = 0.5
+# A busy or starved loop is said at most this often (each is counted always).
+_NOTICE_SECONDS = 60.0
 
 
 class EventLoopThread:
@@ -57,12 +74,18 @@ class EventLoopThread:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._watchdog: threading.Thread | None = None
         self._steps: concurrent.futures.ThreadPoolExecutor | None = None
         self._database: DatabaseThreads | None = None
         self._last_tick = time.monotonic()
         self._stop = threading.Event()
-        #: Times the watchdog found the loop blocked (for tests and metrics).
+        #: Times the watchdog found a blocking call holding the loop (for tests
+        #: and metrics); a busy or a starved loop is not one.
         self.stalls = 0
+        #: Spells of lag from many quick tasks, and from a lack of CPU.
+        self.busy_spells = 0
+        self.starved_spells = 0
+        self._noticed: dict[str, tuple[float, int]] = {}  # kind -> (said at, unsaid since)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -91,7 +114,10 @@ class EventLoopThread:
         self._thread.start()
         ready.wait()
         self._loop = loop
-        threading.Thread(target=self._watch, name="resumable-loop-watchdog", daemon=True).start()
+        self._watchdog = threading.Thread(
+            target=self._watch, name="resumable-loop-watchdog", daemon=True
+        )
+        self._watchdog.start()
 
     @property
     def started(self) -> bool:
@@ -145,27 +171,91 @@ class EventLoopThread:
             loop.call_later(_TICK_SECONDS, self._tick, loop)
 
     def _watch(self) -> None:
-        reported = 0.0
-        while not self._stop.wait(_TICK_SECONDS):
-            lag = time.monotonic() - self._last_tick
-            if lag < self._lag_warning:
-                reported = 0.0
+        loop, thread = self._loop, self._thread
+        assert loop is not None and thread is not None and thread.ident is not None
+        clock = _cpu_clock(thread.ident)
+        now = self._sample(loop, clock)
+        spell: _Spell | None = None
+        while not self._stop.wait(_TICK_SECONDS) and thread.is_alive():
+            before, now = now, self._sample(loop, clock)
+            lag = now.at - now.ticked
+            if lag < min(self._lag_warning, 2 * _TICK_SECONDS):
+                spell = None  # the loop ticks
                 continue
-            if reported and lag < reported * 2:
-                continue  # said already; say it again when it doubles
-            reported = lag
-            self.stalls += 1
-            loop = self._loop
-            task = asyncio.current_task(loop) if loop is not None else None
-            what = (self._describe_task(task) if task is not None else None) or "unknown code"
+            spell = spell or _Spell(before.task)
+            spell.add(before, now, _thread_state(thread.native_id))
+            if lag < self._lag_warning:
+                continue
+            if spell.held >= self._lag_warning:
+                self._blame(spell, lag)
+            elif not spell.noticed:
+                self._notice(spell, lag, loop)
+
+    def _sample(self, loop: asyncio.AbstractEventLoop, clock: int | None) -> _Sample:
+        # The clocks, the last tick and the current task first, together: the
+        # /proc read lets the loop run (it releases the GIL), and a tick read
+        # after it would be newer than the task.
+        at, ticked, task = time.monotonic(), self._last_tick, asyncio.current_task(loop)
+        return _Sample(at, ticked, task, _cpu_seconds(clock), _queued_seconds())
+
+    def _blame(self, spell: _Spell, lag: float) -> None:
+        """A blocking call: name the step that holds the loop."""
+        if spell.reported and lag < spell.reported * 2:
+            return  # said already; say it again when it doubles
+        spell.reported = lag
+        self.stalls += 1
+        task = spell.holder
+        what = (self._describe_task(task) if task is not None else None) or "unknown code"
+        logger.warning(
+            "the event loop has been blocked for %.1f s by %s: a blocking call inside "
+            "an async step stalls every async session of this worker (use an async "
+            "client or asyncio.to_thread)",
+            lag,
+            what,
+            extra={"action": "event_loop_blocked", "blocked_by": what},
+        )
+
+    def _notice(self, spell: _Spell, lag: float, loop: asyncio.AbstractEventLoop) -> None:
+        """A busy or starved loop: counted, and said at most once a minute."""
+        kind = spell.cause()
+        if kind is None:
+            return  # too soon to tell
+        spell.noticed = True
+        if kind == "starved":
+            self.starved_spells += 1
+        else:
+            self.busy_spells += 1
+        said_at, unsaid = self._noticed.get(kind, (-_NOTICE_SECONDS, 0))
+        if time.monotonic() - said_at < _NOTICE_SECONDS:
+            self._noticed[kind] = (said_at, unsaid + 1)
+            return
+        self._noticed[kind] = (time.monotonic(), 0)
+        also = f" ({unsaid} more such spell(s) since the last line)" if unsaid else ""
+        if kind == "starved":
             logger.warning(
-                "the event loop has been blocked for %.1f s by %s: a blocking call inside "
-                "an async step stalls every async session of this worker (use an async "
-                "client or asyncio.to_thread)",
+                "this worker process is starved of CPU: its event loop has lagged %.1f s, "
+                "its thread running for %.1f s of the last %.1f s; no step is to blame "
+                "(the machine or the container is overloaded, or the process was paused)%s",
                 lag,
-                what,
-                extra={"action": "event_loop_blocked", "blocked_by": what},
+                spell.cpu,
+                spell.wall,
+                also,
+                extra={"action": "event_loop_starved", "lag_seconds": round(lag, 3)},
             )
+            return
+        try:
+            tasks = len(asyncio.all_tasks(loop))  # a copy made safe to take from here
+        except RuntimeError:  # the loop changed its tasks under every try
+            tasks = 0
+        logger.warning(
+            "the event loop is busy: %d tasks, and it has lagged %.1f s running them; no "
+            "step holds it (each yields): the process has more async work than one loop "
+            "runs on time (lower RESUMABLE_MAX_INFLIGHT, or run more worker processes)%s",
+            tasks,
+            lag,
+            also,
+            extra={"action": "event_loop_busy", "tasks": tasks, "lag_seconds": round(lag, 3)},
+        )
 
     # -- stopping ---------------------------------------------------------------------
 
@@ -188,12 +278,122 @@ class EventLoopThread:
             logger.warning("tasks still on the event loop at exit", exc_info=True)
         loop.call_soon_threadsafe(loop.stop)
         self._thread.join(timeout)
+        if self._watchdog is not None:
+            self._watchdog.join(timeout)  # what it saw last is said (and counted)
         if self._steps is not None:
             self._steps.shutdown(wait=False, cancel_futures=True)
         if self._database is not None:
             self._database.stop(timeout)
         if not self._thread.is_alive():
             loop.close()
+
+
+@dataclass(frozen=True)
+class _Sample:
+    """The loop's thread at one of the watchdog's wake-ups (taken on the watchdog's)."""
+
+    at: float  # monotonic
+    ticked: float  # when the loop last ticked
+    task: asyncio.Task[Any] | None  # the loop's current task
+    cpu: float | None  # the loop thread's CPU seconds (None: no clock for it here)
+    queued: float | None  # the watchdog's own seconds runnable but not running
+
+
+class _Spell:
+    """What the watchdog saw of the loop's thread since the loop last ticked.
+
+    Each interval between two of its wake-ups counts toward the task that was
+    current at both ends (`holder`): its wall time if the thread was asleep in
+    a system call (``time.sleep``, a blocking socket, a lock) and the watchdog
+    woke on time, its CPU time otherwise. So a task is charged for what it did
+    itself, never for the CPU the machine did not give the thread, nor for
+    other tasks' turns (the current task changes), nor for a gap the watchdog
+    was not there to see (asleep or not: a paused or starved process). One
+    exception: a watchdog that woke late although it was not kept waiting for a
+    CPU was kept from the GIL (or the process was paused): what the loop's
+    thread did meanwhile (a C call holding the GIL: its CPU) was done in one
+    go by the task current when the watchdog got in, which is charged it.
+    """
+
+    def __init__(self, holder: asyncio.Task[Any] | None) -> None:
+        self.holder = holder
+        self.held = 0.0  # how long `holder` has held the loop
+        self.wall = self.cpu = self.asleep = 0.0  # the spell's totals
+        self.switches = 0
+        self.reported = 0.0  # the lag last reported as a blocking call
+        self.noticed = False  # said (or counted) as busy or starved
+
+    def add(self, before: _Sample, now: _Sample, state: str) -> None:
+        """The interval from `before` to `now`, at whose end the thread's
+        state was `state`."""
+        task, wall = now.task, now.at - before.at
+        late = wall > _TICK_SECONDS + _LATE_SECONDS
+        if now.cpu is None or before.cpu is None:  # no CPU clock here: the wall clock alone
+            cpu = 0.0 if late else wall
+        else:
+            cpu = now.cpu - before.cpu
+        # Where /proc says nothing (""), a thread that used no CPU was asleep.
+        sleeping = state in ("S", "D", "")
+        asleep = not late and sleeping and cpu < _ASLEEP_CPU_SHARE * wall
+        # Kept from the GIL, not from a CPU: the loop's thread ran for most of
+        # the interval, or the watchdog spent most of its delay off the run queue.
+        kept_out = cpu >= _STARVED_CPU_SHARE * wall or (
+            now.queued is not None
+            and before.queued is not None
+            and now.queued - before.queued < 0.5 * (wall - _TICK_SECONDS)
+        )
+        one_c_call = late and kept_out
+        self.wall += wall
+        self.cpu += cpu
+        self.asleep += wall if asleep else 0.0
+        if task is not self.holder:
+            self.switches += 1
+            self.holder, self.held = task, 0.0
+            if not one_c_call:
+                return
+        self.held += wall if asleep else cpu
+
+    def cause(self) -> str | None:
+        """Why the loop lags: "starved", "busy", or None (too soon to tell)."""
+        awake = self.wall - self.asleep
+        if awake >= 0.5 * self.wall and self.cpu < _STARVED_CPU_SHARE * awake:
+            return "starved"
+        return "busy" if self.switches else None
+
+
+def _cpu_clock(ident: int) -> int | None:
+    """The CPU-time clock of thread `ident` (None where there is none)."""
+    try:
+        return time.pthread_getcpuclockid(ident)
+    except (AttributeError, OSError):
+        return None
+
+
+def _cpu_seconds(clock: int | None) -> float | None:
+    if clock is None:
+        return None
+    try:
+        return time.clock_gettime(clock)
+    except OSError:
+        return None  # the thread is gone
+
+
+def _queued_seconds() -> float | None:
+    """How long the calling thread has been runnable without a CPU, in all
+    (the kernel's run delay: the second field of its ``schedstat``)."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as stats:
+            return int(stats.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _thread_state(native_id: int | None) -> str:
+    """The kernel's state letter for a thread of this process ("R" running or
+    runnable, "S"/"D" asleep in a call, ...), "" where unknown.
+    ``/proc/TID/stat`` is the thread's own (``/proc/self/task/TID/stat``)."""
+    fields = procfs.stat_fields(native_id) if native_id is not None else None
+    return fields[procfs.STATE] if fields else ""
 
 
 def resolve(value: Any, loop: EventLoopThread | None) -> Any:

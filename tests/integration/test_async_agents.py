@@ -294,6 +294,35 @@ def test_a_blocking_call_in_an_async_step_is_reported_and_other_leases_survive(
     assert any(f"step 'wait_or_block' of session {blocker}" in line for line in warnings)
 
 
+def test_hundreds_of_quick_async_steps_lag_the_loop_without_blaming_one(
+    client: Client, tmp_path: Path, deployment: LocalDeployment
+) -> None:
+    """300 steps of short awaits with 3 ms of CPU between them, let go at
+    once: the loop's rounds take about a second, past the 0.5 s warning, yet
+    none of them holds it. The worker says its loop is busy (or, on a loaded
+    machine, starved of CPU), never that a step blocked it."""
+    sessions = 300
+    (tmp_path / "hold").touch()
+    worker = deployment.worker(AGENTS, RESUMABLE_LOOP_LAG_WARNING_SECONDS="0.5")
+    common = {"gate_dir": str(tmp_path), "rounds": 4, "cpu": 0.003}
+    for _ in range(sessions):
+        client.start("async_busy", common)
+    wait_until(
+        lambda: len(list(tmp_path.glob("entered-think-*"))) == sessions,
+        timeout=120,
+        what=f"{sessions} async runs in flight on one process",
+    )
+    (tmp_path / "hold").unlink()
+    wait_until(
+        lambda: client.count_by_status() == {"completed": sessions},
+        timeout=120,
+        what="all of them to complete",
+    )
+    output = worker.output()
+    assert "has been blocked" not in output
+    assert "the event loop is busy" in output or "starved of CPU" in output, worker.tail(40)
+
+
 def test_a_sync_step_returning_a_coroutine_or_calling_an_async_tool_gets_a_clear_error(
     client: Client, deployment: LocalDeployment
 ) -> None:

@@ -5,6 +5,7 @@ killed with SIGKILL loses nothing and is replaced (invariant 6)."""
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -12,10 +13,10 @@ import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 from resumable.client import Client
-from resumable.dev.processes import free_port
-from tests.conftest import ManagedProcess, exit_status, wait_until
+from tests.conftest import LocalDeployment, ManagedProcess, exit_status, wait_until
 from tests.fake_api import FakeAPI
 
 TWO_BY_TWO = {"RESUMABLE_WORKER_PROCESSES": "2", "RESUMABLE_WORKER_THREADS": "2"}
@@ -173,18 +174,31 @@ def _alive(pid: int) -> bool:
 
 
 def test_each_child_serves_its_own_metrics_port(
-    client: Client, start_worker: Callable[..., ManagedProcess]
+    client: Client, deployment: LocalDeployment
 ) -> None:
     base = _two_free_ports()
-    _two_by_two(start_worker, RESUMABLE_WORKER_METRICS_PORT=str(base))
+    worker = deployment.processes.worker(
+        "tests.agents", **TWO_BY_TWO, RESUMABLE_WORKER_METRICS_PORT=str(base)
+    )
+
+    def both_ready() -> bool:
+        worker.check_alive()  # a worker that exited fails now, with its log
+        return "all 2 worker processes ready" in worker.output()
+
+    # However long a loaded machine takes to start them (the test's whole
+    # budget, not a guess at how slow "slow" is).
+    wait_until(both_ready, timeout=150, what="both children to be ready")
     session_id = client.start("counter", {"steps": 2})
-    wait_until(lambda: client.get(session_id).status == "completed", what="a session to run")
+    wait_until(
+        lambda: client.get(session_id).status == "completed", timeout=60, what="a session to run"
+    )
     served = {}
     for port in (base, base + 1):
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as response:
             served[port] = response.read().decode()
         assert "resumable_step_duration_seconds" in served[port]
-    # The steps ran in one child or both; together they counted both.
+    # The steps ran in one child or both; together they counted both (each is
+    # counted when it returns, before its commit: both are in once completed).
     counts = [
         float(m)
         for text in served.values()
@@ -194,16 +208,25 @@ def test_each_child_serves_its_own_metrics_port(
 
 
 def _two_free_ports() -> int:
-    """A port whose next one up is free too (each child takes base + its slot)."""
-    for _ in range(50):
-        port = free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
+    """A port whose next one up is free too (each child takes base + its slot),
+    below the kernel's ephemeral range: a port from that range (what
+    ``free_port`` answers) can be taken by any outgoing connection of a test
+    running beside this one before the worker's children bind it."""
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    low = int(ephemeral.read_text().split()[0]) if ephemeral.exists() else 32768
+    for port in random.sample(range(max(1024, low - 10_000), low - 1), 200):
+        if _bindable(port) and _bindable(port + 1):
+            return port
     raise AssertionError("no two adjacent free ports")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _state(pid: int) -> str:
