@@ -129,7 +129,7 @@ class Fleet:
         self.scheduler = self.deployment.scheduler().wait_ready(60)
 
     def add_worker(self, processes: int) -> WorkerGroup:
-        port = _free_ports(processes)
+        port = free_port(count=processes)
         process = self.deployment.worker(
             AGENTS_MODULE,
             name=f"worker-{len(self.deployment.children)}",
@@ -152,26 +152,6 @@ class Fleet:
         for group in self.workers:
             every.update(group.leaves())
         return every
-
-
-def _free_ports(count: int) -> int:
-    """A port with the `count - 1` next ones free too."""
-    for _ in range(100):
-        port = free_port()
-        if all(_port_free(port + n) for n in range(1, count)):
-            return port
-    raise RuntimeError("no run of free ports")
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _wait(predicate: Callable[[], object], timeout: float, what: str) -> float:

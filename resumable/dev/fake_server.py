@@ -83,6 +83,9 @@ class FakeServer:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog of 5 refused connections when hundreds
+    # of async steps called a fake at once (ReadError in the steps).
+    request_queue_size = 1024
     fake: FakeServer
 
 

@@ -17,6 +17,7 @@ watch and stop processes.
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -39,12 +40,30 @@ class ProcessExitedError(Exception):
     """A child exited while it was expected to start or to keep running."""
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now, for a child to bind."""
+def free_port(host: str = "127.0.0.1", count: int = 1) -> int:
+    """A TCP port nobody listens on right now (with the `count - 1` ports
+    after it), for a child to bind.
+
+    Taken below the kernel's ephemeral range: a port the kernel hands out
+    (``bind`` to port 0) can be taken by any outgoing connection of this
+    machine before the child binds it, which on a busy machine running tests
+    side by side happened."""
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    low = int(ephemeral.read_text().split()[0]) if ephemeral.exists() else 32768
+    candidates = range(max(1024, low - 10_000), low - count)
+    for port in random.sample(candidates, min(500, len(candidates))):
+        if all(_bindable(host, port + n) for n in range(count)):
+            return port
+    raise RuntimeError(f"no {count} free port(s) in a row below {low} on {host}")
+
+
+def _bindable(host: str, port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def describe_status(returncode: int | None) -> str:

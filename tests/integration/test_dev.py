@@ -81,7 +81,14 @@ class DevProcess:
             with contextlib.suppress(psutil.NoSuchProcess):
                 cmdline = child.cmdline()
                 self.children.setdefault(f"pid-{child.pid}", child)
-                if cmdline[-1:] and cmdline[-1] in PROCESS_NAMES and "resumable.cli" in cmdline:
+                # A worker's processes are forked from it, with its command
+                # line: the Procfile child is the one dev itself started.
+                if (
+                    cmdline[-1:]
+                    and cmdline[-1] in PROCESS_NAMES
+                    and "resumable.cli" in cmdline
+                    and child.ppid() == self.proc.pid
+                ):
                     found[cmdline[-1]] = child
         return found
 

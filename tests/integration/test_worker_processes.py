@@ -5,17 +5,15 @@ killed with SIGKILL loses nothing and is replaced (invariant 6)."""
 from __future__ import annotations
 
 import os
-import random
 import re
 import signal
-import socket
 import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 
 from resumable.client import Client
+from resumable.dev.processes import free_port
 from tests.conftest import LocalDeployment, ManagedProcess, exit_status, wait_until
 from tests.fake_api import FakeAPI
 
@@ -176,7 +174,7 @@ def _alive(pid: int) -> bool:
 def test_each_child_serves_its_own_metrics_port(
     client: Client, deployment: LocalDeployment
 ) -> None:
-    base = _two_free_ports()
+    base = free_port(count=2)  # each child takes base + its slot
     worker = deployment.processes.worker(
         "tests.agents", **TWO_BY_TWO, RESUMABLE_WORKER_METRICS_PORT=str(base)
     )
@@ -205,28 +203,6 @@ def test_each_child_serves_its_own_metrics_port(
         for m in re.findall(r"^resumable_step_duration_seconds_count\{[^}]*\} (\S+)$", text, re.M)
     ]
     assert sum(counts) == 2
-
-
-def _two_free_ports() -> int:
-    """A port whose next one up is free too (each child takes base + its slot),
-    below the kernel's ephemeral range: a port from that range (what
-    ``free_port`` answers) can be taken by any outgoing connection of a test
-    running beside this one before the worker's children bind it."""
-    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
-    low = int(ephemeral.read_text().split()[0]) if ephemeral.exists() else 32768
-    for port in random.sample(range(max(1024, low - 10_000), low - 1), 200):
-        if _bindable(port) and _bindable(port + 1):
-            return port
-    raise AssertionError("no two adjacent free ports")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _state(pid: int) -> str:

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from resumable.client import Client
+from resumable.dev.processes import free_port
 from resumable.models.database import Database
 from resumable.queue.worker import UNHEALTHY_EXIT_STATUS
 from tests.conftest import LocalDeployment, exit_status, wait_until
-from tests.integration.test_worker_processes import _children, _two_free_ports
+from tests.integration.test_worker_processes import _children
 
 MODULES = ("tests.agents", "tests.sabotage_agents")
 
@@ -43,7 +44,7 @@ def _problem_row(db: Database) -> Any:
 def test_a_worker_that_lost_a_vital_thread_says_so_hands_back_and_exits(
     thread: str, client: Client, db: Database, tmp_path: Path, deployment: LocalDeployment
 ) -> None:
-    port = _two_free_ports()
+    port = free_port()
     worker = deployment.worker(*MODULES, RESUMABLE_WORKER_METRICS_PORT=str(port))
     health = f"http://127.0.0.1:{port}/readyz"
     assert _get(health)[0] == 200
