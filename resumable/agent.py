@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
-from resumable.arguments import MAX_NAME_LENGTH
+from resumable._internal.arguments import MAX_NAME_LENGTH
 from resumable.checkpoints import CheckpointStrategy, EventSourced, Incremental, Snapshot
 from resumable.errors import (
     AgentDefinitionError,
@@ -28,7 +28,7 @@ from resumable.errors import (
     UnknownStepError,
 )
 from resumable.retries import DEFAULT_POLICY, RetryPolicy
-from resumable.serialization import unstorable_text
+from resumable._internal.serialization import unstorable_text
 
 if TYPE_CHECKING:
     from resumable.context import StepContext

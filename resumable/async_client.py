@@ -31,7 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from resumable import arguments
+from resumable._internal import arguments
 from resumable.agent import AgentRegistry
 from resumable.client import HUNG_AFTER_SECONDS, Client, Started, WaitSchedule
 from resumable.coordination.records import SharedDocument, SharedVersion

@@ -33,11 +33,11 @@ from psycopg.rows import class_row
 from sqlmodel import Session as DbSession
 from sqlmodel import col, select
 
-from resumable import arguments, serialization, tracing
+from resumable._internal import arguments, serialization, tracing
 from resumable.agent import AgentRegistry
 from resumable.coordination import children, shared
 from resumable.coordination.records import SharedDocument, SharedVersion
-from resumable.dead_letters import DeadLetterFilter, DeadLetters
+from resumable.services.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.errors import (
     IdempotencyConflictError,
     InvalidArgumentError,
@@ -48,14 +48,14 @@ from resumable.errors import (
     SessionStateError,
     UnstorableArgumentError,
 )
-from resumable.inbox import Inbox, Verdict
+from resumable.services.inbox import Inbox, Verdict
 from resumable.models import agent_queries, session_queries, step_queries
 from resumable.models.agent_queries import UnservedAgent
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.models.step_queries import HungSession
 from resumable.models.tables import AuditEventRow, SessionRow
-from resumable.queue.broker import enqueue_after_commit
+from resumable.broker.messages import enqueue_after_commit
 from resumable.schemas import (
     Checkpoint,
     CheckpointState,
@@ -67,7 +67,7 @@ from resumable.schemas import (
     Session,
 )
 from resumable.settings import Settings, check_urls, load_settings
-from resumable.time_travel import TimeTravel
+from resumable.services.time_travel import TimeTravel
 
 logger = logging.getLogger(__name__)
 
@@ -170,8 +170,8 @@ class Client:
     def _connect(
         self, database_url: str | None, redis_url: str | None
     ) -> tuple[Database, dramatiq.Broker]:
-        from resumable.embedded import service_urls
-        from resumable.queue.broker import build_broker
+        from resumable._internal.embedded import service_urls
+        from resumable.broker.messages import build_broker
 
         settings = self.settings
         urls = self._owned.enter_context(

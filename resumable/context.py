@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
-from resumable import serialization
+from resumable._internal import serialization
 from resumable.agent import Complete, Next, checked_name
 from resumable.checkpoints import Reducer
 from resumable.coordination.step import StepCoordination

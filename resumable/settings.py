@@ -17,8 +17,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from redis.connection import parse_url as redis_parse_url
 
 from resumable.errors import ConfigurationError
-from resumable.redaction import DEFAULT_KEYS
-from resumable.serialization import unstorable_text
+from resumable._internal.redaction import DEFAULT_KEYS
+from resumable._internal.serialization import unstorable_text
 
 # The Standard Webhooks spec asks for secrets of 24 to 64 random bytes.
 _MIN_SECRET_BYTES = 24

@@ -32,14 +32,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from resumable.errors import ConfigurationError
-from resumable.serialization import unstorable_text
+from resumable._internal.serialization import unstorable_text
 from resumable.settings import checked_http_url
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer
 
-    from resumable.inbox import Receipt
+    from resumable.services.inbox import Receipt
     from resumable.models.database import Database
 
 logger = logging.getLogger(__name__)

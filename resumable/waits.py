@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from resumable import serialization
+from resumable._internal import serialization
 from resumable.errors import WaitDefinitionError
 
 WakeKind = Literal[

@@ -19,7 +19,7 @@ from resumable.cli.json_args import DATE_TIME, STORED_TEXT, RateRange, parse_pat
 from resumable.cli.sessions import actor
 from resumable.cli.support import ErrorGroup, connected, console
 from resumable.client import dead_letter_cursor
-from resumable.dead_letters import (
+from resumable.services.dead_letters import (
     COMPENSATIONS,
     MAX_RATE,
     MIN_RATE,

@@ -72,7 +72,7 @@ def _supervise(settings: Settings, registry: AgentRegistry, count: int) -> int:
     from resumable.queue.supervisor import Supervisor
     from resumable.queue.worker import build_runtime, run_worker
     from resumable.queue.worker_metrics import serve as serve_worker_metrics
-    from resumable.startup_heap import freeze_startup_heap
+    from resumable._internal.startup_heap import freeze_startup_heap
 
     with process_urls(settings, check=True) as urls:
 
@@ -98,7 +98,7 @@ def web(settings: Settings, host: str | None, port: int | None) -> None:
     """Serve the HTTP API, callbacks and signals with uvicorn."""
     import uvicorn
 
-    from resumable.startup_heap import freeze_startup_heap
+    from resumable._internal.startup_heap import freeze_startup_heap
     from resumable.webhooks.app import create_app
     from resumable.webhooks.database_calls import exit_past_abandoned_calls
 

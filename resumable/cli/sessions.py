@@ -15,7 +15,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from resumable import arguments
+from resumable._internal import arguments
 from resumable.agent import AgentRegistry
 from resumable.cli.ids import resolve_session
 from resumable.cli.json_args import (
@@ -262,7 +262,7 @@ def sessions_state(
     settings: Settings, session_id: str, seq: int | None, agent_modules: tuple[str, ...]
 ) -> None:
     """Print a session's state: current, or as it was after checkpoint --at."""
-    from resumable.time_travel import TimeTravel
+    from resumable.services.time_travel import TimeTravel
 
     registry = optional_agents(agent_modules or settings.agents)
     with connected(settings) as c:
@@ -296,7 +296,7 @@ def sessions_fork(
     allow_compensated: bool,
 ) -> None:
     """Start a new session from a past checkpoint; prints the fork's id."""
-    from resumable.time_travel import TimeTravel
+    from resumable.services.time_travel import TimeTravel
 
     state_patch = parse_patch(patch)
     registry = optional_agents(agent_modules or settings.agents)
@@ -346,7 +346,7 @@ def sessions_signal(
 ) -> None:
     """Send signal TOPIC (an approval, an internal event) to a session; it is
     kept until the session waits for TOPIC."""
-    from resumable.inbox import Inbox, Verdict
+    from resumable.services.inbox import Inbox, Verdict
 
     if not _TOPIC.fullmatch(topic):
         raise click.UsageError("TOPIC must be 1-100 of [A-Za-z0-9_.:-]")
@@ -383,13 +383,13 @@ def reconcile(settings: Settings, grace: float | None) -> None:
     console.print(f"re-enqueued {len(report.pending)} pending, {len(report.expired)} expired")
 
 
-# -- blocked sessions (replay diverged; see resumable/blocked.py) ----------------------
+# -- blocked sessions (replay diverged; see resumable/services/blocked.py) ----------------------
 
 
 def _blocked_action(
     settings: Settings, action: str, session_id: str, reason: str, by: str | None
 ) -> None:
-    from resumable.blocked import BlockedSessions
+    from resumable.services.blocked import BlockedSessions
 
     parse_text(reason, "--reason")
     if not reason.strip():

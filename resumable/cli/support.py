@@ -27,7 +27,7 @@ from rich.markup import escape
 
 from resumable.agent import AgentRegistry
 from resumable.client import Client
-from resumable.embedded import ServiceURLs, service_urls
+from resumable._internal.embedded import ServiceURLs, service_urls
 from resumable.errors import (
     NO_SCHEMA_MESSAGE,
     ConfigurationError,
@@ -36,8 +36,8 @@ from resumable.errors import (
     ResumableError,
 )
 from resumable.models.database import Database
-from resumable.queue.broker import build_broker
-from resumable.reachability import probe_database, probe_redis, reason, refused, which_server
+from resumable.broker.messages import build_broker
+from resumable._internal.reachability import probe_database, probe_redis, reason, refused, which_server
 from resumable.settings import Settings
 
 console = Console()

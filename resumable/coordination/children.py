@@ -24,13 +24,13 @@ from typing import Any
 import dramatiq
 import psycopg
 
-from resumable import serialization
+from resumable._internal import serialization
 from resumable.agent import checked_name
 from resumable.coordination import locks
 from resumable.coordination.shared import CoordinationError
 from resumable.models import coordination_queries as queries
 from resumable.models.database import Database
-from resumable.queue.broker import enqueue_after_commit
+from resumable.broker.messages import enqueue_after_commit
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from resumable.coordination.shared import CoordinationError, check_name
 from resumable.errors import LeaseLostError
 from resumable.models import coordination_queries as queries
 from resumable.models.database import Database
-from resumable.queue.broker import enqueue_after_commit
+from resumable.broker.messages import enqueue_after_commit
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
-from resumable import serialization
+from resumable._internal import serialization
 from resumable.errors import InvalidArgumentError, ResumableError
 from resumable.models import coordination_queries as queries
 from resumable.models.coordination_queries import SharedDocument, SharedVersion

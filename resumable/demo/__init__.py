@@ -36,10 +36,10 @@ from resumable.demo.story import Story
 from resumable.demo.webhook_sender import WebhookSender, new_secret
 from resumable.dev.processes import Deployment, ProcessExitedError, free_port
 from resumable.dev.signals import StoppedBySignalError, StopRequests
-from resumable.embedded import ServiceURLs, service_urls
+from resumable._internal.embedded import ServiceURLs, service_urls
 from resumable.models import migrate
 from resumable.models.database import Database
-from resumable.queue.broker import build_broker
+from resumable.broker.messages import build_broker
 from resumable.settings import Settings
 
 __all__ = ["run_demo"]

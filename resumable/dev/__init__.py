@@ -33,7 +33,7 @@ from resumable.dev.home_lock import AnotherDevError, dev_lock
 from resumable.dev.procfile import Processes, load_processes
 from resumable.dev.signals import StopRequests
 from resumable.dev.supervisor import Supervisor
-from resumable.embedded import EmbeddedServices, ServiceURLs, service_urls
+from resumable._internal.embedded import EmbeddedServices, ServiceURLs, service_urls
 from resumable.errors import ResumableError
 from resumable.models import migrate
 from resumable.settings import Settings

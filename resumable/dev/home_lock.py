@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from resumable.errors import ConfigurationError
-from resumable.home import make_home
+from resumable._internal.home import make_home
 
 LOCK_NAME = "dev.lock"
 

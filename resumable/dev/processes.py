@@ -5,7 +5,7 @@ watch and stop processes.
   reaches only the parent, which then stops each child in order, and a signal
   sent to a child reaches everything its command started.
 - A child counts as stopped when its whole group is gone, not when its leader
-  exits, so nothing outlives the parent (see ``resumable.procfs``).
+  exits, so nothing outlives the parent (see ``resumable._internal.procfs``).
 - Stopping is SIGTERM to each group (with SIGCONT, so a SIGSTOPped child can
   act on it), then SIGKILL for whatever is left after the caller's grace
   period: a worker finishing a step needs up to a lease.
@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from resumable.procfs import group_alive, group_stopped
+from resumable._internal.procfs import group_alive, group_stopped
 
 # After SIGKILL, how long to wait for the kernel to take the processes away.
 KILL_WAIT_SECONDS = 5.0

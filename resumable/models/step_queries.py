@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from resumable import live_state
+from resumable.models import live_state
 from resumable.models.agent_queries import (
     SERVED_ELSEWHERE,
     VERSION_SERVED,
@@ -42,7 +42,7 @@ class ClaimedSession:
     # The agent version that serves the session, and the one it started on.
     version: int = 0
     started_version: int = 0
-    # Not yet folded into `state` (see resumable/live_state.py); applied here,
+    # Not yet folded into `state` (see resumable/models/live_state.py); applied here,
     # so `state` is the live state.
     state_patch: list[Any] | None = None
     # One past the highest call index recorded (not failed, not superseded)
@@ -387,7 +387,7 @@ STEP_SEQ_MARK_EVERY = 32
 # A step's outcome: new state, cursor and status, the wait it suspends on (if
 # any), a checkpoint row, the audit events, and the consumption of the delivery
 # that woke it, in one statement. With a NULL state the step appends its patch
-# instead (resumable/live_state.py): the stored state is left as it is, and
+# instead (resumable/models/live_state.py): the stored state is left as it is, and
 # PostgreSQL does not rewrite an unchanged TOASTed value. No row back means the
 # epoch moved on (another worker owns the session) or the step was already
 # committed; nothing was written. An event is at the new position unless it

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
-from resumable.live_state import install_orm_hooks
+from resumable.models.live_state import install_orm_hooks
 from resumable.models import metrics_queries
 from resumable.models.coordination_queries import WAITING_PARENTS_WHERE
 from resumable.models.status import SagaOutcome, SessionStatus, ToolCallStatus, sql_values
@@ -169,7 +169,7 @@ class SessionRow(SQLModel, table=True):
     parent_id: uuid.UUID | None = Field(default=None, sa_column=sa.Column(sa.Uuid, nullable=True))
     # Added in migration 0012: the JSON Patch from `state` to the live state,
     # appended by incremental steps so they need not rewrite a large state;
-    # NULL when `state` is the live state (see resumable/live_state.py).
+    # NULL when `state` is the live state (see resumable/models/live_state.py).
     state_patch: list[Any] | None = Field(default=None, sa_column=_jsonb())
     # Added in migration 0015: `step_seq` as of the session's last stop
     # (suspended, finished, ...) or its last multiple of ``step_queries.STEP_SEQ_MARK_EVERY``,

@@ -6,7 +6,7 @@ private copy of the last committed live state, so each step costs in
 proportion to what it changed: the diff against the copy (unchanged subtrees
 compared in C) finds the change, and only the change is validated, redacted,
 encoded, appended to the session row's `state_patch` and stored as the
-checkpoint's delta (see ``resumable/live_state.py``). Snapshot and
+checkpoint's delta (see ``resumable/models/live_state.py``). Snapshot and
 event-sourced agents write the whole state every step, as their history does.
 
 The writer also collects the secret values it redacted so error texts can be
@@ -21,7 +21,7 @@ from typing import Any
 
 from resumable import checkpoints, live_state, serialization
 from resumable.checkpoints import CheckpointRecord, CheckpointStrategy, Incremental
-from resumable.redaction import Redactor
+from resumable._internal.redaction import Redactor
 
 # The patch on the session row is folded into the state when it passes this
 # fraction of the state's encoded size (reading it back then costs about as

@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
-from resumable import procfs
+from resumable._internal import procfs
 from resumable.queue.database_threads import DatabaseThreads
 
 logger = logging.getLogger(__name__)

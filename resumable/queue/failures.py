@@ -30,7 +30,7 @@ from typing import Any
 import dramatiq
 from psycopg.rows import class_row
 
-from resumable import serialization
+from resumable._internal import serialization
 from resumable.agent import Agent
 from resumable.coordination import children
 from resumable.errors import ResumableError, StepTimeoutError
@@ -38,13 +38,13 @@ from resumable.models import failure_queries
 from resumable.models.database import Database
 from resumable.models.failure_queries import DeadLettered, PendingCompensation
 from resumable.models.status import SagaOutcome
-from resumable.queue.broker import enqueue_after_commit
+from resumable.broker.messages import enqueue_after_commit
 from resumable.queue.event_loop import EventLoopThread, resolve
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.outcomes import RunOutcome
 from resumable.queue.parking import missing, park
 from resumable.queue.tool_calls import accepts_idempotency_key
-from resumable.redaction import Redactor
+from resumable._internal.redaction import Redactor
 from resumable.retries import DEFAULT_POLICY, RetryPolicy
 from resumable.settings import Settings
 

@@ -17,7 +17,7 @@ from typing import Any
 from prometheus_client import Histogram
 
 from resumable import tracing
-from resumable.logs import set_log_field
+from resumable._internal.logs import set_log_field
 from resumable.models.database import Database
 from resumable.models.step_queries import ClaimedSession
 from resumable.queue import worker_metrics

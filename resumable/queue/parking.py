@@ -8,7 +8,7 @@ repeat an effect. So the worker does neither: it commits nothing of the
 step, releases the lease and parks the session as ``blocked`` with the
 reason, an audit event and an alert, in one transaction. An operator then
 resumes it (after deploying a fix), accepts the new behaviour, or fails it
-(see ``resumable/blocked.py``).
+(see ``resumable/services/blocked.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from resumable import serialization
+from resumable._internal import serialization
 from resumable.errors import ReplayDivergedError
 from resumable.models import blocked_queries, step_queries
 from resumable.models.database import Database

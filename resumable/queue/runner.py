@@ -28,7 +28,7 @@ from typing import Any
 import dramatiq
 from psycopg.rows import class_row, tuple_row
 
-from resumable import serialization
+from resumable._internal import serialization
 from resumable.agent import Agent, AgentRegistry, Complete, Next, version_label
 from resumable.checkpoints import EventSourced
 from resumable.context import StepContext
@@ -42,7 +42,7 @@ from resumable.errors import (
     ResumableError,
     StepTimeoutError,
 )
-from resumable.logs import agent_logger, log_context, session_context
+from resumable._internal.logs import agent_logger, log_context, session_context
 from resumable.models import step_queries
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
@@ -61,7 +61,7 @@ from resumable.queue.takeover import take_over
 from resumable.queue.time_limits import TimeLimit
 from resumable.queue.tool_calls import ToolCalls
 from resumable.queue.wakes import Wakes
-from resumable.redaction import Redactor
+from resumable._internal.redaction import Redactor
 from resumable.settings import Settings
 from resumable.waits import Wait, Wake
 

@@ -60,7 +60,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 
-from resumable.stop_signals import StopSignals
+from resumable._internal.stop_signals import StopSignals
 
 logger = logging.getLogger(__name__)
 

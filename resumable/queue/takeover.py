@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from psycopg.rows import class_row
 
-from resumable import serialization
+from resumable._internal import serialization
 from resumable.agent import AgentRegistry, version_label
 from resumable.models import blocked_queries, step_queries
 from resumable.models.database import Database

@@ -41,7 +41,7 @@ from typing import Any
 
 from psycopg.rows import class_row
 
-from resumable import serialization
+from resumable._internal import serialization
 from resumable.errors import LeaseLostError, ReplayDivergedError
 from resumable.models import tool_call_queries
 from resumable.models.database import Database

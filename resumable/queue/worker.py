@@ -29,18 +29,18 @@ import dramatiq
 from resumable.agent import AgentRegistry
 from resumable.models import agent_queries, step_queries
 from resumable.models.database import Database
-from resumable.queue.broker import SESSION_ACTOR, build_broker, enqueue_after_commit
+from resumable.broker.messages import SESSION_ACTOR, build_broker, enqueue_after_commit
 from resumable.queue.heartbeat import MAX_TTL_SECONDS, WorkerHeartbeat
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.runner import SessionRunner
 from resumable.queue.shutdown import ActiveRun
 from resumable.queue.startup_check import announce_versions, warn_unserved_positions
 from resumable.queue.vitals import Vital, VitalSigns
-from resumable.queue.wakeup import WakingRedisBroker
+from resumable.broker.redis import WakingRedisBroker
 from resumable.queue.worker_metrics import watch as serve_health_from
 from resumable.settings import Settings
-from resumable.startup_heap import freeze_startup_heap
-from resumable.stop_signals import StopSignals
+from resumable._internal.startup_heap import freeze_startup_heap
+from resumable._internal.stop_signals import StopSignals
 
 logger = logging.getLogger(__name__)
 

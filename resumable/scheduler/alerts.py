@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from standardwebhooks.webhooks import Webhook
 
-from resumable import serialization
+from resumable._internal import serialization
 from resumable.models import alert_queries
 from resumable.models.database import Database
 from resumable.settings import Settings

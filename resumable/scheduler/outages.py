@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from resumable.reachability import Server, ServiceUnreachableError, reason, which_server
+from resumable._internal.reachability import Server, ServiceUnreachableError, reason, which_server
 
 logger = logging.getLogger(__name__)
 

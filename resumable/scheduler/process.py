@@ -26,8 +26,8 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 
 from resumable.agent import AgentRegistry
 from resumable.models.database import Database
-from resumable.queue.broker import build_broker
-from resumable.reachability import (
+from resumable.broker.messages import build_broker
+from resumable._internal.reachability import (
     PROBE_TIMEOUT,
     database_location,
     probe_database,
@@ -37,8 +37,8 @@ from resumable.reachability import (
 from resumable.scheduler.jobs import SchedulerJobs
 from resumable.scheduler.outages import Dependency, Outages
 from resumable.settings import Settings
-from resumable.startup_heap import freeze_startup_heap
-from resumable.stop_signals import StopSignals
+from resumable._internal.startup_heap import freeze_startup_heap
+from resumable._internal.stop_signals import StopSignals
 
 logger = logging.getLogger(__name__)
 

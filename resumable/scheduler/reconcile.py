@@ -29,7 +29,7 @@ from dramatiq.brokers.redis import RedisBroker
 from resumable.models import session_queries, step_queries
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
-from resumable.queue.broker import NAMESPACE, enqueue_sessions
+from resumable.broker.messages import NAMESPACE, enqueue_sessions
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)

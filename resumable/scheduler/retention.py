@@ -11,7 +11,7 @@ from resumable.errors import ResumableError
 from resumable.models import checkpoint_queries, coordination_queries
 from resumable.models.database import Database
 from resumable.settings import Settings
-from resumable.time_travel import TimeTravel
+from resumable.services.time_travel import TimeTravel
 
 logger = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from starlette.types import ASGIApp
 
 from resumable.agent import AgentRegistry
 from resumable.client import Client
-from resumable.embedded import service_urls
-from resumable.inbox import Inbox
+from resumable._internal.embedded import service_urls
+from resumable.services.inbox import Inbox
 from resumable.models.database import Database
-from resumable.queue.broker import build_broker
+from resumable.broker.messages import build_broker
 from resumable.settings import Settings
 from resumable.webhooks import (
     callback_routes,

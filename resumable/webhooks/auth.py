@@ -39,7 +39,7 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Match
 
-from resumable.home import make_home
+from resumable._internal.home import make_home
 from resumable.settings import Settings
 from resumable.webhooks.console.session_cookie import CookieSigner, Operator
 from resumable.webhooks.errors import error_response

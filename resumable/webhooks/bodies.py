@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from starlette.requests import Request
 
-from resumable.serialization import read_float
+from resumable._internal.serialization import read_float
 from resumable.webhooks.errors import ApiError
 
 # Deeper than any request the API takes; far below where Python's own

@@ -8,8 +8,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from resumable import arguments, tracing
-from resumable.inbox import Receipt, Verdict
+from resumable._internal import arguments, tracing
+from resumable.services.inbox import Receipt, Verdict
 from resumable.webhooks import response_models
 from resumable.webhooks.bodies import parse_json, require_json_content_type
 from resumable.webhooks.database_calls import database_call

@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from resumable.schemas import Checkpoint, CheckpointState, Page, Session
-from resumable.time_travel import TimeTravel
+from resumable.services.time_travel import TimeTravel
 from resumable.webhooks.auth import request_actor
 from resumable.webhooks.bodies import json_body
 from resumable.webhooks.database_calls import database_call

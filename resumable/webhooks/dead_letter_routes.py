@@ -10,7 +10,7 @@ from sqlmodel import col, select
 from starlette.requests import Request
 from starlette.responses import Response
 
-from resumable.dead_letters import DeadLetterFilter, DeadLetters
+from resumable.services.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.models.database import Database
 from resumable.models.tables import AuditEventRow
 from resumable.schemas import DeadLetter, Event, Page

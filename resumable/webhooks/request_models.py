@@ -26,7 +26,7 @@ from pydantic import (
     ValidationError,
 )
 
-from resumable.dead_letters import MAX_RATE, MIN_RATE, Compensation
+from resumable.services.dead_letters import MAX_RATE, MIN_RATE, Compensation
 from resumable.models.status import SessionStatus
 from resumable.schemas import JsonValue
 from resumable.webhooks.errors import ApiError

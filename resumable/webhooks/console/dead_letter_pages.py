@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from resumable.dead_letters import (
+from resumable.services.dead_letters import (
     COMPENSATIONS,
     MAX_RATE,
     MIN_RATE,

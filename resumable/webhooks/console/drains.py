@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from resumable.dead_letters import DrainReport
+from resumable.services.dead_letters import DrainReport
 from resumable.errors import ResumableError
 
 logger = logging.getLogger(__name__)

@@ -18,12 +18,12 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from resumable import arguments
-from resumable.blocked import BlockedSessions
-from resumable.dead_letters import DeadLetters
+from resumable._internal import arguments
+from resumable.services.blocked import BlockedSessions
+from resumable.services.dead_letters import DeadLetters
 from resumable.errors import DeadLetterNotFoundError, ResumableError, SessionNotFoundError
-from resumable.inbox import Verdict
-from resumable.time_travel import TimeTravel
+from resumable.services.inbox import Verdict
+from resumable.services.time_travel import TimeTravel
 from resumable.webhooks.console.errors import status_of
 from resumable.webhooks.console.forms import Form, FormError, action_form
 from resumable.webhooks.console.session_pages import path_session_id, render_session

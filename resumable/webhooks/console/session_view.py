@@ -25,7 +25,7 @@ from resumable.models.tables import (
     SessionRow,
     ToolCallRow,
 )
-from resumable.time_travel import TimeTravel
+from resumable.services.time_travel import TimeTravel
 from resumable.webhooks.console import queries
 from resumable.webhooks.state import WebState
 

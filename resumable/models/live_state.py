@@ -26,7 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm.attributes import get_history, set_committed_value
 
-from resumable import serialization
+from resumable._internal import serialization
 from resumable.checkpoints import apply_patch
 from resumable.errors import NotSerializableError
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import dramatiq
 from sqlmodel import Session, col, select
 
-from resumable import serialization
+from resumable._internal import serialization
 from resumable.errors import (
     DeadLetterNotFoundError,
     DeadLetterStateError,
@@ -29,9 +29,9 @@ from resumable.errors import (
 from resumable.models import dead_letter_queries
 from resumable.models.database import Database
 from resumable.models.tables import AuditEventRow, DeadLetterRow, SessionRow
-from resumable.queue.broker import enqueue_after_commit
+from resumable.broker.messages import enqueue_after_commit
 from resumable.settings import Settings
-from resumable.state_patch import apply_state_patch
+from resumable.services.state_patch import apply_state_patch
 
 Action = Literal["retry", "discard"]
 Compensation = Literal["none", "completed", "failed"]

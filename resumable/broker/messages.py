@@ -21,8 +21,8 @@ import redis
 from dramatiq.errors import BrokerError
 from dramatiq.middleware import CurrentMessage
 
-from resumable.queue.wakeup import WakingRedisBroker
-from resumable.reachability import reason
+from resumable.broker.redis import WakingRedisBroker
+from resumable._internal.reachability import reason
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)

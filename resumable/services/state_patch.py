@@ -20,7 +20,7 @@ from typing import Any
 import jsonpatch
 import jsonpointer
 
-from resumable import serialization
+from resumable._internal import serialization
 from resumable.errors import InvalidPatchError, NotSerializableError
 
 #: How much a patch's ``copy`` operations may add to the state, in total.

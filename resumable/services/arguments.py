@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import uuid
 
-from resumable import serialization
+from resumable._internal import serialization
 from resumable.errors import (
     DeadLetterNotFoundError,
     InvalidArgumentError,
@@ -23,7 +23,7 @@ from resumable.errors import (
     UnstorableArgumentError,
 )
 from resumable.models.status import SessionStatus
-from resumable.serialization import unstorable_text
+from resumable._internal.serialization import unstorable_text
 
 #: As the HTTP API: ``Idempotency-Key`` and ``webhook-id`` are 1 to 256 bytes
 #: (a header is bytes; here, the key's UTF-8), whichever way a key comes.

@@ -22,7 +22,7 @@ from typing import Any
 import dramatiq
 import psycopg
 
-from resumable import serialization
+from resumable._internal import serialization
 from resumable.agent import AgentRegistry
 from resumable.checkpoints import EventSourced, Reducer, rebuild
 from resumable.errors import (
@@ -35,9 +35,9 @@ from resumable.errors import (
 )
 from resumable.models import checkpoint_queries, session_queries
 from resumable.models.database import Database
-from resumable.queue.broker import enqueue_after_commit
+from resumable.broker.messages import enqueue_after_commit
 from resumable.settings import Settings
-from resumable.state_patch import apply_state_patch
+from resumable.services.state_patch import apply_state_patch
 
 logger = logging.getLogger(__name__)
 

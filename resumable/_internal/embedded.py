@@ -44,8 +44,8 @@ from pathlib import Path
 import redis
 
 from resumable.errors import EmbeddedServiceError
-from resumable.home import HomeNotUsableError, make_home
-from resumable.procfs import pid_alive, start_time
+from resumable._internal.home import HomeNotUsableError, make_home
+from resumable._internal.procfs import pid_alive, start_time
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class EmbeddedServices:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _make_home(self) -> None:
-        """Create the home (see ``resumable.home``); EmbeddedServiceError
+        """Create the home (see ``resumable._internal.home``); EmbeddedServiceError
         naming RESUMABLE_HOME if it is not usable."""
         try:
             make_home(self.home)
