@@ -71,7 +71,7 @@ from benchmarks.pg_counters import (
     settled_counters,
 )
 from benchmarks.report import add_deployment, bench_parser, command_line, machine, parse
-from resumable.queue.broker import enqueue_sessions
+from resumable.broker.messages import enqueue_sessions
 
 TARGET_RATIO = 1.3
 TABLES = ("sessions", "checkpoints", "audit_events", "callbacks", "deliveries")

@@ -82,13 +82,13 @@ from benchmarks.report import (
     percentile,
     verdict,
 )
-from resumable import live_state
 from resumable.agent import AgentRegistry
 from resumable.checkpoints import EventSourced, Incremental, Reducer, rebuild
 from resumable.client import Client
-from resumable.inbox import Inbox, Verdict
+from resumable.models import live_state
+from resumable.services.inbox import Inbox, Verdict
+from resumable.services.time_travel import TimeTravel
 from resumable.settings import Settings
-from resumable.time_travel import TimeTravel
 
 AGENT_MODULE = "benchmarks.checkpoint_agents"
 STRATEGIES = tuple(agents.AGENTS)  # snapshot, incremental, event-sourced

@@ -18,7 +18,7 @@ import psycopg
 import redis
 
 from benchmarks.harness import scalar
-from resumable import procfs
+from resumable._internal import procfs
 
 
 @dataclass(frozen=True)

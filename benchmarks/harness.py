@@ -27,12 +27,13 @@ import psycopg
 import redis
 from psycopg.rows import tuple_row
 
+from resumable._internal.database_urls import libpq_url
+from resumable._internal.embedded import service_urls
+from resumable.broker.redis import build_broker
 from resumable.client import Client
 from resumable.dev.processes import Deployment, Process, free_port
-from resumable.embedded import service_urls
 from resumable.models import migrate
-from resumable.models.database import Database, libpq_url
-from resumable.queue.broker import build_broker
+from resumable.models.database import Database
 from resumable.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 
 from benchmarks.harness import BENCH_TAG, connect, scalar
-from resumable.procfs import pid_alive
+from resumable._internal.procfs import pid_alive
 
 
 @dataclass

@@ -15,7 +15,7 @@ import time
 from dramatiq.middleware import CurrentMessage
 
 from resumable import Agent, Complete, StepContext
-from resumable.queue.wakeup import ENQUEUED_AT, FETCHED_AT
+from resumable.broker.consumer import ENQUEUED_AT, FETCHED_AT
 from resumable.waits import Wait
 
 AGENT_NAME = "bench_resume"

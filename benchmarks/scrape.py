@@ -35,9 +35,9 @@ from prometheus_client import generate_latest
 
 from benchmarks import harness
 from benchmarks.report import bench_parser, parse
+from resumable.broker.redis import build_broker
 from resumable.models import metrics_queries
 from resumable.models.database import Database
-from resumable.queue.broker import build_broker
 from resumable.webhooks.metrics import Metrics
 
 _TABLES = (

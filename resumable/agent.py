@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
-from resumable._internal.arguments import MAX_NAME_LENGTH
+from resumable._internal.serialization import unstorable_text
 from resumable.checkpoints import CheckpointStrategy, EventSourced, Incremental, Snapshot
 from resumable.errors import (
     AgentDefinitionError,
@@ -28,10 +28,12 @@ from resumable.errors import (
     UnknownStepError,
 )
 from resumable.retries import DEFAULT_POLICY, RetryPolicy
-from resumable._internal.serialization import unstorable_text
 
 if TYPE_CHECKING:
     from resumable.context import StepContext
+
+# The longest agent, step, tool or topic name (the same bound the API checks).
+MAX_NAME_LENGTH = 200
 
 
 @dataclass(frozen=True)

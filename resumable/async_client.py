@@ -31,7 +31,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from resumable._internal import arguments
 from resumable.agent import AgentRegistry
 from resumable.client import HUNG_AFTER_SECONDS, Client, Started, WaitSchedule
 from resumable.coordination.records import SharedDocument, SharedVersion
@@ -47,6 +46,7 @@ from resumable.schemas import (
     Page,
     Session,
 )
+from resumable.services import arguments
 from resumable.settings import Settings, load_settings
 
 P = ParamSpec("P")

@@ -33,11 +33,12 @@ from psycopg.rows import class_row
 from sqlmodel import Session as DbSession
 from sqlmodel import col, select
 
-from resumable._internal import arguments, serialization, tracing
+from resumable import tracing
+from resumable._internal import serialization
 from resumable.agent import AgentRegistry
+from resumable.broker.messages import enqueue_after_commit
 from resumable.coordination import children, shared
 from resumable.coordination.records import SharedDocument, SharedVersion
-from resumable.services.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.errors import (
     IdempotencyConflictError,
     InvalidArgumentError,
@@ -48,14 +49,12 @@ from resumable.errors import (
     SessionStateError,
     UnstorableArgumentError,
 )
-from resumable.services.inbox import Inbox, Verdict
 from resumable.models import agent_queries, session_queries, step_queries
 from resumable.models.agent_queries import UnservedAgent
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.models.step_queries import HungSession
 from resumable.models.tables import AuditEventRow, SessionRow
-from resumable.broker.messages import enqueue_after_commit
 from resumable.schemas import (
     Checkpoint,
     CheckpointState,
@@ -66,8 +65,11 @@ from resumable.schemas import (
     Page,
     Session,
 )
-from resumable.settings import Settings, check_urls, load_settings
+from resumable.services import arguments
+from resumable.services.dead_letters import DeadLetterFilter, DeadLetters
+from resumable.services.inbox import Inbox, Verdict
 from resumable.services.time_travel import TimeTravel
+from resumable.settings import Settings, check_urls, load_settings
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +173,7 @@ class Client:
         self, database_url: str | None, redis_url: str | None
     ) -> tuple[Database, dramatiq.Broker]:
         from resumable._internal.embedded import service_urls
-        from resumable.broker.messages import build_broker
+        from resumable.broker.redis import build_broker
 
         settings = self.settings
         urls = self._owned.enter_context(

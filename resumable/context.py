@@ -8,18 +8,47 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 from resumable._internal import serialization
 from resumable.agent import Complete, Next, checked_name
 from resumable.checkpoints import Reducer
 from resumable.coordination.step import StepCoordination
 from resumable.errors import AgentDefinitionError
-from resumable.queue.callbacks import CallbackFactory
-from resumable.queue.tool_calls import ToolCalls
 from resumable.waits import Callback, Children, Lock, Poll, Signal, Timer, Wait, Wake
 
 T = TypeVar("T")
+
+
+class ToolCallRecorder(Protocol):
+    """What runs a step's tool calls, once per logical call: the worker's
+    records them in PostgreSQL (``queue/tool_calls.py``), ``resumable.testing``
+    keeps them in memory."""
+
+    def call(
+        self,
+        tool: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        compensate: str | None = None,
+    ) -> Any: ...
+
+    def acall(
+        self,
+        tool: str,
+        fn: Callable[..., Awaitable[Any]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        compensate: str | None = None,
+    ) -> Awaitable[Any]: ...
+
+
+class CallbackMinter(Protocol):
+    """What makes a step's single-use callback URLs (the worker's commits
+    each token at once, ``queue/callbacks.py``)."""
+
+    def create(self, topic: str, timeout: float | timedelta | None = None) -> Callback: ...
 
 
 class StepContext:
@@ -40,8 +69,8 @@ class StepContext:
         seq: int,
         input: Any,
         state: dict[str, Any],
-        tools: ToolCalls,
-        callbacks: CallbackFactory,
+        tools: ToolCallRecorder,
+        callbacks: CallbackMinter,
         wake: Wake | None,
         logger: logging.Logger,
         has_compensation: Callable[[str], bool],
@@ -92,7 +121,7 @@ class StepContext:
         return self.version >= since
 
     @property
-    def tool_calls(self) -> ToolCalls:
+    def tool_calls(self) -> ToolCallRecorder:
         """This step's tool calls (the runner reads their counts)."""
         return self._tools
 

@@ -16,9 +16,9 @@ from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from redis.connection import parse_url as redis_parse_url
 
-from resumable.errors import ConfigurationError
 from resumable._internal.redaction import DEFAULT_KEYS
 from resumable._internal.serialization import unstorable_text
+from resumable.errors import ConfigurationError
 
 # The Standard Webhooks spec asks for secrets of 24 to 64 random bytes.
 _MIN_SECRET_BYTES = 24

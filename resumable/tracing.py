@@ -31,16 +31,16 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from resumable.errors import ConfigurationError
 from resumable._internal.serialization import unstorable_text
+from resumable.errors import ConfigurationError
 from resumable.settings import checked_http_url
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer
 
-    from resumable.services.inbox import Receipt
     from resumable.models.database import Database
+    from resumable.services.inbox import Receipt
 
 logger = logging.getLogger(__name__)
 
@@ -343,14 +343,12 @@ def instant_spans(
         ).end()
 
 
-async def delivery_received(db: Database, kind: str, receipt: Receipt, began_ns: int) -> None:
-    """A callback or signal received (the web routes): a moment in its
-    session's trace from ``began_ns``, with what became of it (accepted,
-    duplicate, ...)."""
+def delivery_received(db: Database, kind: str, receipt: Receipt, began_ns: int) -> None:
+    """A callback or signal received (the web routes, on a database thread):
+    a moment in its session's trace from ``began_ns``, with what became of
+    it (accepted, duplicate, ...)."""
     if _on.tracer is None or receipt.session_id is None:
         return
-    from resumable.webhooks.database_calls import database_call
-
     attributes: dict[str, Any] = {
         "resumable.delivery.kind": kind,
         "resumable.delivery.verdict": receipt.verdict.value,
@@ -358,11 +356,8 @@ async def delivery_received(db: Database, kind: str, receipt: Receipt, began_ns:
     }
     if receipt.delivery_id is not None:
         attributes["resumable.delivery.id"] = receipt.delivery_id
-    await database_call(
-        functools.partial(instant_spans, began_ns=began_ns),
-        db,
-        f"resumable.{kind} received",
-        {receipt.session_id: attributes},
+    instant_spans(
+        db, f"resumable.{kind} received", {receipt.session_id: attributes}, began_ns=began_ns
     )
 
 

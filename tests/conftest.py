@@ -23,14 +23,15 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 from starlette.applications import Starlette
 
-from resumable import procfs
+from resumable._internal import procfs
+from resumable._internal.database_urls import libpq_url, sqlalchemy_url
+from resumable._internal.embedded import ServiceURLs, service_urls
+from resumable.broker.redis import build_broker
 from resumable.client import Client
 from resumable.dev import processes
 from resumable.dev.processes import Deployment, Process
-from resumable.embedded import ServiceURLs, service_urls
 from resumable.models import migrate
-from resumable.models.database import Database, libpq_url, sqlalchemy_url
-from resumable.queue.broker import build_broker
+from resumable.models.database import Database
 from resumable.settings import Settings
 from resumable.webhooks.app import create_app
 

@@ -43,9 +43,9 @@ from pathlib import Path
 
 import redis
 
-from resumable.errors import EmbeddedServiceError
 from resumable._internal.home import HomeNotUsableError, make_home
 from resumable._internal.procfs import pid_alive, start_time
+from resumable.errors import EmbeddedServiceError
 
 logger = logging.getLogger(__name__)
 

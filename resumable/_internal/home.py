@@ -9,6 +9,7 @@ existing home keeps its mode, it would stay that way for good."""
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 from resumable.errors import ConfigurationError
@@ -35,3 +36,16 @@ def make_home(home: Path) -> None:
         raise HomeNotUsableError(
             f"RESUMABLE_HOME {home} is not a writable directory ({why})"
         ) from None
+
+
+def local_token(home: Path) -> str:
+    """The token used when none is configured: made once, kept under the home
+    directory, so local processes (`resumable dev`, the CLI) agree on it."""
+    path = home / "api-token"
+    if path.exists():
+        return path.read_text().strip()
+    make_home(home)
+    token = secrets.token_urlsafe(32)
+    path.touch(mode=0o600)
+    path.write_text(token)
+    return token

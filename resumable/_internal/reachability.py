@@ -186,7 +186,7 @@ def which_server(exc: BaseException) -> Server | None:
 def probe_database(url: str, setting: str = "DATABASE_URL", timeout: float = PROBE_TIMEOUT) -> None:
     """Connect once, outside any pool; raise ServiceUnreachableError naming
     `setting` if that fails."""
-    from resumable.models.database import libpq_url
+    from resumable._internal.database_urls import libpq_url
 
     try:
         with psycopg.connect(libpq_url(url), connect_timeout=max(1, round(timeout))) as conn:

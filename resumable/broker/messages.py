@@ -5,7 +5,7 @@ dramatiq's defaults a SIGKILLed worker's unacked messages come back after the
 60 s heartbeat timeout plus a 0.1 % maintenance lottery (measured: minutes).
 We shorten both (settings ``heartbeat_timeout_ms``, ``maintenance_chance``),
 and the reconciler re-enqueues from PostgreSQL whatever Redis loses anyway.
-Idle consumers block on a wake-up list instead of polling (``wakeup.py``).
+Idle consumers block on a wake-up list instead of polling (``broker/redis.py``).
 Every send that follows a commit goes through ``enqueue_after_commit``, so an
 unreachable Redis fails them all the same way.
 """
@@ -19,59 +19,14 @@ from collections.abc import Iterable, Sequence
 import dramatiq
 import redis
 from dramatiq.errors import BrokerError
-from dramatiq.middleware import CurrentMessage
 
-from resumable.broker.redis import WakingRedisBroker
 from resumable._internal.reachability import reason
+from resumable.broker.redis import WakingRedisBroker
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
 
 SESSION_ACTOR = "resumable_run_session"
-NAMESPACE = "resumable"
-
-# How long a Redis command or connection may take before it fails (redis-py
-# 8 defaults to 5 s too; before 8, which pyproject admits, it waits for
-# ever). A Redis that takes connections and answers nothing, a hung server or
-# a stalled proxy, must not hang a sender: a callback's receiver enqueues
-# while it holds the session row (see ``inbox``), and a failed enqueue is
-# left to the reconciler. Well above a consumer's blocking wait for a wake-up
-# (dramatiq's worker timeout, 1 s). A ``socket_timeout`` or
-# ``socket_connect_timeout`` in REDIS_URL wins.
-REDIS_TIMEOUT_SECONDS = 5.0
-
-
-def build_broker(settings: Settings, redis_url: str) -> WakingRedisBroker:
-    """The broker every process uses, with no dramatiq middleware.
-
-    dramatiq's defaults (AgeLimit, TimeLimit, ShutdownNotifications,
-    Callbacks, Pipelines, Retries) all do nothing for our one actor: sessions
-    have their own retry policy and per-step time limits (``time_limits.py``),
-    and a message only says "run session X". Each would still run its hooks
-    for every message (TimeLimit takes a lock twice and keeps a timer
-    thread). Without Retries a message whose run raised (the database
-    dropped mid-run) is acked rather than moved to dramatiq's dead-letter
-    list, which nothing reads: either way the reconciler re-enqueues the
-    session from PostgreSQL once its lease expires. The one middleware kept,
-    ``CurrentMessage``, only sets a context variable per message.
-    """
-    pool = redis.ConnectionPool.from_url(
-        redis_url,
-        socket_timeout=REDIS_TIMEOUT_SECONDS,
-        socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
-    )
-    broker = WakingRedisBroker(
-        connection_pool=pool,
-        namespace=NAMESPACE,
-        heartbeat_timeout=settings.heartbeat_timeout_ms,
-        maintenance_chance=settings.maintenance_chance,
-        middleware=[],
-    )
-    # A step can read the message that ran it (``CurrentMessage.get_current_message()``),
-    # with its queue timings (``wakeup.ENQUEUED_AT``, ``FETCHED_AT``): a context
-    # variable set per message, nothing more.
-    broker.add_middleware(CurrentMessage())
-    return broker
 
 
 def session_message(settings: Settings, session_id: uuid.UUID | str) -> dramatiq.Message[None]:

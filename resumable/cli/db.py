@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from resumable.cli.support import ErrorGroup, console
 from resumable._internal.embedded import service_urls
+from resumable._internal.reachability import probe_database
+from resumable.cli.support import ErrorGroup, console
 from resumable.errors import ConfigurationError
 from resumable.models import migrate
-from resumable._internal.reachability import probe_database
 from resumable.settings import Settings
 
 

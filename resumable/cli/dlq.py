@@ -19,6 +19,8 @@ from resumable.cli.json_args import DATE_TIME, STORED_TEXT, RateRange, parse_pat
 from resumable.cli.sessions import actor
 from resumable.cli.support import ErrorGroup, connected, console
 from resumable.client import dead_letter_cursor
+from resumable.errors import ResumableError
+from resumable.schemas import DeadLetter, Page
 from resumable.services.dead_letters import (
     COMPENSATIONS,
     MAX_RATE,
@@ -27,8 +29,6 @@ from resumable.services.dead_letters import (
     DeadLetters,
     DrainReport,
 )
-from resumable.errors import ResumableError
-from resumable.schemas import DeadLetter, Page
 from resumable.settings import Settings
 from resumable.webhooks.response_models import DeadLetterDetail
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import click
 
-from resumable._internal.arguments import MAX_IDEMPOTENCY_KEY_LENGTH
 from resumable._internal.serialization import find_bad_value, read_float, unstorable_text
+from resumable.services.arguments import MAX_IDEMPOTENCY_KEY_LENGTH
 
 
 def _bad_text(text: str) -> str | None:

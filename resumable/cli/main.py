@@ -9,11 +9,11 @@ from types import FrameType
 
 import click
 
+from resumable._internal.logs import configure_logging
 from resumable.cli import db, processes, services, sessions
 from resumable.cli.dlq import dlq
 from resumable.cli.shared import shared
 from resumable.cli.support import ErrorGroup
-from resumable._internal.logs import configure_logging
 from resumable.settings import load_settings
 from resumable.tracing import configure_tracing
 

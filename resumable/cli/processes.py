@@ -69,10 +69,10 @@ def _supervise(settings: Settings, registry: AgentRegistry, count: int) -> int:
     """`count` single-process workers forked from this one (``supervisor.py``)
     once everything they run is imported, on the servers this process found
     or started."""
+    from resumable._internal.startup_heap import freeze_startup_heap
     from resumable.queue.supervisor import Supervisor
     from resumable.queue.worker import build_runtime, run_worker
     from resumable.queue.worker_metrics import serve as serve_worker_metrics
-    from resumable._internal.startup_heap import freeze_startup_heap
 
     with process_urls(settings, check=True) as urls:
 

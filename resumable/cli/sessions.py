@@ -15,7 +15,6 @@ from typing import Any
 import click
 from rich.table import Table
 
-from resumable._internal import arguments
 from resumable.agent import AgentRegistry
 from resumable.cli.ids import resolve_session
 from resumable.cli.json_args import (
@@ -38,6 +37,7 @@ from resumable.models import agent_queries
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.schemas import Checkpoint, Event, Page
+from resumable.services import arguments
 from resumable.settings import Settings
 
 # The same names the HTTP API accepts.

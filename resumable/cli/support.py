@@ -25,9 +25,17 @@ import sqlalchemy.exc
 from rich.console import Console
 from rich.markup import escape
 
-from resumable.agent import AgentRegistry
-from resumable.client import Client
 from resumable._internal.embedded import ServiceURLs, service_urls
+from resumable._internal.reachability import (
+    probe_database,
+    probe_redis,
+    reason,
+    refused,
+    which_server,
+)
+from resumable.agent import AgentRegistry
+from resumable.broker.redis import build_broker
+from resumable.client import Client
 from resumable.errors import (
     NO_SCHEMA_MESSAGE,
     ConfigurationError,
@@ -36,8 +44,6 @@ from resumable.errors import (
     ResumableError,
 )
 from resumable.models.database import Database
-from resumable.broker.messages import build_broker
-from resumable._internal.reachability import probe_database, probe_redis, reason, refused, which_server
 from resumable.settings import Settings
 
 console = Console()
@@ -92,7 +98,7 @@ def check_servers(
 
             migrate.upgrade(urls.database_url)
         return
-    from resumable.models.database import libpq_url
+    from resumable._internal.database_urls import libpq_url
     from resumable.models.migrate import schema_problem
 
     with psycopg.connect(libpq_url(urls.database_url)) as conn:
@@ -242,7 +248,7 @@ def process_urls(settings: Settings, *, check: bool = False) -> Iterator[Service
 
 
 def _require_schema_if_reachable(database_url: str, setting: str) -> None:
-    from resumable.models.database import libpq_url
+    from resumable._internal.database_urls import libpq_url
     from resumable.models.migrate import schema_problem
 
     try:

@@ -26,11 +26,11 @@ import psycopg
 
 from resumable._internal import serialization
 from resumable.agent import checked_name
+from resumable.broker.messages import enqueue_after_commit
 from resumable.coordination import locks
 from resumable.coordination.shared import CoordinationError
 from resumable.models import coordination_queries as queries
 from resumable.models.database import Database
-from resumable.broker.messages import enqueue_after_commit
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)

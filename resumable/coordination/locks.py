@@ -29,11 +29,11 @@ from typing import Any
 import dramatiq
 import psycopg
 
+from resumable.broker.messages import enqueue_after_commit
 from resumable.coordination.shared import CoordinationError, check_name
 from resumable.errors import LeaseLostError
 from resumable.models import coordination_queries as queries
 from resumable.models.database import Database
-from resumable.broker.messages import enqueue_after_commit
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)

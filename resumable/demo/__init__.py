@@ -28,6 +28,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from resumable._internal.embedded import ServiceURLs, service_urls
+from resumable.broker.redis import build_broker
 from resumable.client import Client
 from resumable.demo import preflight, proof, timeline
 from resumable.demo.deadline import Deadline, DemoError
@@ -36,10 +38,8 @@ from resumable.demo.story import Story
 from resumable.demo.webhook_sender import WebhookSender, new_secret
 from resumable.dev.processes import Deployment, ProcessExitedError, free_port
 from resumable.dev.signals import StoppedBySignalError, StopRequests
-from resumable._internal.embedded import ServiceURLs, service_urls
 from resumable.models import migrate
 from resumable.models.database import Database
-from resumable.broker.messages import build_broker
 from resumable.settings import Settings
 
 __all__ = ["run_demo"]

@@ -29,15 +29,15 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
+from resumable._internal.embedded import EmbeddedServices, ServiceURLs, service_urls
+from resumable._internal.home import local_token
 from resumable.dev.home_lock import AnotherDevError, dev_lock
 from resumable.dev.procfile import Processes, load_processes
 from resumable.dev.signals import StopRequests
 from resumable.dev.supervisor import Supervisor
-from resumable._internal.embedded import EmbeddedServices, ServiceURLs, service_urls
 from resumable.errors import ResumableError
 from resumable.models import migrate
 from resumable.settings import Settings
-from resumable.webhooks.auth import local_token
 
 # The agent the worker runs when none is named, so `resumable dev` works in an
 # empty directory.

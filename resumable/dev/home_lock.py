@@ -17,8 +17,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from resumable.errors import ConfigurationError
 from resumable._internal.home import make_home
+from resumable.errors import ConfigurationError
 
 LOCK_NAME = "dev.lock"
 

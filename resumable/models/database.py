@@ -15,30 +15,8 @@ import sqlalchemy as sa
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
-from sqlalchemy.engine import make_url
 
-from resumable.errors import ConfigurationError
-
-
-def sqlalchemy_url(url: str) -> str:
-    """Force the psycopg 3 driver whatever scheme the user wrote."""
-    if url.startswith("postgres://") or url.startswith("postgres+"):
-        url = "postgresql" + url.removeprefix("postgres")  # SQLAlchemy 2 knows only this name
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "postgresql":
-        raise ConfigurationError(
-            f"DATABASE_URL must be a PostgreSQL URL, got {parsed.drivername!r}"
-        )
-    return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-
-
-def libpq_url(url: str) -> str:
-    """The same URL in the form libpq (and so psycopg) accepts."""
-    return (
-        make_url(sqlalchemy_url(url))
-        .set(drivername="postgresql")
-        .render_as_string(hide_password=False)
-    )
+from resumable._internal.database_urls import libpq_url, sqlalchemy_url
 
 
 @contextmanager

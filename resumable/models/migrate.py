@@ -11,8 +11,8 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
+from resumable._internal.database_urls import sqlalchemy_url
 from resumable.errors import NO_SCHEMA_MESSAGE
-from resumable.models.database import sqlalchemy_url
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 

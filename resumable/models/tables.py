@@ -12,9 +12,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
-from resumable.models.live_state import install_orm_hooks
 from resumable.models import metrics_queries
 from resumable.models.coordination_queries import WAITING_PARENTS_WHERE
+from resumable.models.live_state import install_orm_hooks
 from resumable.models.status import SagaOutcome, SessionStatus, ToolCallStatus, sql_values
 
 # Deterministic constraint names, so the schema built by the migrations and

@@ -43,6 +43,7 @@ from resumable.queue.observing import observe_step
 from resumable.queue.outcomes import RunOutcome
 from resumable.queue.positions import RunPosition
 from resumable.queue.shutdown import ActiveRun
+from resumable.queue.tool_calls import recorded_calls
 
 if TYPE_CHECKING:
     from resumable.queue.runner import SessionRunner, StepRun
@@ -179,7 +180,7 @@ class AsyncRuns:
         observed = observe_step(
             claim, position.cursor, position.seq + 1, position.attempts, position.wake
         )
-        tools = ctx.tool_calls
+        tools = recorded_calls(ctx)
         try:
             try:
                 async with limit:

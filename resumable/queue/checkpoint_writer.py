@@ -19,9 +19,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from resumable import checkpoints, live_state, serialization
-from resumable.checkpoints import CheckpointRecord, CheckpointStrategy, Incremental
+from resumable import checkpoints
+from resumable._internal import serialization
 from resumable._internal.redaction import Redactor
+from resumable.checkpoints import CheckpointRecord, CheckpointStrategy, Incremental
+from resumable.models import live_state
 
 # The patch on the session row is folded into the state when it passes this
 # fraction of the state's encoded size (reading it back then costs about as

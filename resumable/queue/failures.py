@@ -31,20 +31,20 @@ import dramatiq
 from psycopg.rows import class_row
 
 from resumable._internal import serialization
+from resumable._internal.redaction import Redactor
 from resumable.agent import Agent
+from resumable.broker.messages import enqueue_after_commit
 from resumable.coordination import children
 from resumable.errors import ResumableError, StepTimeoutError
 from resumable.models import failure_queries
 from resumable.models.database import Database
 from resumable.models.failure_queries import DeadLettered, PendingCompensation
 from resumable.models.status import SagaOutcome
-from resumable.broker.messages import enqueue_after_commit
 from resumable.queue.event_loop import EventLoopThread, resolve
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.outcomes import RunOutcome
 from resumable.queue.parking import missing, park
 from resumable.queue.tool_calls import accepts_idempotency_key
-from resumable._internal.redaction import Redactor
 from resumable.retries import DEFAULT_POLICY, RetryPolicy
 from resumable.settings import Settings
 

@@ -28,8 +28,9 @@ from collections.abc import Callable
 
 import psycopg
 
+from resumable._internal.database_urls import libpq_url
 from resumable.models import agent_queries
-from resumable.models.database import Database, libpq_url
+from resumable.models.database import Database
 
 logger = logging.getLogger(__name__)
 

@@ -29,6 +29,8 @@ import dramatiq
 from psycopg.rows import class_row, tuple_row
 
 from resumable._internal import serialization
+from resumable._internal.logs import agent_logger, log_context, session_context
+from resumable._internal.redaction import Redactor
 from resumable.agent import Agent, AgentRegistry, Complete, Next, version_label
 from resumable.checkpoints import EventSourced
 from resumable.context import StepContext
@@ -42,7 +44,6 @@ from resumable.errors import (
     ResumableError,
     StepTimeoutError,
 )
-from resumable._internal.logs import agent_logger, log_context, session_context
 from resumable.models import step_queries
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
@@ -59,9 +60,8 @@ from resumable.queue.positions import RunPosition
 from resumable.queue.shutdown import ActiveRun, Shutdown
 from resumable.queue.takeover import take_over
 from resumable.queue.time_limits import TimeLimit
-from resumable.queue.tool_calls import ToolCalls
+from resumable.queue.tool_calls import ToolCalls, recorded_calls
 from resumable.queue.wakes import Wakes
-from resumable._internal.redaction import Redactor
 from resumable.settings import Settings
 from resumable.waits import Wait, Wake
 
@@ -545,7 +545,7 @@ class SessionRunner:
         writer: CheckpointWriter,
     ) -> StepRun:
         """A step's return value validated and its state encoded, ready to commit."""
-        cursor, seq, wake, tools = ctx.step, ctx.seq - 1, ctx.wake, ctx.tool_calls
+        cursor, seq, wake, tools = ctx.step, ctx.seq - 1, ctx.wake, recorded_calls(ctx)
         decision = self._interpret(agent, outcome)
         if not isinstance(ctx.state, dict):
             raise NotSerializableError("state must be a JSON object (a dict)")

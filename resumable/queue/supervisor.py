@@ -8,7 +8,7 @@ heartbeat row, and does nothing else: it holds no lease and no connection, so
 nothing is lost when it dies.
 
 - Start: the parent imports the worker's modules and the agents, freezes that
-  heap (``startup_heap.py``), and then forks each child from it, holding no
+  heap (``_internal/startup_heap.py``), and then forks each child from it, holding no
   thread and no connection. A child only builds its pool and broker and
   starts consuming: it is ready in a tenth of a second, not after a second
   or more (seven and more at load 5-13) of importing everything again as a
@@ -280,7 +280,7 @@ class Supervisor:
 
     def _install_signals(self) -> None:
         # The run loop polls for SIGTERM/SIGINT: a handler that set self.stop
-        # could wait for ever on the event's lock (see stop_signals.py).
+        # could wait for ever on the event's lock (see _internal/stop_signals.py).
         self.signals.install()
 
         def _on_continue(_signum: int, _frame: FrameType | None) -> None:

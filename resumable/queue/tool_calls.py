@@ -37,7 +37,7 @@ import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import class_row
 
@@ -49,6 +49,9 @@ from resumable.models.status import ToolCallStatus
 from resumable.models.tool_call_queries import ToolCallClaim
 from resumable.queue.database_threads import on_database_thread, threads_of_running_loop
 from resumable.queue.observing import observed_async_tool_call, observed_tool_call
+
+if TYPE_CHECKING:
+    from resumable.context import StepContext
 
 logger = logging.getLogger(__name__)
 
@@ -373,3 +376,12 @@ class ToolCalls:
         with self._db.connection() as conn:
             row = conn.execute(statement, {"key": key, "epoch": self._epoch, **params}).fetchone()
         return row is not None
+
+
+def recorded_calls(ctx: StepContext) -> ToolCalls:
+    """The worker's own records behind a context it built (the agent API
+    knows only the ``ToolCallRecorder`` protocol)."""
+    tools = ctx.tool_calls
+    if not isinstance(tools, ToolCalls):
+        raise TypeError(f"a worker's step context records its calls with ToolCalls, not {tools!r}")
+    return tools

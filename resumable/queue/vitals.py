@@ -24,25 +24,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from resumable.broker.consumer import Pulse
+
 logger = logging.getLogger(__name__)
 
 # How often the vitals are checked.
 CHECK_SECONDS = 0.5
 # A check this many intervals late means the whole process was held up.
 _LATE_CHECKS = 4
-
-
-class Pulse:
-    """A loop's sign of life: ``beat()`` each time round, ``age()`` since."""
-
-    def __init__(self) -> None:
-        self._last = time.monotonic()
-
-    def beat(self) -> None:
-        self._last = time.monotonic()
-
-    def age(self) -> float:
-        return time.monotonic() - self._last
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,11 @@ import dramatiq
 
 from resumable._internal import serialization
 from resumable.agent import Agent
+from resumable.broker.messages import enqueue_after_commit
 from resumable.errors import LeaseLostError
 from resumable.models import wait_queries
 from resumable.models.database import Database
 from resumable.models.step_queries import ClaimedSession
-from resumable.broker.messages import enqueue_after_commit
 from resumable.queue.event_loop import EventLoopThread, resolve
 from resumable.queue.lease import LeaseKeeper
 from resumable.settings import Settings

@@ -26,21 +26,21 @@ from dataclasses import dataclass
 
 import dramatiq
 
+from resumable._internal.startup_heap import freeze_startup_heap
+from resumable._internal.stop_signals import StopSignals
 from resumable.agent import AgentRegistry
+from resumable.broker.messages import SESSION_ACTOR, enqueue_after_commit
+from resumable.broker.redis import WakingRedisBroker, build_broker
 from resumable.models import agent_queries, step_queries
 from resumable.models.database import Database
-from resumable.broker.messages import SESSION_ACTOR, build_broker, enqueue_after_commit
 from resumable.queue.heartbeat import MAX_TTL_SECONDS, WorkerHeartbeat
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.runner import SessionRunner
 from resumable.queue.shutdown import ActiveRun
 from resumable.queue.startup_check import announce_versions, warn_unserved_positions
 from resumable.queue.vitals import Vital, VitalSigns
-from resumable.broker.redis import WakingRedisBroker
 from resumable.queue.worker_metrics import watch as serve_health_from
 from resumable.settings import Settings
-from resumable._internal.startup_heap import freeze_startup_heap
-from resumable._internal.stop_signals import StopSignals
 
 logger = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ def run_worker(
     ``supervisor.py``); `slot` names this process among its parent's children."""
     settings = runtime.settings
     stop = stop_event or threading.Event()
-    signals = StopSignals()  # a handler that takes no lock (see stop_signals.py)
+    signals = StopSignals()  # a handler that takes no lock (see _internal/stop_signals.py)
     if threading.current_thread() is threading.main_thread():
         signals.install()
 
@@ -208,7 +208,7 @@ def run_worker(
         queues={settings.queue_name},
         worker_threads=settings.worker_threads,
         # How long an idle consumer blocks before it looks at its delay queue and
-        # shutdown flag; wake-ups themselves arrive at once (see wakeup.py).
+        # shutdown flag; wake-ups themselves arrive at once (see broker/redis.py).
         worker_timeout=1000,
     )
     if settings.worker_prefetch:

@@ -23,14 +23,14 @@ import dramatiq
 
 from resumable import tracing
 from resumable.agent import AgentRegistry
+from resumable.broker.messages import enqueue_after_commit
 from resumable.coordination import children, locks
-from resumable.services.inbox import Inbox
 from resumable.models import failure_queries, wait_queries
 from resumable.models.database import Database
-from resumable.broker.messages import enqueue_after_commit
 from resumable.scheduler.alerts import AlertSender, sync_lingering
 from resumable.scheduler.reconcile import reconcile
 from resumable.scheduler.retention import compact_histories, retire_old_sessions
+from resumable.services.inbox import Inbox
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)

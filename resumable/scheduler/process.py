@@ -24,9 +24,6 @@ from apscheduler.events import EVENT_SCHEDULER_STARTED
 from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.blocking import BlockingScheduler
 
-from resumable.agent import AgentRegistry
-from resumable.models.database import Database
-from resumable.broker.messages import build_broker
 from resumable._internal.reachability import (
     PROBE_TIMEOUT,
     database_location,
@@ -34,11 +31,14 @@ from resumable._internal.reachability import (
     probe_redis,
     redis_location,
 )
+from resumable._internal.startup_heap import freeze_startup_heap
+from resumable._internal.stop_signals import StopSignals
+from resumable.agent import AgentRegistry
+from resumable.broker.redis import build_broker
+from resumable.models.database import Database
 from resumable.scheduler.jobs import SchedulerJobs
 from resumable.scheduler.outages import Dependency, Outages
 from resumable.settings import Settings
-from resumable._internal.startup_heap import freeze_startup_heap
-from resumable._internal.stop_signals import StopSignals
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def run_scheduler(
     def _stop(signum: int, frame: FrameType | None) -> None:
         # APScheduler's blocking loop can only be stopped from here. A second
         # signal interrupts the first one's shutdown, holding the locks it
-        # would take again: it only counts (see stop_signals.py).
+        # would take again: it only counts (see _internal/stop_signals.py).
         repeated = signals.first is not None
         signals.handle(signum, frame)
         if repeated:

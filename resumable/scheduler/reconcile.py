@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
+from resumable.broker.messages import enqueue_sessions
+from resumable.broker.redis import NAMESPACE
 from resumable.models import session_queries, step_queries
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
-from resumable.broker.messages import NAMESPACE, enqueue_sessions
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ from resumable.agent import AgentRegistry
 from resumable.errors import ResumableError
 from resumable.models import checkpoint_queries, coordination_queries
 from resumable.models.database import Database
-from resumable.settings import Settings
 from resumable.services.time_travel import TimeTravel
+from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
 

@@ -13,6 +13,8 @@ import math
 import uuid
 
 from resumable._internal import serialization
+from resumable._internal.serialization import unstorable_text
+from resumable.agent import MAX_NAME_LENGTH
 from resumable.errors import (
     DeadLetterNotFoundError,
     InvalidArgumentError,
@@ -23,13 +25,11 @@ from resumable.errors import (
     UnstorableArgumentError,
 )
 from resumable.models.status import SessionStatus
-from resumable._internal.serialization import unstorable_text
 
 #: As the HTTP API: ``Idempotency-Key`` and ``webhook-id`` are 1 to 256 bytes
 #: (a header is bytes; here, the key's UTF-8), whichever way a key comes.
 MAX_IDEMPOTENCY_KEY_LENGTH = 256
 #: Agent names, topics and other names: as the HTTP API's request models.
-MAX_NAME_LENGTH = 200
 #: The most rows one call returns (a bigint LIMIT beyond is an error in PostgreSQL).
 MAX_LIMIT = 100_000
 _BIGINT = 2**63 - 1

@@ -25,10 +25,10 @@ from typing import Any, Literal, cast
 import dramatiq
 
 from resumable._internal import serialization
+from resumable.broker.messages import enqueue_after_commit
 from resumable.errors import SessionNotFoundError, SessionStateError
 from resumable.models import blocked_queries
 from resumable.models.database import Database
-from resumable.broker.messages import enqueue_after_commit
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)

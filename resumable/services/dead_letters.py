@@ -19,6 +19,7 @@ import dramatiq
 from sqlmodel import Session, col, select
 
 from resumable._internal import serialization
+from resumable.broker.messages import enqueue_after_commit
 from resumable.errors import (
     DeadLetterNotFoundError,
     DeadLetterStateError,
@@ -29,9 +30,8 @@ from resumable.errors import (
 from resumable.models import dead_letter_queries
 from resumable.models.database import Database
 from resumable.models.tables import AuditEventRow, DeadLetterRow, SessionRow
-from resumable.broker.messages import enqueue_after_commit
-from resumable.settings import Settings
 from resumable.services.state_patch import apply_state_patch
+from resumable.settings import Settings
 
 Action = Literal["retry", "discard"]
 Compensation = Literal["none", "completed", "failed"]

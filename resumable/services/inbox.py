@@ -35,10 +35,10 @@ from typing import Any
 import dramatiq
 
 from resumable._internal import serialization
+from resumable.broker.messages import enqueue_after_commit
 from resumable.models import wait_queries
 from resumable.models.database import Database, pipelined_transaction
 from resumable.models.status import TERMINAL_STATUSES
-from resumable.broker.messages import enqueue_after_commit
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)

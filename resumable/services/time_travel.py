@@ -1,7 +1,7 @@
 """Time travel: a session's checkpoints, its state after any step, forks,
 and compaction of long histories.
 
-The history holds redacted states (see ``redaction.py``): a state read back
+The history holds redacted states (see ``_internal/redaction.py``): a state read back
 from it, or a fork started from it, has ``"[REDACTED]"`` where secrets were;
 a fork that needs them gets them back through its state patch.
 
@@ -24,6 +24,7 @@ import psycopg
 
 from resumable._internal import serialization
 from resumable.agent import AgentRegistry
+from resumable.broker.messages import enqueue_after_commit
 from resumable.checkpoints import EventSourced, Reducer, rebuild
 from resumable.errors import (
     CheckpointNotFoundError,
@@ -35,9 +36,8 @@ from resumable.errors import (
 )
 from resumable.models import checkpoint_queries, session_queries
 from resumable.models.database import Database
-from resumable.broker.messages import enqueue_after_commit
-from resumable.settings import Settings
 from resumable.services.state_patch import apply_state_patch
+from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
 

@@ -20,12 +20,12 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
-from resumable.agent import AgentRegistry
-from resumable.client import Client
 from resumable._internal.embedded import service_urls
-from resumable.services.inbox import Inbox
+from resumable.agent import AgentRegistry
+from resumable.broker.redis import build_broker
+from resumable.client import Client
 from resumable.models.database import Database
-from resumable.broker.messages import build_broker
+from resumable.services.inbox import Inbox
 from resumable.settings import Settings
 from resumable.webhooks import (
     callback_routes,

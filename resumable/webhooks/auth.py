@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import secrets
-from pathlib import Path
 from urllib.parse import urlencode
 
 from starlette.authentication import (
@@ -39,7 +37,7 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Match
 
-from resumable._internal.home import make_home
+from resumable._internal.home import local_token
 from resumable.settings import Settings
 from resumable.webhooks.console.session_cookie import CookieSigner, Operator
 from resumable.webhooks.errors import error_response
@@ -54,19 +52,6 @@ CONSOLE_PUBLIC_ROUTES = frozenset({"/", "/ui/login", "/ui/static"})
 CONSOLE_LOGIN_PATH = "/ui/login"
 
 _CHALLENGE = 'Bearer realm="resumable"'
-
-
-def local_token(home: Path) -> str:
-    """The token used when none is configured: made once, kept under the home
-    directory, so local processes (`resumable dev`, the CLI) agree on it."""
-    path = home / "api-token"
-    if path.exists():
-        return path.read_text().strip()
-    make_home(home)
-    token = secrets.token_urlsafe(32)
-    path.touch(mode=0o600)
-    path.write_text(token)
-    return token
 
 
 def accepted_tokens(settings: Settings) -> list[str]:

@@ -8,7 +8,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from resumable._internal import arguments, tracing
+from resumable import tracing
+from resumable.services import arguments
 from resumable.services.inbox import Receipt, Verdict
 from resumable.webhooks import response_models
 from resumable.webhooks.bodies import parse_json, require_json_content_type
@@ -144,7 +145,8 @@ async def receive_callback(request: Request) -> Response:
     began_ns = time.time_ns()
     receipt = await database_call(state.inbox.callback, token, payload, key)
     state.metrics.deliveries.labels("callback", receipt.verdict.value).inc()
-    await tracing.delivery_received(state.db, "callback", receipt, began_ns)
+    if tracing.enabled():  # a database thread only when there is something to record
+        await database_call(tracing.delivery_received, state.db, "callback", receipt, began_ns)
     return receipt_response(receipt)
 
 

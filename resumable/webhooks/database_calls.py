@@ -28,7 +28,7 @@ import anyio
 import anyio.to_thread
 import psycopg
 
-from resumable.broker.messages import REDIS_TIMEOUT_SECONDS
+from resumable.broker.redis import REDIS_TIMEOUT_SECONDS
 
 T = TypeVar("T")
 

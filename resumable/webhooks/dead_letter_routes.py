@@ -10,10 +10,10 @@ from sqlmodel import col, select
 from starlette.requests import Request
 from starlette.responses import Response
 
-from resumable.services.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.models.database import Database
 from resumable.models.tables import AuditEventRow
 from resumable.schemas import DeadLetter, Event, Page
+from resumable.services.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.webhooks import response_models
 from resumable.webhooks.auth import request_actor
 from resumable.webhooks.bodies import json_body

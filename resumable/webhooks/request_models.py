@@ -26,9 +26,9 @@ from pydantic import (
     ValidationError,
 )
 
-from resumable.services.dead_letters import MAX_RATE, MIN_RATE, Compensation
 from resumable.models.status import SessionStatus
 from resumable.schemas import JsonValue
+from resumable.services.dead_letters import MAX_RATE, MIN_RATE, Compensation
 from resumable.webhooks.errors import ApiError
 
 # The largest value of an INTEGER column (checkpoint numbers).

@@ -10,11 +10,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from resumable import tracing
-from resumable.services.blocked import BlockedSessions
 from resumable.errors import SessionNotFoundError, UnknownAgentError
 from resumable.models import agent_queries
 from resumable.models.status import SessionStatus
 from resumable.schemas import Event, Page, Session
+from resumable.services.blocked import BlockedSessions
 from resumable.webhooks.auth import request_actor
 from resumable.webhooks.bodies import json_body
 from resumable.webhooks.callback_routes import (
@@ -358,7 +358,8 @@ async def post_signal(request: Request) -> Response:
     began_ns = time.time_ns()
     receipt = await database_call(state.inbox.signal, session_id, topic, payload, key, actor)
     state.metrics.deliveries.labels("signal", receipt.verdict.value).inc()
-    await tracing.delivery_received(state.db, "signal", receipt, began_ns)
+    if tracing.enabled():  # a database thread only when there is something to record
+        await database_call(tracing.delivery_received, state.db, "signal", receipt, began_ns)
     if receipt.verdict.value == "unknown":
         raise SessionNotFoundError(f"no session {session_id}")
     return receipt_response(receipt)

@@ -8,8 +8,8 @@ import dramatiq
 from starlette.requests import Request
 
 from resumable.client import Client
-from resumable.services.inbox import Inbox
 from resumable.models.database import Database
+from resumable.services.inbox import Inbox
 from resumable.settings import Settings
 from resumable.webhooks.metrics import Metrics
 from resumable.webhooks.signatures import CallbackVerifier

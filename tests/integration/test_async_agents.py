@@ -16,7 +16,7 @@ import pytest
 from resumable.agent import AgentRegistry
 from resumable.client import Client
 from resumable.models.database import Database
-from resumable.time_travel import TimeTravel
+from resumable.services.time_travel import TimeTravel
 from tests.conftest import LocalDeployment, exit_status, wait_until
 from tests.fake_api import FakeAPI
 from tests.integration.test_history import recording

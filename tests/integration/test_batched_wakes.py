@@ -14,16 +14,11 @@ import redis
 from dramatiq.broker import MessageProxy
 from dramatiq.message import Message
 
+from resumable.broker.consumer import ENQUEUED_AT, FETCHED_AT, refill_batch, wakeup_key
+from resumable.broker.messages import SESSION_ACTOR, enqueue_sessions
+from resumable.broker.redis import WakingRedisBroker, build_broker
 from resumable.client import Client
 from resumable.models.database import Database
-from resumable.queue.broker import SESSION_ACTOR, build_broker, enqueue_sessions
-from resumable.queue.wakeup import (
-    ENQUEUED_AT,
-    FETCHED_AT,
-    WakingRedisBroker,
-    refill_batch,
-    wakeup_key,
-)
 from resumable.scheduler.jobs import SchedulerJobs
 from resumable.settings import Settings
 from tests.conftest import queued_messages

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from resumable.embedded import ServiceURLs
+from resumable._internal.embedded import ServiceURLs
 from tests.conftest import ROOT, wait_until
 
 # A benchmark cut down to what the harness does: its servers, a worker, then

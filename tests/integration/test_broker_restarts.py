@@ -12,10 +12,10 @@ from typing import Any, cast
 
 import pytest
 
+from resumable.broker.redis import build_broker
 from resumable.client import Client
 from resumable.dev.disposable_redis import DisposableRedis
 from resumable.models.database import Database
-from resumable.queue.broker import build_broker
 from resumable.settings import Settings
 from tests.conftest import LocalDeployment, wait_until
 

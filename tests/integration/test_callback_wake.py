@@ -14,11 +14,12 @@ import psycopg
 import pytest
 import redis
 
+from resumable._internal.database_urls import libpq_url
+from resumable.broker.redis import REDIS_TIMEOUT_SECONDS, build_broker
 from resumable.client import Client
-from resumable.inbox import Inbox, Receipt, Verdict
 from resumable.models import step_queries, wait_queries
-from resumable.models.database import Database, libpq_url
-from resumable.queue.broker import REDIS_TIMEOUT_SECONDS, build_broker
+from resumable.models.database import Database
+from resumable.services.inbox import Inbox, Receipt, Verdict
 from resumable.settings import Settings
 from tests.conftest import queued_messages, wait_until
 from tests.relay import Relay, redis_target, redis_url_via

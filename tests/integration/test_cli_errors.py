@@ -23,9 +23,9 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
+from resumable._internal.database_urls import libpq_url
+from resumable._internal.embedded import EmbeddedServices
 from resumable.client import Client
-from resumable.embedded import EmbeddedServices
-from resumable.models.database import libpq_url
 from tests.conftest import ROOT, ManagedProcess, free_port, wait_until
 
 # The console script, as a user types it: unlike `python -m`, it does not put

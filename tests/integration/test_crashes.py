@@ -100,7 +100,7 @@ def test_paused_worker_is_fenced_out_after_its_lease_expires(
 def test_same_session_enqueued_five_times_runs_each_step_once(
     client: Client, settings: Settings, deployment: LocalDeployment
 ) -> None:
-    from resumable.queue.broker import enqueue_session
+    from resumable.broker.messages import enqueue_session
 
     deployment.worker()
     deployment.worker()

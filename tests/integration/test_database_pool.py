@@ -11,7 +11,8 @@ import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
-from resumable.models.database import Database, libpq_url, pipelined_transaction
+from resumable._internal.database_urls import libpq_url
+from resumable.models.database import Database, pipelined_transaction
 from resumable.settings import Settings
 from tests.conftest import wait_until
 

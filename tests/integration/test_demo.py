@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from resumable._internal.procfs import pid_alive
 from resumable.client import Client
 from resumable.dev.processes import spawn
 from resumable.models.database import Database
-from resumable.procfs import pid_alive
 from resumable.settings import Settings
 from tests.conftest import ROOT
 

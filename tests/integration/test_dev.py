@@ -21,10 +21,10 @@ import httpx
 import psutil
 import pytest
 
+from resumable._internal.embedded import EmbeddedServices
 from resumable.dev.processes import spawn
 from resumable.dev.procfile import BUILTIN, exec_form, load_processes, resolve_command
 from resumable.dev.supervisor import RestartBudget
-from resumable.embedded import EmbeddedServices
 from resumable.errors import ConfigurationError
 from tests.conftest import API_TOKEN, ROOT, free_port, wait_until
 

@@ -25,8 +25,8 @@ import psycopg
 import pytest
 import redis
 
-from resumable.embedded import EmbeddedServices, ServiceURLs, reap_orphans
-from resumable.models.database import libpq_url
+from resumable._internal.database_urls import libpq_url
+from resumable._internal.embedded import EmbeddedServices, ServiceURLs, reap_orphans
 from tests.conftest import ROOT, wait_until
 
 # A separate process that uses a home's servers: acquires, reports, then
@@ -34,7 +34,7 @@ from tests.conftest import ROOT, wait_until
 _USER_SCRIPT = """
 import json, os, sys
 from pathlib import Path
-from resumable.embedded import EmbeddedServices
+from resumable._internal.embedded import EmbeddedServices
 
 services = EmbeddedServices(Path(sys.argv[1]))
 urls = services.acquire()

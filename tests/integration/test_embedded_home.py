@@ -15,11 +15,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from resumable._internal.database_urls import libpq_url
+from resumable._internal.embedded import POSTGRES_OS_USER, EmbeddedServices
+from resumable._internal.home import local_token
 from resumable.dev.home_lock import dev_lock
-from resumable.embedded import POSTGRES_OS_USER, EmbeddedServices
 from resumable.errors import ConfigurationError
-from resumable.models.database import libpq_url
-from resumable.webhooks.auth import local_token
 
 
 def _mode(path: Path) -> int:
@@ -49,7 +49,7 @@ def test_home_is_created_private_and_parents_get_only_what_postgres_needs(
     before = {p: _mode(p) for p in base.parents}
 
     services = EmbeddedServices(home)
-    with caplog.at_level(logging.INFO, logger="resumable.embedded"):
+    with caplog.at_level(logging.INFO, logger="resumable._internal.embedded"):
         urls = services.acquire()
     try:
         with psycopg.connect(libpq_url(urls.database_url), connect_timeout=5) as conn:

@@ -20,10 +20,11 @@ from typing import Any
 import httpx
 import pytest
 
+from resumable.broker.messages import enqueue_after_commit
+from resumable.broker.redis import build_broker
 from resumable.client import Client
 from resumable.dev.disposable_redis import DisposableRedis
 from resumable.models.database import Database
-from resumable.queue.broker import build_broker, enqueue_after_commit
 from resumable.settings import Settings
 from tests.conftest import API_TOKEN, LocalDeployment, ManagedProcess, wait_until
 from tests.relay import Relay, redis_target, redis_url_via
@@ -152,7 +153,7 @@ def test_the_one_policy_logs_one_line_while_redis_is_down_and_sends_once_it_is_b
     ids = [uuid.uuid4() for _ in range(1200)]  # three chunks
     try:
         server.kill()
-        with caplog.at_level(logging.WARNING, logger="resumable.queue.broker"):
+        with caplog.at_level(logging.WARNING, logger="resumable.broker.messages"):
             sent = enqueue_after_commit(broker, settings, ids, why="test batch")
         assert sent is False
         [record] = [r for r in caplog.records if getattr(r, "action", "") == "enqueue_failed"]

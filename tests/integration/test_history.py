@@ -17,7 +17,7 @@ from resumable.client import Client
 from resumable.errors import ReducerNotLoadedError
 from resumable.models.database import Database
 from resumable.scheduler.retention import compact_histories, retire_old_sessions
-from resumable.time_travel import TimeTravel
+from resumable.services.time_travel import TimeTravel
 from tests import agents
 from tests.conftest import API_TOKEN, ManagedProcess, wait_until
 from tests.fake_api import FakeAPI

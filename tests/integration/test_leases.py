@@ -16,9 +16,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from resumable._internal.database_urls import libpq_url
 from resumable.client import Client
 from resumable.models import session_queries
-from resumable.models.database import Database, libpq_url
+from resumable.models.database import Database
 from resumable.queue.lease import LeaseKeeper
 from resumable.settings import Settings
 from tests.conftest import ManagedProcess, wait_until

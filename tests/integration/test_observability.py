@@ -19,9 +19,10 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from resumable import tracing
+from resumable._internal.database_urls import libpq_url
 from resumable.client import Client
 from resumable.models import metrics_queries
-from resumable.models.database import Database, libpq_url
+from resumable.models.database import Database
 from resumable.settings import Settings
 from resumable.webhooks.metrics import Metrics
 from tests.conftest import LocalDeployment, free_port, wait_until

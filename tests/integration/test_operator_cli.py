@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from resumable.client import Client
-from resumable.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.errors import InvalidDrainError
 from resumable.models.database import Database
+from resumable.services.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.webhooks.response_models import DeadLetterDetail
 from tests.conftest import ManagedProcess, run_cli, wait_until
 from tests.fake_api import FakeAPI

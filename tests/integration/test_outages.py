@@ -11,8 +11,8 @@ import time
 
 import redis
 
+from resumable.broker.redis import REDIS_TIMEOUT_SECONDS
 from resumable.client import Client
-from resumable.queue.broker import REDIS_TIMEOUT_SECONDS
 from resumable.settings import Settings
 from tests.conftest import LocalDeployment, ManagedProcess, wait_until
 from tests.relay import Relay, database_target, database_url_via, redis_target, redis_url_via

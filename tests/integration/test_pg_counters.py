@@ -11,8 +11,8 @@ import psycopg
 from psycopg import sql
 
 from benchmarks.pg_counters import settled_counters
-from resumable.embedded import ServiceURLs
-from resumable.models.database import libpq_url
+from resumable._internal.database_urls import libpq_url
+from resumable._internal.embedded import ServiceURLs
 
 
 def test_the_rows_of_a_connection_left_idle_are_all_counted(urls: ServiceURLs) -> None:

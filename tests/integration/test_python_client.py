@@ -29,7 +29,7 @@ from resumable import (
     SessionNotFoundError,
     SessionStateError,
 )
-from resumable.embedded import EmbeddedServices
+from resumable._internal.embedded import EmbeddedServices
 from resumable.models.database import Database
 from resumable.settings import Settings
 from tests.conftest import ManagedProcess, wait_until

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from resumable.broker.redis import REDIS_TIMEOUT_SECONDS
 from resumable.client import Client
-from resumable.queue.broker import REDIS_TIMEOUT_SECONDS
 from resumable.settings import Settings
 from resumable.webhooks.database_calls import DATABASE_DEADLINE_SECONDS
 from tests.conftest import (

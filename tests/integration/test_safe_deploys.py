@@ -18,9 +18,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from resumable.client import Client
-from resumable.inbox import Inbox
 from resumable.models.database import Database
 from resumable.scheduler.reconcile import reconcile
+from resumable.services.inbox import Inbox
 from resumable.settings import Settings
 from resumable.webhooks.app import create_app
 from tests.conftest import API_TOKEN, LocalDeployment, ManagedProcess, run_cli, wait_until

@@ -27,12 +27,12 @@ import redis
 import schemathesis
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from resumable._internal.embedded import ServiceURLs
+from resumable.broker.redis import build_broker
 from resumable.client import Client
 from resumable.dev.processes import Deployment
-from resumable.embedded import ServiceURLs
-from resumable.inbox import Inbox
 from resumable.models.database import Database
-from resumable.queue.broker import build_broker
+from resumable.services.inbox import Inbox
 from resumable.settings import Settings
 from tests.conftest import (
     API_TOKEN,

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from resumable.client import Client
-from resumable.inbox import Inbox
 from resumable.models.database import Database
+from resumable.services.inbox import Inbox
 from tests.conftest import LocalDeployment, run_cli, wait_until
 from tests.fake_api import FakeAPI
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from resumable import Agent, AgentRegistry, Complete, RetryPolicy, StepContext
+from resumable._internal.serialization import canonical, dumps
 from resumable.checkpoints import EventSourced, Incremental, Snapshot
 from resumable.errors import (
     AgentDefinitionError,
@@ -16,7 +17,6 @@ from resumable.errors import (
     UnknownStepError,
 )
 from resumable.queue.tool_calls import idempotency_key
-from resumable.serialization import canonical, dumps
 from resumable.settings import Settings
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from resumable.queue.broker import REDIS_TIMEOUT_SECONDS, build_broker
+from resumable.broker.redis import REDIS_TIMEOUT_SECONDS, build_broker
 from resumable.settings import Settings
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
+from resumable._internal.redaction import REDACTED, Redactor
 from resumable.checkpoints import Incremental, Snapshot, apply_patch, diff, is_snapshot_seq
-from resumable.redaction import REDACTED, Redactor
 
 
 def _random_json(rng: random.Random, depth: int = 0) -> Any:

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from resumable import live_state
+from resumable._internal.redaction import REDACTED, Redactor
 from resumable.checkpoints import Incremental, Snapshot, apply_patch
 from resumable.errors import NotSerializableError
+from resumable.models import live_state
 from resumable.queue.checkpoint_writer import CheckpointWriter
-from resumable.redaction import REDACTED, Redactor
 
 
 def _patched(old: dict[str, Any], new: dict[str, Any]) -> Any:

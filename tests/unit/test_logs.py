@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from resumable.logs import JsonFormatter, SessionFilter, log_context, session_context
+from resumable._internal.logs import JsonFormatter, SessionFilter, log_context, session_context
 
 
 @pytest.fixture

@@ -172,9 +172,10 @@ def test_a_paused_process_blames_no_step(watched: pytest.LogCaptureFixture) -> N
         running.result(timeout=120)
     finally:
         loop.stop()
+    # Blaming nothing is the point (whether the held-up watchdog counted a
+    # starved spell depends on where the stop caught it).
     assert _lines(watched, "event_loop_blocked") == []
     assert loop.stalls == 0
-    assert loop.starved_spells >= 1
 
 
 BLOCKING_CALLS: dict[str, Callable[[float], None]] = {

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from resumable.reachability import ServiceUnreachableError
+from resumable._internal.reachability import ServiceUnreachableError
 from resumable.scheduler.outages import Dependency, Outages
 
 

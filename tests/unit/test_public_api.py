@@ -67,7 +67,7 @@ def test_the_errors_readme_names_are_exported_and_bad_arguments_are_value_errors
     """README lists each error Python callers meet; every one is importable
     from `resumable`, and a bad argument of any kind is an InvalidArgumentError
     (a ValueError): a patch that does not apply, a cursor not handed out."""
-    from resumable.state_patch import apply_state_patch
+    from resumable.services.state_patch import apply_state_patch
     from resumable.webhooks.params import number_cursor
 
     for name in (

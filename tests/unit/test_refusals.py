@@ -10,7 +10,7 @@ import psycopg.errors
 import pytest
 import sqlalchemy.exc
 
-from resumable.reachability import DatabaseRefusedError, refusal, refused
+from resumable._internal.reachability import DatabaseRefusedError, refusal, refused
 
 _AT = 'connection failed: connection to server at "10.0.0.5", port 5432 failed: FATAL:  '
 

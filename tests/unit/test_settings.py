@@ -13,8 +13,8 @@ from typing import Any
 import annotated_types
 import pytest
 
+from resumable._internal.database_urls import libpq_url
 from resumable.errors import ConfigurationError
-from resumable.models.database import libpq_url
 from resumable.settings import Settings, env_name, load_settings
 
 GOOD_SECRET = "whsec_" + base64.b64encode(b"x" * 24).decode()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 import threading
 
-from resumable.stop_signals import StopSignals
+from resumable._internal.stop_signals import StopSignals
 
 
 def test_a_signal_is_taken_while_its_thread_holds_the_events_lock() -> None:

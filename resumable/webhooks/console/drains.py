@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from resumable.services.dead_letters import DrainReport
 from resumable.errors import ResumableError
+from resumable.services.dead_letters import DrainReport
 
 logger = logging.getLogger(__name__)
 

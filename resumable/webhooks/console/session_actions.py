@@ -18,10 +18,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from resumable._internal import arguments
+from resumable.errors import DeadLetterNotFoundError, ResumableError, SessionNotFoundError
+from resumable.services import arguments
 from resumable.services.blocked import BlockedSessions
 from resumable.services.dead_letters import DeadLetters
-from resumable.errors import DeadLetterNotFoundError, ResumableError, SessionNotFoundError
 from resumable.services.inbox import Verdict
 from resumable.services.time_travel import TimeTravel
 from resumable.webhooks.console.errors import status_of
