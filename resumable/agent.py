@@ -16,18 +16,21 @@ import json
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 from resumable._internal.serialization import unstorable_text
 from resumable.checkpoints import CheckpointStrategy, EventSourced, Incremental, Snapshot
 from resumable.errors import (
     AgentDefinitionError,
+    InvalidStepResultError,
     ResumableError,
     UnknownAgentError,
     UnknownCheckError,
     UnknownStepError,
 )
 from resumable.retries import DEFAULT_POLICY, RetryPolicy
+from resumable.waits import Wait
 
 if TYPE_CHECKING:
     from resumable.context import StepContext
@@ -48,6 +51,17 @@ class Complete:
     """Finish the session with this (JSON-serializable) result."""
 
     result: Any = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A step's return value, validated: where to go next and how."""
+
+    next_step: str | None
+    result: Any = None
+    done: bool = False
+    #: The wait as stored on the session while it waits (``Wait.spec``).
+    wait: dict[str, Any] | None = None
 
 
 # A step returns a step name, Next(...), Complete(...) or a Wait; the runner
@@ -342,6 +356,33 @@ class Agent:
             raise UnknownStepError(
                 f"agent {self.name!r} has no step {name!r} (steps: {', '.join(self._steps)})"
             ) from None
+
+    def interpret(self, outcome: object, *, now: datetime | None = None) -> Decision:
+        """What a step's return value asks for, or the step's own error: the
+        one rule for a worker and for ``resumable.testing``, so a step that
+        passes a unit test is not refused on a worker. `now`: when the wait
+        begins (its timers and deadline count from it)."""
+        if inspect.isawaitable(outcome):
+            if inspect.iscoroutine(outcome):
+                outcome.close()  # never awaited: closed, so Python does not warn about it
+            raise InvalidStepResultError(
+                "a step returned a coroutine (awaitable) instead of its next step: "
+                "declare the step `async def` if it awaits, or return the value itself"
+            )
+        if isinstance(outcome, Complete):
+            return Decision(next_step=None, result=outcome.result, done=True)
+        if isinstance(outcome, str):
+            outcome = Next(outcome)
+        if isinstance(outcome, Next):
+            self.get_step(outcome.step)  # raises UnknownStepError
+            return Decision(next_step=outcome.step)
+        if isinstance(outcome, Wait):
+            self.get_step(outcome.then)
+            return Decision(next_step=outcome.then, wait=outcome.spec(now))
+        raise InvalidStepResultError(
+            "a step must return a step name, Next(...), Complete(...) or a wait, "
+            f"got {type(outcome).__name__}"
+        )
 
     def is_async_step(self, name: str) -> bool:
         """Whether step `name` is an ``async def`` (awaited on the worker's event loop)."""

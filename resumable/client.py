@@ -23,15 +23,10 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
 import dramatiq
-import psycopg
-import sqlalchemy as sa
-from psycopg.rows import class_row
-from sqlmodel import Session as DbSession
-from sqlmodel import col, select
 
 from resumable import tracing
 from resumable._internal import serialization
@@ -44,17 +39,16 @@ from resumable.errors import (
     InvalidArgumentError,
     InvalidCursorError,
     NotSerializableError,
-    SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
     UnstorableArgumentError,
 )
-from resumable.models import agent_queries, session_queries, step_queries
+from resumable.models import agent_queries, event_queries, session_queries, step_ops
 from resumable.models.agent_queries import UnservedAgent
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.models.step_queries import HungSession
-from resumable.models.tables import AuditEventRow, SessionRow
+from resumable.models.tables import SessionRow
 from resumable.schemas import (
     Checkpoint,
     CheckpointState,
@@ -75,14 +69,6 @@ logger = logging.getLogger(__name__)
 
 #: A running step is hung after this long even without a time limit of its own.
 HUNG_AFTER_SECONDS = 600.0
-
-# Statuses in which a session needs a worker that loads its agent.
-_WAITING_FOR_A_WORKER = (
-    SessionStatus.PENDING,
-    SessionStatus.RETRYING,
-    SessionStatus.RUNNING,
-    SessionStatus.COMPENSATING,
-)
 
 
 @dataclass(frozen=True)
@@ -264,38 +250,31 @@ class Client:
         encoded_input = arguments.json_text(input, "input")
         new_id = session_id
         with self.db.connection() as conn:
-            try:
-                row = conn.execute(
-                    session_queries.CREATE_SESSION,
-                    {
-                        "id": new_id,
-                        "agent": agent,
-                        "cursor": cursor,
-                        "input": encoded_input,
-                        "idempotency_key": idempotency_key,
-                        "trace_context": json.dumps(trace_context) if trace_context else None,
-                    },
-                ).fetchone()
-            except psycopg.errors.UniqueViolation:
-                raise SessionExistsError(f"a session with id {new_id} already exists") from None
-            if row is None:
-                existing = conn.execute(
-                    session_queries.FIND_BY_IDEMPOTENCY_KEY, {"idempotency_key": idempotency_key}
-                ).fetchone()
+            created = session_queries.create(  # SessionExistsError if the id is taken
+                conn,
+                new_id,
+                agent=agent,
+                cursor=cursor,
+                input=encoded_input,
+                idempotency_key=idempotency_key,
+                trace_context=trace_context,
+            )
+            if not created:
+                existing = session_queries.find_by_idempotency_key(conn, idempotency_key)
                 if existing is None:  # pragma: no cover - the key's row cannot vanish
                     raise IdempotencyConflictError("idempotency key conflict; try again")
                 # The same request: the same agent and input, and the same id
                 # if the caller chose one (another id is another session).
                 same = (
-                    existing["agent"] == agent
-                    and serialization.canonical(existing["input"]) == serialization.canonical(input)
-                    and (not chosen or uuid.UUID(str(existing["id"])) == session_id)
+                    existing.agent == agent
+                    and serialization.canonical(existing.input) == serialization.canonical(input)
+                    and (not chosen or existing.id == session_id)
                 )
                 if not same:
                     raise IdempotencyConflictError(
                         f"idempotency key {idempotency_key!r} was used for a different request"
                     )
-                return Started(uuid.UUID(str(existing["id"])), created=False)
+                return Started(existing.id, created=False)
         enqueue_after_commit(self.broker, self.settings, [new_id], why="session started")
         return Started(new_id, created=True)
 
@@ -312,10 +291,8 @@ class Client:
         if reason is not None:
             arguments.storable(reason, "reason")
         with self.db.connection() as conn:
-            row = conn.execute(
-                session_queries.CANCEL_SESSION, {"id": sid, "actor": actor, "reason": reason}
-            ).fetchone()
-        if row is None:
+            cancelled = session_queries.cancel(conn, sid, actor=actor, reason=reason)
+        if not cancelled:
             status = self.get(sid).status  # raises SessionNotFoundError
             if status == SessionStatus.COMPENSATING:
                 raise SessionStateError(
@@ -411,35 +388,19 @@ class Client:
         unserved: bool,
         parent: uuid.UUID | str | None = None,
     ) -> tuple[list[SessionRow], str | None]:
-        query = select(SessionRow).order_by(
-            col(SessionRow.created_at).desc(), col(SessionRow.id).desc()
-        )
-        if status:
-            query = query.where(SessionRow.status == status)
-        if agent:
-            query = query.where(SessionRow.agent == agent)
-        if parent is not None:
-            query = query.where(SessionRow.parent_id == _as_uuid(parent))
-        if hung_after is not None:
-            now = sa.func.now()
-            query = query.where(
-                SessionRow.status == SessionStatus.RUNNING,
-                sa.or_(
-                    col(SessionRow.step_deadline) < now,
-                    col(SessionRow.step_started_at) < now - timedelta(seconds=hung_after),
-                ),
+        parent_id = None if parent is None else _as_uuid(parent)
+        before = decode_cursor(cursor) if cursor else None
+        with self.db.connection() as conn:
+            rows = session_queries.page(
+                conn,
+                limit=limit + 1,
+                status=status,
+                agent=agent,
+                parent=parent_id,
+                hung_after=hung_after,
+                unserved=unserved,
+                before=before,
             )
-        if unserved:
-            # No live worker loads the agent, serves the version or migrates it.
-            unserved_here = sa.text(f"NOT {agent_queries.SERVED_ELSEWHERE}")
-            query = query.where(col(SessionRow.status).in_(_WAITING_FOR_A_WORKER), unserved_here)
-        if cursor:
-            created_at, last_id = decode_cursor(cursor)
-            query = query.where(
-                sa.tuple_(col(SessionRow.created_at), col(SessionRow.id)) < (created_at, last_id)
-            )
-        with DbSession(self.db.engine, expire_on_commit=False) as db:
-            rows = list(db.exec(query.limit(limit + 1)).all())
         if len(rows) <= limit:
             return rows, None
         last = rows[limit - 1]
@@ -475,8 +436,8 @@ class Client:
         """Internal: the table row itself, lease fields included, for code
         that works on leases (workers' tests, the console's waits). Not part of
         the public API: use `get`."""
-        with DbSession(self.db.engine, expire_on_commit=False) as db:
-            row = db.get(SessionRow, _as_uuid(session_id))
+        with self.db.connection() as conn:
+            row = session_queries.get(conn, _as_uuid(session_id))
         if row is None:
             raise SessionNotFoundError(f"no session {session_id}")
         return row
@@ -525,21 +486,12 @@ class Client:
             arguments.count(limit, "limit", minimum=0)
         if latest is not None:
             arguments.count(latest, "latest", minimum=0)
-        query = (
-            select(AuditEventRow)
-            .where(AuditEventRow.session_id == _as_uuid(session_id))
-            .where(col(AuditEventRow.id) > after)
-        )
-        if latest is not None:
-            query = query.order_by(col(AuditEventRow.id).desc()).limit(latest)
-        else:
-            query = query.order_by(col(AuditEventRow.id))
-            if limit is not None:
-                query = query.limit(limit)
-        with DbSession(self.db.engine, expire_on_commit=False) as db:
-            rows = list(db.exec(query).all())
-        if latest is not None:
-            rows.reverse()
+        sid = _as_uuid(session_id)
+        with self.db.connection() as conn:
+            if latest is not None:
+                rows = event_queries.latest_events(conn, sid, limit=latest, after=after)
+            else:
+                rows = event_queries.events(conn, sid, after=after, limit=limit)
         return [Event.from_row(row) for row in rows]
 
     def checkpoints(
@@ -573,7 +525,7 @@ class Client:
         allow_compensated: bool = False,
     ) -> Session:
         """Start a new session from checkpoint `at` of this one (optionally with
-        an RFC 6902 patch to that state); the fork's `Session`. See README,
+        an RFC 6902 patch to that state); the fork's `Session`. See docs/concepts.md,
         "Time travel", for `allow_compensated`."""
         arguments.storable(actor, "actor")
         fork_id = TimeTravel(self.db, self.registry).fork(
@@ -679,11 +631,8 @@ class Client:
         return DeadLetters(self.settings, self.db, self.broker)
 
     def count_by_status(self) -> dict[str, int]:
-        with DbSession(self.db.engine) as db:
-            rows = db.exec(
-                select(SessionRow.status, sa.func.count()).group_by(SessionRow.status)
-            ).all()
-        return {status: int(count) for status, count in rows}
+        with self.db.connection() as conn:
+            return session_queries.count_by_status(conn)
 
 
 def hung_sessions(
@@ -697,11 +646,7 @@ def hung_sessions(
     where it shows. Cancelling such a session fences its writes out; its
     worker thread stays blocked until the call returns."""
     with db.connection() as conn:
-        return (
-            conn.cursor(row_factory=class_row(HungSession))
-            .execute(step_queries.HUNG_SESSIONS, {"after": after_seconds, "limit": limit})
-            .fetchall()
-        )
+        return step_ops.hung_sessions(conn, after_seconds=after_seconds, limit=limit)
 
 
 def unserved_agents(db: Database) -> list[UnservedAgent]:
@@ -709,11 +654,7 @@ def unserved_agents(db: Database) -> list[UnservedAgent]:
     many (for metrics and alerts). Such sessions are not claimed or touched;
     the first worker that loads the agent enqueues them when it starts."""
     with db.connection() as conn:
-        return (
-            conn.cursor(row_factory=class_row(UnservedAgent))
-            .execute(agent_queries.UNSERVED_SESSIONS_BY_AGENT)
-            .fetchall()
-        )
+        return agent_queries.unserved_sessions_by_agent(conn)
 
 
 def encode_cursor(created_at: datetime, session_id: uuid.UUID) -> str:

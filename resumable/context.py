@@ -1,8 +1,15 @@
-"""What a step sees: the session's state, its input, and idempotent tool calls."""
+"""What a step sees: the session's state, its input, and idempotent tool calls.
+
+What the worker adds to a step (tool-call records, callback tokens,
+coordination with other sessions) comes in through the protocols below, so
+``resumable.testing`` can hand a step the same ``StepContext`` over in-memory
+records; the rule that derives a call's idempotency key lives here for both.
+"""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import logging
 import uuid
@@ -18,6 +25,33 @@ from resumable.errors import AgentDefinitionError
 from resumable.waits import Callback, Children, Lock, Poll, Signal, Timer, Wait, Wake
 
 T = TypeVar("T")
+
+
+def tool_request(tool: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """A call's arguments as canonical JSON: with its tool and position, its
+    identity (refused here when JSON or PostgreSQL cannot hold them)."""
+    return serialization.canonical(
+        {"args": list(args), "kwargs": kwargs}, f"tool {tool!r} arguments"
+    )
+
+
+def idempotency_key(
+    session_id: uuid.UUID, step_seq: int, step: str, call_index: int, tool: str, request: str
+) -> str:
+    """The key of one logical call: same inputs, same key, on every replay."""
+    material = "\x1f".join([str(session_id), str(step_seq), step, str(call_index), tool, request])
+    return "rsm_" + hashlib.sha256(material.encode()).hexdigest()
+
+
+def accepts_idempotency_key(fn: Callable[..., Any]) -> bool:
+    """Whether `fn` takes ``idempotency_key=`` (by name, or in ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "idempotency_key" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 class ToolCallRecorder(Protocol):
@@ -51,6 +85,37 @@ class CallbackMinter(Protocol):
     def create(self, topic: str, timeout: float | timedelta | None = None) -> Callback: ...
 
 
+class SharedDocuments(Protocol):
+    """A step's view of the shared documents: reads, and updates that commit
+    with the step (``coordination/shared.py``)."""
+
+    def get(self, name: str, default: Any = None) -> Any: ...
+
+    def update(self, name: str, fn: Callable[[Any], Any]) -> Any: ...
+
+
+class ChildSpawner(Protocol):
+    """The children a step starts when it commits (``coordination/children.py``)."""
+
+    def spawn(self, agent: str, input: Any) -> uuid.UUID: ...
+
+
+class StepCoordinator(Protocol):
+    """What a step asks of coordination between sessions: the worker's
+    ``StepCoordination`` writes it in the step's commit, ``resumable.testing``
+    keeps it in memory."""
+
+    @property
+    def shared(self) -> SharedDocuments: ...
+
+    @property
+    def spawns(self) -> ChildSpawner: ...
+
+    def fence(self, name: str) -> int: ...
+
+    def release(self, name: str) -> None: ...
+
+
 class StepContext:
     """Handed to each step.
 
@@ -77,7 +142,7 @@ class StepContext:
         reducer: Reducer | None = None,
         version: int = 0,
         patches: dict[str, int] | None = None,
-        coordination: StepCoordination | None = None,
+        coordination: StepCoordinator | None = None,
         is_async: bool = False,
     ) -> None:
         self.session_id = session_id
@@ -100,8 +165,8 @@ class StepContext:
         #: step can keep an old session on its old path.
         self.version = version
         self._patches = patches or {}
-        #: Shared documents this step read and the updates it commits.
-        self.coordination = coordination
+        #: Shared documents, locks and children: what this step reads and commits.
+        self._coordinator = coordination
         #: The step is an ``async def`` (it may ``await ctx.tool(...)`` an async tool).
         self.is_async = is_async
 
@@ -119,6 +184,13 @@ class StepContext:
                 "Agent(..., patches={...}) with the version that introduced it"
             ) from None
         return self.version >= since
+
+    @property
+    def coordination(self) -> StepCoordination | None:
+        """The worker's coordination of this step, which its commit writes;
+        None when the step runs elsewhere (``resumable.testing``)."""
+        coordinator = self._coordinator
+        return coordinator if isinstance(coordinator, StepCoordination) else None
 
     @property
     def tool_calls(self) -> ToolCallRecorder:
@@ -248,10 +320,13 @@ class StepContext:
 
     # Coordination between sessions (resumable/coordination).
 
-    def _coordination(self) -> StepCoordination:
-        if self.coordination is None:
-            raise AgentDefinitionError("coordination is available only inside a worker's step")
-        return self.coordination
+    def _coordination(self) -> StepCoordinator:
+        if self._coordinator is None:
+            raise AgentDefinitionError(
+                "coordination is available only inside a worker's step "
+                "(or one run by resumable.testing)"
+            )
+        return self._coordinator
 
     def shared(self, name: str, default: Any = None) -> Any:
         """The shared JSON document `name` as committed now (`default` if it was

@@ -18,7 +18,8 @@ The names, once for every surface (HTTP bodies, Python models, CLI JSON):
 
 Who uses them: the HTTP routes answer them; ``Client`` and ``AsyncClient``
 return them; the CLI's ``--json`` (``sessions list/show/events/history``,
-``dlq list/show``) prints them. README's "One vocabulary" points here.
+``dlq list/show``) prints them. docs/guides/http-api.md ("One vocabulary")
+points here.
 
 No model carries lease internals (epochs, owners, expiry) as fields: those are the
 workers' business (only the payload of an audit event that records a run
@@ -337,7 +338,7 @@ class CheckpointState(Record):
     seq: int = Field(ge=1)
     step: str
     next_step: str | None
-    state: JsonObject = Field(description="Redacted where the history is (see README).")
+    state: JsonObject = Field(description="Redacted where the history is (see docs/concepts.md).")
 
 
 class ToolCall(Record):

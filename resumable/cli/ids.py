@@ -5,11 +5,11 @@ session's id. Several matches are an error that lists them, never a guess."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from resumable.errors import DeadLetterNotFoundError, ResumableError, SessionNotFoundError
 from resumable.models import session_queries
 from resumable.models.database import Database
+from resumable.models.session_queries import SessionMatch
 
 # Candidates listed when a prefix matches several.
 SHOWN = 10
@@ -29,18 +29,8 @@ def _hex_prefix(text: str) -> str:
     return prefix
 
 
-def _bounds(prefix: str) -> dict[str, Any]:
-    """The smallest and largest id with this prefix: PostgreSQL orders uuids
-    by their bytes, so the prefix is a range the primary key index answers."""
-    return {
-        "low": uuid.UUID(prefix.ljust(32, "0")),
-        "high": uuid.UUID(prefix.ljust(32, "f")),
-        "limit": SHOWN + 1,
-    }
-
-
-def _candidates(rows: list[dict[str, Any]], what: str, text: str) -> AmbiguousIdError:
-    listed = ", ".join(f"{row['id']} ({row['agent']}, {row['status']})" for row in rows[:SHOWN])
+def _candidates(rows: list[SessionMatch], what: str, text: str) -> AmbiguousIdError:
+    listed = ", ".join(f"{row.id} ({row.agent}, {row.status})" for row in rows[:SHOWN])
     more = " and more" if len(rows) > SHOWN else ""
     return AmbiguousIdError(
         f"{text!r} matches several {what}: {listed}{more}; give more characters"
@@ -51,12 +41,12 @@ def resolve_session(db: Database, text: str) -> uuid.UUID:
     """The one session whose id is or starts with `text`."""
     prefix = _hex_prefix(text)
     with db.connection() as conn:
-        rows = conn.execute(session_queries.SESSIONS_BY_ID_PREFIX, _bounds(prefix)).fetchall()
+        rows = session_queries.sessions_by_id_prefix(conn, prefix, limit=SHOWN + 1)
     if not rows:
         raise SessionNotFoundError(f"no session {text.strip()!r}")
     if len(rows) > 1:
         raise _candidates(rows, "sessions", text.strip())
-    return uuid.UUID(str(rows[0]["id"]))
+    return rows[0].id
 
 
 def resolve_dead_letter(db: Database, text: str) -> int:
@@ -65,31 +55,23 @@ def resolve_dead_letter(db: Database, text: str) -> int:
     stripped = text.strip()
     if stripped.isdigit() and len(stripped) < 19:
         with db.connection() as conn:
-            found = conn.execute(
-                session_queries.DEAD_LETTER_EXISTS, {"id": int(stripped)}
-            ).fetchone()
-        if found is not None:
+            found = session_queries.dead_letter_exists(conn, int(stripped))
+        if found:
             return int(stripped)
     try:
         prefix = _hex_prefix(stripped)
     except SessionNotFoundError:
         raise DeadLetterNotFoundError(f"no dead letter {stripped[:60]!r}") from None
     with db.connection() as conn:
-        rows = conn.execute(
-            session_queries.DEAD_LETTERS_BY_SESSION_PREFIX, _bounds(prefix)
-        ).fetchall()
+        rows = session_queries.dead_letters_by_session_prefix(conn, prefix, limit=SHOWN + 1)
     if not rows:
         raise DeadLetterNotFoundError(
             f"no dead letter {stripped!r} (neither its number nor its session's id)"
         )
     if len(rows) > 1:
         listed = [
-            {
-                "id": row["session_id"],
-                "agent": row["agent"],
-                "status": f"dead letter {row['dead_letter_id']}",
-            }
+            SessionMatch(row.session_id, row.agent, f"dead letter {row.dead_letter_id}")
             for row in rows
         ]
         raise _candidates(listed, "sessions with dead letters", stripped)
-    return int(str(rows[0]["dead_letter_id"]))
+    return rows[0].dead_letter_id

@@ -70,8 +70,8 @@ def _check_agent(db: Database, registry: AgentRegistry | None, agent: str) -> No
         registry.get(agent)  # raises UnknownAgentError
         return
     with db.connection() as conn:
-        known = conn.execute(agent_queries.AGENT_KNOWN, (agent,)).fetchone()
-    if known is None:
+        known = agent_queries.agent_known(conn, agent)
+    if not known:
         raise UnknownAgentError(
             f"unknown agent {agent!r}: no worker has announced it (start a worker that "
             "loads it, or pass --agents MODULE to check against the code)"

@@ -29,7 +29,7 @@ from resumable.agent import checked_name
 from resumable.broker.messages import enqueue_after_commit
 from resumable.coordination import locks
 from resumable.coordination.shared import CoordinationError
-from resumable.models import coordination_queries as queries
+from resumable.models import coordination_ops
 from resumable.models.database import Database
 from resumable.settings import Settings
 
@@ -65,13 +65,7 @@ class Spawns:
     def write(self, conn: psycopg.Connection[Any]) -> None:
         """Inside the step's commit transaction."""
         if self.children:
-            conn.execute(
-                queries.SPAWN_CHILDREN,
-                {
-                    "parent_id": self.parent_id,
-                    "children": serialization.dumps(self.children, "children"),
-                },
-            )
+            coordination_ops.spawn_children(conn, self.parent_id, self.children)
 
     def enqueue(self, broker: dramatiq.Broker, settings: Settings) -> None:
         """After the commit."""
@@ -91,15 +85,12 @@ def wake_parent(
     finished; the failures it is woken with under ``inform`` are its to handle
     (their dead letters discarded, their alerts cancelled: see WAKE_PARENT)."""
     with db.connection() as conn:
-        row = conn.execute(
-            queries.WAKE_PARENT,
-            {"parent_id": parent_id, "child_id": child_id, "handled": queries.HANDLED_BY_PARENT},
-        ).fetchone()
-    if row is None:
+        woken = coordination_ops.wake_parent(conn, parent_id=parent_id, child_id=child_id)
+    if woken is None:
         return False
-    parent = str(row["id"])
-    handled = row["handled"]
-    if isinstance(handled, list) and handled:
+    parent = str(woken.id)
+    handled = woken.handled
+    if handled:
         logger.info(
             "dead letter(s) %s of failed children handled by their parent %s",
             ", ".join(str(i) for i in handled),
@@ -118,15 +109,14 @@ def session_finished(
     fails here the scheduler's backstops (``grant_locks``, ``wake_parents``) redo."""
     try:
         with db.connection() as conn:
-            row = conn.execute(queries.SESSION_FINISHED, {"id": session_id}).fetchone()
-        if row is None:
+            finished = coordination_ops.session_finished(conn, session_id)
+        if finished is None:
             return
-        released = row["names"]
-        names = {str(name) for name in released} if isinstance(released, list) else set()
+        names = set(finished.names or ())
         if names:
             locks.grant_and_wake(db, broker, settings, names)
-        if row["parent_id"] is not None:
-            parent_id = uuid.UUID(str(row["parent_id"]))
+        if finished.parent_id is not None:
+            parent_id = finished.parent_id
             if not _parent_still_waiting_for_all(db, parent_id):
                 wake_parent(db, broker, settings, parent_id=parent_id)
     except Exception:
@@ -142,23 +132,16 @@ def _parent_still_waiting_for_all(db: Database, parent_id: uuid.UUID) -> bool:
     children it names and one is still running): one index probe, so that
     fan-in of N children costs N, not N squared."""
     with db.connection() as conn:
-        row = conn.execute(queries.STILL_WAITING_FOR_ALL, {"parent_id": parent_id}).fetchone()
-    return bool(row and row["waiting"])
+        return coordination_ops.still_waiting_for_all(conn, parent_id)
 
 
 def wake_waiting_parents(db: Database, broker: dramatiq.Broker, settings: Settings) -> int:
     """The scheduler's backstop for parents whose wake-up was missed."""
     with db.connection() as conn:
-        parents = [
-            uuid.UUID(str(row["id"]))
-            for row in conn.execute(queries.WAITING_PARENTS, {"limit": 500})
-        ]
+        parents = coordination_ops.waiting_parents(conn, limit=500)
     return sum(wake_parent(db, broker, settings, parent_id=p) for p in parents)
 
 
 def unfinished_children(db: Database, parent_id: uuid.UUID) -> list[uuid.UUID]:
     with db.connection() as conn:
-        return [
-            uuid.UUID(str(row["id"]))
-            for row in conn.execute(queries.UNFINISHED_CHILDREN, {"parent_id": parent_id})
-        ]
+        return coordination_ops.unfinished_children(conn, parent_id)

@@ -32,7 +32,7 @@ import psycopg
 from resumable.broker.messages import enqueue_after_commit
 from resumable.coordination.shared import CoordinationError, check_name
 from resumable.errors import LeaseLostError
-from resumable.models import coordination_queries as queries
+from resumable.models import coordination_ops
 from resumable.models.database import Database
 from resumable.settings import Settings
 
@@ -45,30 +45,24 @@ def bound_idle(conn: psycopg.Connection[Any], seconds: float) -> None:
     holds a lock row or a shared document's row), instead of every other
     writer of that row waiting for it indefinitely. Called before the
     transaction takes a contended row lock."""
-    conn.execute(
-        "SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
-        [f"{max(1, int(seconds * 1000))}ms"],
-    )
+    coordination_ops.bound_idle(conn, seconds)
 
 
 def request(conn: psycopg.Connection[Any], session_id: uuid.UUID, name: str, permits: int) -> None:
     """Queue the session for `name`, inside the transaction that suspends it."""
     check_name(name, "lock")
-    held = conn.execute(
-        queries.HELD_AT_OR_AFTER, {"session_id": session_id, "name": name}
-    ).fetchone()
+    held = coordination_ops.held_at_or_after(conn, session_id, name)
     if held is not None:
         raise CoordinationError(
-            f"cannot acquire lock {name!r} while holding {held['name']!r}: acquire locks "
+            f"cannot acquire lock {name!r} while holding {held!r}: acquire locks "
             "in ascending name order (release first, or take them in order)"
         )
-    conn.execute(queries.REQUEST_LOCK, {"name": name, "permits": permits, "session_id": session_id})
+    coordination_ops.request_lock(conn, session_id, name, permits)
 
 
 def release(conn: psycopg.Connection[Any], session_id: uuid.UUID, name: str) -> None:
     """Give `name` up, inside the transaction of the step that released it."""
-    row = conn.execute(queries.RELEASE_LOCK, {"name": name, "session_id": session_id}).fetchone()
-    if row is None:
+    if not coordination_ops.release_lock(conn, session_id, name):
         raise CoordinationError(f"this session does not hold lock {name!r}")
 
 
@@ -77,18 +71,14 @@ def grant(db: Database, name: str, idle_timeout: float) -> list[uuid.UUID]:
     (enqueue them after this returns: the grant is committed)."""
     with db.connection() as conn, conn.transaction():
         bound_idle(conn, idle_timeout)
-        lock = conn.execute(queries.LOCK_ROW, {"name": name}).fetchone()
+        lock = coordination_ops.lock_row(conn, name)
         if lock is None:
             return []
-        conn.execute(queries.DROP_STALE_REQUESTS, {"name": name})
-        held = conn.execute(queries.HELD_COUNT, {"name": name}).fetchone()
-        free = int(str(lock["permits"])) - int(str(held["held"] if held else 0))
+        coordination_ops.drop_stale_requests(conn, name)
+        free = lock.permits - coordination_ops.held_count(conn, name)
         if free <= 0:
             return []
-        rows = conn.execute(
-            queries.GRANT, {"name": name, "free": free, "fence": lock["fence"]}
-        ).fetchall()
-    return [uuid.UUID(str(row["id"])) for row in rows]
+        return coordination_ops.grant(conn, name, free=free, fence=lock.fence)
 
 
 def grant_and_wake(
@@ -109,9 +99,7 @@ def grant_waiting(db: Database, broker: dramatiq.Broker, settings: Settings) -> 
     """The scheduler's backstop: grant every lock that has waiters (a worker
     that died between a release and its grant left them waiting)."""
     with db.connection() as conn:
-        names = {
-            str(row["name"]) for row in conn.execute(queries.LOCKS_WITH_WAITERS, {"limit": 1000})
-        }
+        names = coordination_ops.locks_with_waiters(conn, limit=1000)
     return grant_and_wake(db, broker, settings, names)
 
 
@@ -120,29 +108,21 @@ def fence(db: Database, session_id: uuid.UUID, epoch: int, name: str, idle_timeo
     check_name(name, "lock")
     with db.connection() as conn, conn.transaction():
         bound_idle(conn, idle_timeout)
-        row = conn.execute(
-            queries.HELD_BY, {"name": name, "session_id": session_id, "epoch": epoch}
-        ).fetchone()
-        if row is None:
-            owner = conn.execute(
-                "SELECT lease_epoch FROM sessions WHERE id = %(id)s", {"id": session_id}
-            ).fetchone()
-            if owner is None or owner["lease_epoch"] != epoch:
+        held = coordination_ops.held_by(conn, session_id, epoch, name)
+        if held is None:
+            if coordination_ops.lease_epoch(conn, session_id) != epoch:
                 raise LeaseLostError("lease lost: another worker owns the session")
             raise CoordinationError(f"this session does not hold lock {name!r}")
-        if row["token_epoch"] is None or row["token_epoch"] == epoch:
-            if row["token_epoch"] is None:
-                conn.execute(queries.CLAIM_TOKEN, {"id": row["id"], "epoch": epoch})
-            return int(str(row["token"]))
-        reissued = conn.execute(
-            queries.REISSUE_TOKEN, {"name": name, "id": row["id"], "epoch": epoch}
-        ).fetchone()
-        assert reissued is not None
+        if held.token_epoch is None or held.token_epoch == epoch:
+            if held.token_epoch is None:
+                coordination_ops.claim_token(conn, held.id, epoch)
+            return held.token
+        token = coordination_ops.reissue_token(conn, name, held.id, epoch)
         logger.info(
             "lock %r: new fencing token %s for lease epoch %s",
             name,
-            reissued["token"],
+            token,
             epoch,
             extra={"action": "lock_token_reissued"},
         )
-        return int(str(reissued["token"]))
+        return token

@@ -22,11 +22,10 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import psycopg
-from psycopg.rows import class_row
 
 from resumable._internal import serialization
 from resumable.errors import InvalidArgumentError, ResumableError
-from resumable.models import coordination_queries as queries
+from resumable.models import coordination_ops
 from resumable.models.coordination_queries import SharedDocument, SharedVersion
 from resumable.models.database import Database
 
@@ -72,11 +71,7 @@ def check_name(name: object, what: str = "shared document") -> str:
 def read(db: Database, name: str) -> SharedDocument | None:
     """The document as committed now, or None if it was never written."""
     with db.connection() as conn:
-        return (
-            conn.cursor(row_factory=class_row(SharedDocument))
-            .execute(queries.READ_SHARED, {"name": check_name(name)})
-            .fetchone()
-        )
+        return coordination_ops.read_shared(conn, check_name(name))
 
 
 class SharedState:
@@ -122,11 +117,10 @@ class SharedState:
         if not self.pending:
             return
         names = sorted(self.pending)
-        conn.execute(queries.ENSURE_SHARED, {"names": names})
-        current = {row["name"]: row for row in conn.execute(queries.LOCK_SHARED, {"names": names})}
+        current = coordination_ops.lock_shared(conn, names)
         docs = []
         for name in names:
-            value = current[name]["value"]
+            value = current[name].value
             try:
                 for fn in self.pending[name]:
                     value = fn(value)
@@ -135,15 +129,9 @@ class SharedState:
                 raise SharedUpdateError(
                     f"updating shared document {name!r} at commit failed: {exc!r}"
                 ) from exc
-            docs.append({"name": name, "value": value, "version": current[name]["version"] + 1})
-        conn.execute(
-            queries.WRITE_SHARED,
-            {
-                "docs": serialization.dumps(docs, "shared documents"),
-                "session_id": self._session_id,
-                "seq": seq,
-                "step": self._step,
-            },
+            docs.append({"name": name, "value": value, "version": current[name].version + 1})
+        coordination_ops.write_shared(
+            conn, docs, session_id=self._session_id, seq=seq, step=self._step
         )
 
 
@@ -161,11 +149,4 @@ def history(
             f"before must be a version number from 1 to {MAX_VERSION}, got {before!r}"
         )
     with db.connection() as conn:
-        return (
-            conn.cursor(row_factory=class_row(SharedVersion))
-            .execute(
-                queries.SHARED_HISTORY,
-                {"name": check_name(name), "limit": limit, "before": before},
-            )
-            .fetchall()
-        )
+        return coordination_ops.shared_history(conn, check_name(name), limit=limit, before=before)

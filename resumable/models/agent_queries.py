@@ -5,11 +5,18 @@ and checks), so a web process without agent code can validate names.
 ``workers`` says which processes are alive now and which agents each loads:
 a heartbeat keeps a row alive, and a row past ``expires_at`` is a dead (or
 paused) process whose sessions may be claimed before their leases expire.
+Each statement's typed function follows the statements.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from resumable.models import rows
 
 REGISTER_AGENT = """
 INSERT INTO agents (name, steps, checks, updated_at)
@@ -21,6 +28,9 @@ ON CONFLICT (name) DO UPDATE SET steps = EXCLUDED.steps, checks = EXCLUDED.check
 # Whether a worker announced this agent (a web process without agent code checks
 # names against it).
 AGENT_KNOWN = "SELECT 1 FROM agents WHERE name = %s"
+
+# Every agent a worker announced (the console's filter offers them).
+AGENT_NAMES = "SELECT name FROM agents"
 
 
 # -- live workers ----------------------------------------------------------------------
@@ -154,3 +164,126 @@ WHERE status IN ('pending', 'retrying', 'running', 'compensating')
   AND NOT {SERVED_ELSEWHERE}
 GROUP BY agent ORDER BY agent
 """
+
+
+# -- the typed functions ------------------------------------------------------------
+
+
+def register_agent(
+    conn: psycopg.Connection[Any], name: str, *, steps: list[str], checks: list[str]
+) -> None:
+    params = {"name": name, "steps": json.dumps(steps), "checks": json.dumps(checks)}
+    rows.run(conn, REGISTER_AGENT, params)
+
+
+def agent_known(conn: psycopg.Connection[Any], name: str) -> bool:
+    """Whether a worker announced the agent."""
+    return rows.found(conn, AGENT_KNOWN, (name,))
+
+
+def agent_names(conn: psycopg.Connection[Any]) -> list[str]:
+    """Every agent a worker announced, sorted by code point."""
+    return sorted(str(name) for name in rows.values(conn, AGENT_NAMES))
+
+
+def register_agent_version(
+    conn: psycopg.Connection[Any],
+    agent: str,
+    version: int,
+    *,
+    fingerprint: str,
+    steps: list[str],
+    checks: list[str],
+    compensations: list[str],
+    takes_over: list[int],
+) -> str | None:
+    """Record the version in the catalog; the fingerprint it had before
+    (None: first announced now)."""
+    previous = rows.value(
+        conn,
+        REGISTER_AGENT_VERSION,
+        {
+            "agent": agent,
+            "version": version,
+            "fingerprint": fingerprint,
+            "steps": json.dumps(steps),
+            "checks": json.dumps(checks),
+            "compensations": json.dumps(compensations),
+            "takes_over": json.dumps(takes_over),
+        },
+    )
+    return None if previous is None else str(previous)
+
+
+def announce_worker(
+    conn: psycopg.Connection[Any],
+    worker_id: str,
+    *,
+    agents: list[str],
+    ttl: float,
+    versions: dict[str, int],
+    takes_over: list[str],
+) -> None:
+    """Write the worker's row (ANNOUNCE_WORKER, then ANNOUNCE_VERSIONS)."""
+    rows.run(conn, ANNOUNCE_WORKER, {"id": worker_id, "agents": json.dumps(agents), "ttl": ttl})
+    rows.run(
+        conn,
+        ANNOUNCE_VERSIONS,
+        {"id": worker_id, "versions": json.dumps(versions), "takes_over": json.dumps(takes_over)},
+    )
+
+
+def worker_heartbeat(
+    conn: psycopg.Connection[Any], worker_id: str, *, ttl: float, problem: str | None
+) -> bool:
+    """Keep the worker's row alive; False if it is gone (announce again)."""
+    return rows.found(conn, WORKER_HEARTBEAT, {"id": worker_id, "ttl": ttl, "problem": problem})
+
+
+def retire_worker(conn: psycopg.Connection[Any], worker_id: str, problem: str | None) -> None:
+    """Remove the worker's row (a clean stop), or leave it dead with its
+    `problem` (a stop because it could not do its job)."""
+    if problem is None:
+        rows.run(conn, RETIRE_WORKER, {"id": worker_id})
+    else:
+        rows.run(conn, RETIRE_UNHEALTHY_WORKER, {"id": worker_id, "problem": problem})
+
+
+@dataclass(frozen=True)
+class WorkerCounts:
+    """A row of WORKER_HEALTH."""
+
+    live: int
+    unhealthy: int
+    problem: str | None
+
+
+def worker_health(conn: psycopg.Connection[Any], *, seconds: float) -> WorkerCounts:
+    """Live workers, and those that said in the last `seconds` s that they
+    could not do their job."""
+    counts = rows.one(conn, WorkerCounts, WORKER_HEALTH, {"seconds": seconds})
+    assert counts is not None  # an aggregate answers one row
+    return counts
+
+
+def forget_dead_workers(conn: psycopg.Connection[Any]) -> None:
+    rows.run(conn, FORGET_DEAD_WORKERS)
+
+
+def unserved_agents(conn: psycopg.Connection[Any], worker_id: str, agents: list[str]) -> list[str]:
+    """Of `agents`, those no live worker other than this one loads."""
+    names = rows.values(conn, UNSERVED_AGENTS, {"id": worker_id, "agents": agents})
+    return [str(name) for name in names]
+
+
+def unserved_versions(
+    conn: psycopg.Connection[Any], worker_id: str, labels: list[str]
+) -> list[str]:
+    """The agents of the `agent@version` labels announced before that no
+    live worker other than this one serves or migrates."""
+    names = rows.values(conn, UNSERVED_VERSIONS, {"id": worker_id, "labels": labels})
+    return [str(name) for name in names]
+
+
+def unserved_sessions_by_agent(conn: psycopg.Connection[Any]) -> list[UnservedAgent]:
+    return rows.every(conn, UnservedAgent, UNSERVED_SESSIONS_BY_AGENT)

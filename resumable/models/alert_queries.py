@@ -1,7 +1,16 @@
-"""The alert outbox: operator alerts written with their dead letter, POSTed later."""
+"""The alert outbox: operator alerts written with their dead letter, POSTed
+later; and the lingering sessions an operator is alerted about."""
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from resumable.models import rows
 from resumable.models.agent_queries import AGENT_SERVED
 
 # Alerts to POST: taken for a minute (so two schedulers do not both send one),
@@ -111,3 +120,65 @@ opened AS (
 )
 SELECT kind, session_id, condition, detail ->> 'agent' AS agent FROM changed
 """
+
+
+# -- the typed functions ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DueAlert:
+    """A row of TAKE_DUE_ALERTS: an alert to POST (`attempts` counts this one)."""
+
+    id: int
+    kind: str
+    session_id: uuid.UUID | None
+    payload: dict[str, Any]
+    attempts: int
+    created_at: datetime
+
+
+def take_due_alerts(conn: psycopg.Connection[Any], *, limit: int) -> list[DueAlert]:
+    return rows.every(conn, DueAlert, TAKE_DUE_ALERTS, {"limit": limit})
+
+
+def alert_sent(conn: psycopg.Connection[Any], alert_id: int) -> None:
+    rows.run(conn, ALERT_SENT, {"id": alert_id})
+
+
+def alert_failed(
+    conn: psycopg.Connection[Any], alert_id: int, *, give_up: bool, error: str, delay: float
+) -> None:
+    """Put the alert back until `delay` seconds from now, or give up on it."""
+    params = {"id": alert_id, "give_up": give_up, "error": error, "delay": delay}
+    rows.run(conn, ALERT_FAILED, params)
+
+
+@dataclass(frozen=True)
+class LingeringChange:
+    """A row of SYNC_LINGERING: a condition opened (`session_lingering`) or
+    resolved (`session_lingering_resolved`)."""
+
+    kind: str
+    session_id: uuid.UUID
+    condition: str
+    agent: str | None
+
+
+def sync_lingering(
+    conn: psycopg.Connection[Any],
+    *,
+    overdue: float,
+    unserved: float,
+    hung: float,
+    blocked: float,
+    alerts_enabled: bool,
+) -> list[LingeringChange]:
+    """Open and resolve the lingering conditions (each threshold in seconds)."""
+    params = {
+        "overdue": overdue,
+        "unserved": unserved,
+        "hung": hung,
+        "blocked": blocked,
+        "alerts_enabled": alerts_enabled,
+    }
+    return rows.every(conn, LingeringChange, SYNC_LINGERING, params)

@@ -10,7 +10,14 @@ and in the ``session_blocked`` audit event.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from resumable._internal import serialization
+from resumable.models import rows
 
 
 @dataclass(frozen=True)
@@ -133,3 +140,132 @@ ORDER BY agent, agent_version, cursor
 OTHER_LIVE_WORKERS = """
 SELECT versions, takes_over FROM workers WHERE expires_at > now() AND id <> %(id)s
 """
+
+
+# -- the typed functions ------------------------------------------------------------
+
+
+def block(
+    conn: psycopg.Connection[Any],
+    session_id: uuid.UUID,
+    epoch: int,
+    *,
+    reason: dict[str, Any],
+    step: str | None,
+    alerts_enabled: bool,
+) -> bool:
+    """Park the held session as blocked; False if this epoch no longer holds it."""
+    params = {
+        "id": session_id,
+        "epoch": epoch,
+        "reason": serialization.dumps(reason, "blocked reason"),
+        "step": step,
+        "alerts_enabled": alerts_enabled,
+    }
+    return rows.found(conn, BLOCK_SESSION, params)
+
+
+@dataclass(frozen=True)
+class BlockedReason:
+    """A row of BLOCKED_REASON."""
+
+    status: str
+    blocked_reason: dict[str, Any] | None
+
+
+def blocked_reason(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> BlockedReason | None:
+    """The session's status and why it is blocked; None if there is no such session."""
+    return rows.one(conn, BlockedReason, BLOCKED_REASON, {"id": session_id})
+
+
+def resume(
+    conn: psycopg.Connection[Any],
+    session_id: uuid.UUID,
+    *,
+    event: str,
+    actor: str,
+    reason: str | None,
+    blocked: dict[str, Any],
+    superseded: list[dict[str, Any]],
+) -> str | None:
+    """Release the blocked session with the audit event `event`; the status
+    it went back to, or None if it was no longer blocked."""
+    params = {
+        "id": session_id,
+        "event": event,
+        "actor": actor,
+        "reason": reason,
+        "blocked": serialization.dumps(blocked),
+        "superseded": serialization.dumps(superseded),
+    }
+    row = rows.one(conn, _Reopened, RESUME_BLOCKED, params)
+    return None if row is None else row.status
+
+
+@dataclass(frozen=True)
+class SupersededCall:
+    """A row of SUPERSEDE_CALLS: a recorded call no longer replayed."""
+
+    idempotency_key: str
+    call_index: int
+    tool: str
+    status: str
+    args_hash: str | None
+
+
+def supersede_calls(
+    conn: psycopg.Connection[Any],
+    session_id: uuid.UUID,
+    *,
+    actor: str,
+    step_seq: int,
+    call_index: int,
+) -> list[SupersededCall]:
+    params = {"id": session_id, "actor": actor, "step_seq": step_seq, "call_index": call_index}
+    return rows.every(conn, SupersededCall, SUPERSEDE_CALLS, params)
+
+
+def fail(
+    conn: psycopg.Connection[Any],
+    session_id: uuid.UUID,
+    *,
+    actor: str,
+    reason: str | None,
+    blocked: dict[str, Any],
+    error: dict[str, Any],
+) -> str | None:
+    """Fail the blocked session into its saga; its new status, or None if it
+    was no longer blocked."""
+    params = {
+        "id": session_id,
+        "actor": actor,
+        "reason": reason,
+        "blocked": serialization.dumps(blocked),
+        "error": serialization.dumps(error),
+    }
+    row = rows.one(conn, _Reopened, FAIL_BLOCKED, params)
+    return None if row is None else row.status
+
+
+@dataclass(frozen=True)
+class _Reopened:
+    """A row of RESUME_BLOCKED or FAIL_BLOCKED."""
+
+    id: uuid.UUID
+    status: str
+
+
+def waiting_positions(conn: psycopg.Connection[Any], agents: list[str]) -> list[WaitingPosition]:
+    return rows.every(conn, WaitingPosition, WAITING_POSITIONS, {"agents": agents})
+
+
+@dataclass(frozen=True)
+class LiveWorker:
+    """A row of OTHER_LIVE_WORKERS."""
+
+    versions: dict[str, int] | None
+    takes_over: list[str] | None
+
+
+def other_live_workers(conn: psycopg.Connection[Any], worker_id: str | None) -> list[LiveWorker]:
+    return rows.every(conn, LiveWorker, OTHER_LIVE_WORKERS, {"id": worker_id})

@@ -1,6 +1,17 @@
-"""Named SQL for reading, forking, compacting and retiring session history."""
+"""Named SQL for reading, forking, compacting and retiring session history,
+and the typed functions that run it."""
 
 from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from resumable._internal import serialization
+from resumable.errors import SessionExistsError
+from resumable.models import rows
 
 # The rows needed to rebuild the state after `seq`: from the latest snapshot at
 # or before it (so at most K rows with incremental checkpoints).
@@ -153,3 +164,116 @@ WITH old AS (
 DELETE FROM sessions USING old WHERE sessions.id = old.id
 RETURNING sessions.id
 """
+
+
+# -- the typed functions ------------------------------------------------------------
+#
+# The history's rows come back as dicts: ``checkpoints.rebuild`` folds them
+# and ``schemas.Checkpoint.from_row`` reads them as mappings.
+
+
+def chain_to(
+    conn: psycopg.Connection[Any], session_id: uuid.UUID, seq: int
+) -> list[dict[str, Any]]:
+    """The rows that rebuild the state after `seq`, from the snapshot before it."""
+    return rows.every(conn, dict, CHAIN_TO, {"id": session_id, "seq": seq})
+
+
+def list_checkpoints(
+    conn: psycopg.Connection[Any], session_id: uuid.UUID, *, after: int, limit: int
+) -> list[dict[str, Any]]:
+    params = {"id": session_id, "after": after, "limit": limit}
+    return rows.every(conn, dict, LIST_CHECKPOINTS, params)
+
+
+@dataclass(frozen=True)
+class CompensatedCall:
+    """A row of COMPENSATED_BEFORE."""
+
+    step_seq: int
+    step: str
+    tool: str
+    compensation: str
+    compensation_status: str
+
+
+def compensated_before(
+    conn: psycopg.Connection[Any], source: uuid.UUID, seq: int
+) -> list[CompensatedCall]:
+    return rows.every(conn, CompensatedCall, COMPENSATED_BEFORE, {"source": source, "seq": seq})
+
+
+def fork(
+    conn: psycopg.Connection[Any],
+    fork_id: uuid.UUID,
+    *,
+    source: uuid.UUID,
+    seq: int,
+    cursor: str,
+    state: dict[str, Any],
+    rebase: bool,
+    actor: str,
+    patch: list[dict[str, Any]] | None,
+    compensated: int,
+) -> bool:
+    """Create the fork; False if there is no session `source`.
+    SessionExistsError if `fork_id` is taken."""
+    params = {
+        "id": fork_id,
+        "source": source,
+        "seq": seq,
+        "cursor": cursor,
+        "state": serialization.dumps(state, "state"),
+        "rebase": rebase,
+        "actor": actor,
+        "patch": serialization.dumps(patch) if patch else None,
+        "compensated": compensated,
+    }
+    try:
+        return rows.found(conn, FORK_SESSION, params)
+    except psycopg.errors.UniqueViolation:
+        raise SessionExistsError(f"a session with id {fork_id} already exists") from None
+
+
+def rebase_row(
+    conn: psycopg.Connection[Any], session_id: uuid.UUID, seq: int, state: dict[str, Any]
+) -> None:
+    params = {"id": session_id, "seq": seq, "state": serialization.dumps(state)}
+    rows.run(conn, REBASE_ROW, params)
+
+
+def drop_before(conn: psycopg.Connection[Any], session_id: uuid.UUID, seq: int) -> int:
+    """Drop the checkpoints before `seq`; how many."""
+    removed = rows.value(conn, DROP_BEFORE, {"id": session_id, "seq": seq})
+    return int(removed) if removed else 0
+
+
+@dataclass(frozen=True)
+class CompactionCandidate:
+    """A row of COMPACTION_CANDIDATES."""
+
+    id: uuid.UUID
+    agent: str
+    step_seq: int
+
+
+def compaction_candidates(
+    conn: psycopg.Connection[Any], *, threshold: int, limit: int
+) -> list[CompactionCandidate]:
+    params = {"threshold": threshold, "limit": limit}
+    return rows.every(conn, CompactionCandidate, COMPACTION_CANDIDATES, params)
+
+
+def lock_for_compaction(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> int | None:
+    """The session's step_seq, its row locked; None if a worker holds the row."""
+    step_seq = rows.value(conn, LOCK_FOR_COMPACTION, {"id": session_id})
+    return None if step_seq is None else int(step_seq)
+
+
+def retire_sessions(
+    conn: psycopg.Connection[Any], *, age_seconds: float, limit: int, archive: bool
+) -> int:
+    """Delete (`archive`: archive, then delete) a batch of old finished
+    sessions; how many."""
+    params = {"age_seconds": age_seconds, "limit": limit, "archive": archive}
+    return len(rows.values(conn, RETIRE_SESSIONS, params))

@@ -2,6 +2,7 @@
 ``resumable/coordination``). Shared-document writes run inside the step's
 commit transaction, after ``COMMIT_STEP`` succeeded, so they commit with the
 step or not at all; the row locks they take are held only until that commit.
+Their typed functions are in ``coordination_ops.py``.
 """
 
 from __future__ import annotations
@@ -88,6 +89,16 @@ FROM d
 
 
 # -- locks and semaphores ------------------------------------------------------------
+
+# The server ends the transaction if its client goes quiet inside it for
+# longer than this (a worker paused or partitioned while it holds a lock row
+# or a shared document's row), instead of every other writer of that row
+# waiting for it indefinitely. Set before a transaction takes a contended
+# row lock; for that transaction only.
+BOUND_IDLE = "SELECT set_config('idle_in_transaction_session_timeout', %s, true)"
+
+# Who owns the session now (a fence asked by a run that no longer holds the lock).
+LEASE_EPOCH = "SELECT lease_epoch FROM sessions WHERE id = %(id)s"
 
 # Locks this session holds at or after `name` in name order: acquiring `name`
 # then could deadlock with a session taking them the other way round.

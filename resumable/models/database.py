@@ -1,6 +1,7 @@
-"""Connections to PostgreSQL: a psycopg pool for the named hot-path SQL and a
-SQLAlchemy engine for SQLModel reads and migrations, built once per process in
-an entry point and handed down."""
+"""Connections to PostgreSQL: a psycopg pool for the named statements (every
+read and write; the typed functions beside them take its connections), built
+once per process in an entry point and handed down. The migrations open their
+own SQLAlchemy connection (``migrate.py``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-import sqlalchemy as sa
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
@@ -46,7 +46,7 @@ CONNECT_TIMEOUT_SECONDS = 5
 
 
 class Database:
-    """Both connection kinds to one database; close() releases them.
+    """A pool of connections to one database; close() releases them.
 
     `pool_timeout` is how long a caller waits for a connection before
     ``psycopg_pool.PoolTimeout`` (an ``OperationalError``): the 30 s default
@@ -56,16 +56,9 @@ class Database:
     """
 
     def __init__(self, url: str, pool_size: int = 10, pool_timeout: float = 30.0) -> None:
-        self.url = sqlalchemy_url(url)
+        self.url = sqlalchemy_url(url)  # validated: a PostgreSQL URL, as the migrations read it
         self._returned_at: dict[int, float] = {}
         self._pinned = threading.local()
-        self.engine = sa.create_engine(
-            self.url,
-            pool_pre_ping=True,
-            pool_size=pool_size,
-            pool_timeout=pool_timeout,
-            connect_args={"connect_timeout": CONNECT_TIMEOUT_SECONDS},
-        )
         self.pool: ConnectionPool[psycopg.Connection[dict[str, object]]] = ConnectionPool(
             libpq_url(url),
             min_size=1,
@@ -156,7 +149,6 @@ class Database:
 
     def close(self) -> None:
         self.pool.close()
-        self.engine.dispose()
 
     def __enter__(self) -> Database:
         return self

@@ -1,7 +1,18 @@
-"""Named SQL for the operator's dead-letter actions. Each is guarded by the
-dead letter's status, so retrying or discarding twice changes nothing."""
+"""Named SQL for the operator's dead-letter actions and reads, with the typed
+functions that run it. Each action is guarded by the dead letter's status,
+so retrying or discarding twice changes nothing."""
 
 from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from resumable._internal import serialization
+from resumable.models import rows
+from resumable.models.tables import DeadLetterRow
 
 # Retry: the dead letter closes and the session goes back to pending at its
 # failing step, attempts reset, state optionally replaced by the patched one.
@@ -51,3 +62,121 @@ WITH d AS (
 )
 SELECT session_id FROM d
 """
+
+# -- reads ---------------------------------------------------------------------------
+
+DEAD_LETTER_COLUMNS = ", ".join(DeadLetterRow.model_fields)
+
+DEAD_LETTER = f"SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters WHERE id = %(id)s"
+
+# Dead letters newest first, a page at a time (below the previous page's last
+# id); each filter given adds its condition from DEAD_LETTER_FILTERS to {where}.
+FIND_DEAD_LETTERS = f"""
+SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters
+WHERE {{where}}
+ORDER BY id DESC
+LIMIT %(limit)s
+"""
+
+DEAD_LETTER_FILTERS = {
+    "status": "status = %(status)s",
+    "agent": "agent = %(agent)s",
+    "error_type": "error_type = %(error_type)s",
+    "step": "step = %(step)s",
+    "since": "failed_at >= %(since)s",
+    "until": "failed_at < %(until)s",
+    "compensation": "compensation = %(compensation)s",
+    "before_id": "id < %(before_id)s",
+}
+
+# A session's dead letters, newest first (a retried session may fail again).
+DEAD_LETTERS_OF_SESSION = f"""
+SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters WHERE session_id = %(session_id)s
+ORDER BY id DESC
+LIMIT %(limit)s
+"""
+
+DEAD_LETTERS_BY_ID = f"SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters WHERE id = ANY(%(ids)s)"
+
+
+# -- the typed functions ------------------------------------------------------------
+
+
+def get(conn: psycopg.Connection[Any], dead_letter_id: int) -> DeadLetterRow | None:
+    return rows.one(conn, rows.table_row(DeadLetterRow), DEAD_LETTER, {"id": dead_letter_id})
+
+
+def find(
+    conn: psycopg.Connection[Any],
+    *,
+    limit: int,
+    before_id: int | None = None,
+    status: str | None = None,
+    agent: str | None = None,
+    error_type: str | None = None,
+    step: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    compensation: str | None = None,
+) -> list[DeadLetterRow]:
+    """Up to `limit` dead letters newest first, below `before_id` when given,
+    matching each filter given (failed `since`, and before `until`)."""
+    params: dict[str, Any] = {
+        "limit": limit,
+        "before_id": before_id,
+        "status": status,
+        "agent": agent,
+        "error_type": error_type,
+        "step": step,
+        "since": since,
+        "until": until,
+        "compensation": compensation,
+    }
+    # As an operator's filter reads: an empty text is no filter.
+    given = [name for name in DEAD_LETTER_FILTERS if params[name] not in (None, "")]
+    conditions = " AND ".join(f"({DEAD_LETTER_FILTERS[name]})" for name in given) or "true"
+    return rows.every(
+        conn, rows.table_row(DeadLetterRow), FIND_DEAD_LETTERS.format(where=conditions), params
+    )
+
+
+def of_session(
+    conn: psycopg.Connection[Any], session_id: uuid.UUID, *, limit: int
+) -> list[DeadLetterRow]:
+    params = {"session_id": session_id, "limit": limit}
+    return rows.every(conn, rows.table_row(DeadLetterRow), DEAD_LETTERS_OF_SESSION, params)
+
+
+def by_id(conn: psycopg.Connection[Any], ids: list[int]) -> list[DeadLetterRow]:
+    """These dead letters, in the order given (those that exist)."""
+    letters = rows.every(conn, rows.table_row(DeadLetterRow), DEAD_LETTERS_BY_ID, {"ids": ids})
+    found = {row.id: row for row in letters}
+    return [found[i] for i in ids if i in found]
+
+
+def retry(
+    conn: psycopg.Connection[Any],
+    dead_letter_id: int,
+    *,
+    actor: str,
+    reason: str | None,
+    state: str | None,
+    patch: list[dict[str, Any]] | None,
+) -> uuid.UUID | None:
+    """Retry the dead letter (its session's state replaced by `state`, JSON
+    text, when given); its session, or None if it was no longer open."""
+    params = {
+        "id": dead_letter_id,
+        "actor": actor,
+        "reason": reason,
+        "state": state,
+        "patch": serialization.dumps(patch) if patch else None,
+    }
+    session_id = rows.value(conn, RETRY_DEAD_LETTER, params)
+    return None if session_id is None else uuid.UUID(str(session_id))
+
+
+def discard(conn: psycopg.Connection[Any], dead_letter_id: int, *, actor: str, reason: str) -> bool:
+    """Discard the dead letter; False if it was no longer open."""
+    params = {"id": dead_letter_id, "actor": actor, "reason": reason}
+    return rows.found(conn, DISCARD_DEAD_LETTER, params)

@@ -2,13 +2,21 @@
 
 Like the step commit, each transition is one statement fenced by the lease
 epoch, so a worker that lost its session cannot schedule a retry, run a
-compensation or write a dead letter for it.
+compensation or write a dead letter for it. The typed functions follow the
+statements; a fenced one answers False (or None) when the epoch moved on.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+
+import psycopg
+
+from resumable._internal import serialization
+from resumable.models import rows
 
 
 @dataclass(frozen=True)
@@ -235,3 +243,135 @@ SELECT 1 FROM tool_execution_cache
 WHERE session_id = %(id)s AND compensation_status = 'completed'
 LIMIT 1
 """
+
+
+# -- the typed functions ------------------------------------------------------------
+
+
+def schedule_retry(
+    conn: psycopg.Connection[Any],
+    session_id: uuid.UUID,
+    epoch: int,
+    *,
+    attempts: int,
+    error: dict[str, Any],
+    delay: float,
+    step: str | None,
+) -> datetime | None:
+    """Release the session until its next attempt; when that is, or None if
+    this epoch no longer holds it."""
+    params = {
+        "id": session_id,
+        "epoch": epoch,
+        "attempts": attempts,
+        "error": serialization.dumps(error, "error"),
+        "delay": delay,
+        "step": step,
+    }
+    retry_at: datetime | None = rows.value(conn, SCHEDULE_RETRY, params)
+    return retry_at
+
+
+def start_compensation(
+    conn: psycopg.Connection[Any],
+    session_id: uuid.UUID,
+    epoch: int,
+    *,
+    attempts: int,
+    error: dict[str, Any],
+    step: str | None,
+) -> bool:
+    params = {
+        "id": session_id,
+        "epoch": epoch,
+        "attempts": attempts,
+        "error": serialization.dumps(error, "error"),
+        "step": step,
+    }
+    return rows.found(conn, START_COMPENSATION, params)
+
+
+def has_pending_compensations(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> bool:
+    return rows.found(conn, PENDING_COMPENSATIONS, {"id": session_id})
+
+
+def pending_compensations(
+    conn: psycopg.Connection[Any], session_id: uuid.UUID
+) -> list[PendingCompensation]:
+    return rows.every(conn, PendingCompensation, PENDING_COMPENSATIONS, {"id": session_id})
+
+
+def claim_compensation(conn: psycopg.Connection[Any], key: str, epoch: int) -> bool:
+    """Mark the call's compensation started; False if the epoch moved on."""
+    return rows.found(conn, CLAIM_COMPENSATION, {"key": key, "epoch": epoch})
+
+
+def compensation_done(conn: psycopg.Connection[Any], key: str, epoch: int) -> bool:
+    return rows.found(conn, COMPENSATION_DONE, {"key": key, "epoch": epoch})
+
+
+def compensation_failed(
+    conn: psycopg.Connection[Any],
+    key: str,
+    epoch: int,
+    *,
+    give_up: bool,
+    error: dict[str, Any],
+    delay: float,
+) -> bool:
+    params = {
+        "key": key,
+        "epoch": epoch,
+        "give_up": give_up,
+        "error": serialization.dumps(error, "error"),
+        "delay": delay,
+    }
+    return rows.found(conn, COMPENSATION_FAILED, params)
+
+
+def fail_session(
+    conn: psycopg.Connection[Any],
+    session_id: uuid.UUID,
+    epoch: int,
+    *,
+    error: dict[str, Any],
+    attempts: int,
+    compensation: str,
+    compensation_error: dict[str, Any] | None,
+    alert_kind: str,
+    alerts_enabled: bool,
+) -> DeadLettered | None:
+    """End the session `failed` with an open dead letter (its step, code,
+    type, message and traceback taken from `error`); None if this epoch no
+    longer holds it."""
+    params = {
+        "id": session_id,
+        "epoch": epoch,
+        "error": serialization.dumps(error, "error"),
+        "attempts": attempts,
+        "step": error.get("step"),
+        "code": error.get("code", "step_failed"),
+        "type": error.get("type", "Exception"),
+        "message": error.get("message", ""),
+        "traceback": error.get("traceback"),
+        "compensation": compensation,
+        "compensation_error": serialization.dumps(compensation_error)
+        if compensation_error
+        else None,
+        "alert_kind": alert_kind,
+        "alerts_enabled": alerts_enabled,
+    }
+    return rows.one(conn, DeadLettered, FAIL_SESSION, params)
+
+
+def wake_due_retries(conn: psycopg.Connection[Any], *, limit: int) -> list[uuid.UUID]:
+    return [uuid.UUID(str(i)) for i in rows.values(conn, WAKE_DUE_RETRIES, {"limit": limit})]
+
+
+def wake_due_compensations(conn: psycopg.Connection[Any], *, limit: int) -> list[uuid.UUID]:
+    ids = rows.values(conn, WAKE_DUE_COMPENSATIONS, {"limit": limit})
+    return [uuid.UUID(str(i)) for i in ids]
+
+
+def compensations_ran(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> bool:
+    return rows.found(conn, COMPENSATIONS_RAN, {"id": session_id})

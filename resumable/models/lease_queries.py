@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
+import psycopg
+
+from resumable.models import rows
 from resumable.models.status import SessionStatus
 
 RENEW_LEASES = """
@@ -60,3 +64,26 @@ SELECT held.id, held.epoch AS held_epoch, s.status, s.lease_epoch AS epoch,
 FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[]) AS held(id, epoch)
 LEFT JOIN sessions s ON s.id = held.id
 """
+
+
+def renew_leases(
+    conn: psycopg.Connection[Any], held: list[tuple[uuid.UUID, int]], *, lease_seconds: float
+) -> list[NotRenewed]:
+    """Renew every lease in `held` (session, epoch) in one statement; the
+    ones it could not renew, as its snapshot saw them."""
+    return rows.every(conn, NotRenewed, RENEW_LEASES, _held(held, lease_seconds))
+
+
+def not_renewed_now(
+    conn: psycopg.Connection[Any], held: list[tuple[uuid.UUID, int]]
+) -> list[NotRenewed]:
+    """Where the sessions of these leases stand now, in a snapshot of its own."""
+    return rows.every(conn, NotRenewed, NOT_RENEWED_NOW, _held(held, None))
+
+
+def _held(held: list[tuple[uuid.UUID, int]], lease_seconds: float | None) -> dict[str, Any]:
+    return {
+        "ids": [session_id for session_id, _ in held],
+        "epochs": [epoch for _, epoch in held],
+        "lease_seconds": lease_seconds,
+    }

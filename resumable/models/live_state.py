@@ -8,8 +8,10 @@ Instead, an incremental step appends the JSON Patch of its change to
 `state_patch`; PostgreSQL keeps the unchanged `state` value where it is. The
 patch is folded back (the step writes `state` whole, `state_patch` NULL) at
 each history snapshot, when it grows past a fraction of the state, and when
-the session completes. Every reader sees `state` with the patch applied: the
-claim (``ClaimedSession``), and SQLModel rows through the hooks below.
+the session completes. Every reader sees `state` with the patch applied, by
+``apply`` below and nowhere else: the claim (``step_queries.ClaimedSession``)
+and every other read of a session row (``session_queries.SessionRow`` rows,
+through ``session_queries.live_row``).
 
 The diff compares the step's state against a private copy of the previous
 one whose numbers and booleans compare exactly (Python holds ``1 == 1.0 ==
@@ -22,9 +24,6 @@ from __future__ import annotations
 
 import json
 from typing import Any
-
-import sqlalchemy as sa
-from sqlalchemy.orm.attributes import get_history, set_committed_value
 
 from resumable._internal import serialization
 from resumable.checkpoints import apply_patch
@@ -175,30 +174,3 @@ def apply(state: dict[str, Any], patch: list[dict[str, Any]] | None) -> dict[str
         return state
     result: dict[str, Any] = apply_patch(state, patch)
     return result
-
-
-def install_orm_hooks(row_class: type[Any]) -> None:
-    """Make SQLModel rows of `sessions` carry the live state in `.state`.
-
-    On load, the pending patch is applied to `.state` without marking it
-    changed. Should a row's `.state` be assigned and flushed, `state_patch`
-    is cleared in the same UPDATE, so a patch is never applied twice.
-    """
-
-    def on_load(target: Any, _context: Any) -> None:
-        patch = target.__dict__.get("state_patch")
-        state = target.__dict__.get("state")
-        if patch and isinstance(state, dict):
-            set_committed_value(target, "state", apply(state, patch))
-
-    def before_update(_mapper: Any, _connection: Any, target: Any) -> None:
-        if get_history(target, "state").has_changes():
-            target.state_patch = None
-
-    def on_refresh(target: Any, context: Any, attrs: Any) -> None:
-        if attrs is None or "state" in attrs:
-            on_load(target, context)
-
-    sa.event.listen(row_class, "load", on_load)
-    sa.event.listen(row_class, "refresh", on_refresh)
-    sa.event.listen(row_class, "before_update", before_update)

@@ -21,6 +21,12 @@ shard, and one connection's transactions never wait for each other.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from resumable.models import rows
 from resumable.models.alert_queries import HELD_FOR_PARENT
 from resumable.models.status import TERMINAL_STATUSES, SessionStatus, sql_values
 
@@ -148,3 +154,56 @@ OPEN_CONDITIONS = """
 SELECT condition, count(*) AS n FROM session_conditions WHERE resolved_at IS NULL
 GROUP BY condition
 """
+
+
+# -- the typed functions ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionCount:
+    """A row of LIVE_SESSIONS_BY_AGENT_AND_STATUS (and the other counts by
+    agent and status)."""
+
+    agent: str
+    status: str
+    n: int
+
+
+def sessions_by_agent_and_status(conn: psycopg.Connection[Any]) -> list[SessionCount]:
+    """Live sessions from the partial index, then the finished ones' kept counts."""
+    live = rows.every(conn, SessionCount, LIVE_SESSIONS_BY_AGENT_AND_STATUS)
+    return live + rows.every(conn, SessionCount, FINISHED_SESSIONS_BY_AGENT_AND_STATUS)
+
+
+@dataclass(frozen=True)
+class ConditionCount:
+    """A row of OPEN_CONDITIONS."""
+
+    condition: str
+    n: int
+
+
+def open_conditions(conn: psycopg.Connection[Any]) -> list[ConditionCount]:
+    return rows.every(conn, ConditionCount, OPEN_CONDITIONS)
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """The row of BACKLOG."""
+
+    dead_letters: int
+    alerts: int
+    oldest_pending: float
+    overdue: int
+
+    def __post_init__(self) -> None:
+        # extract() answers a numeric.
+        object.__setattr__(self, "oldest_pending", float(self.oldest_pending))
+
+
+def backlog(conn: psycopg.Connection[Any], *, grace: float) -> Backlog:
+    """What waits: open dead letters, undelivered alerts, the oldest pending
+    session's age, suspended sessions more than `grace` seconds overdue."""
+    row = rows.one(conn, Backlog, BACKLOG, {"grace": grace})
+    assert row is not None  # one row of subqueries
+    return row

@@ -1,11 +1,24 @@
 """Sessions as a whole: create one (once per idempotency key), find, cancel,
-and the reconciler's scan for sessions that should be running but have no
-message in flight.
+read them (one, a page, counts), and the reconciler's scan for sessions
+that should be running but have no message in flight. Each statement's
+typed function follows the statements.
 """
 
 from __future__ import annotations
 
+import json
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from resumable.errors import SessionExistsError
+from resumable.models import live_state, rows
 from resumable.models.agent_queries import SERVED_ELSEWHERE
+from resumable.models.tables import SessionRow
 
 # Create a session and its first audit event. With an idempotency key that is
 # already taken nothing is inserted and no row comes back.
@@ -104,3 +117,301 @@ LIMIT %(limit)s
 """
 
 DEAD_LETTER_EXISTS = "SELECT 1 FROM dead_letters WHERE id = %(id)s"
+
+
+# -- reading sessions ---------------------------------------------------------------
+
+# Every column of `sessions`, as ``SessionRow`` names them (its fields are
+# the table's columns: the migration test holds them equal).
+SESSION_COLUMNS = ", ".join(SessionRow.model_fields)
+
+SESSION = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = %(id)s"
+
+# Sessions newest first, a page at a time: the page before the cursor (the
+# previous page's last `created_at` and `id`, as the index orders them).
+# Each filter given adds its condition from SESSION_FILTERS to {where}.
+PAGE_SESSIONS = f"""
+SELECT {SESSION_COLUMNS} FROM sessions
+WHERE {{where}}
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s
+"""
+
+SESSION_FILTERS = {
+    "status": "status = %(status)s",
+    "agent": "agent = %(agent)s",
+    "parent": "parent_id = %(parent)s",
+    # Running past its step's time limit, or longer than hung_after seconds.
+    "hung_after": """status = 'running'
+        AND (step_deadline < now()
+             OR step_started_at < now() - make_interval(secs => %(hung_after)s))""",
+    # Waiting for a worker that can run it, and no live one can.
+    "unserved": f"""status IN ('pending', 'retrying', 'running', 'compensating')
+        AND NOT {SERVED_ELSEWHERE}""",
+    "before": "(created_at, id) < (%(before_created_at)s, %(before_id)s)",
+}
+
+# A row of the console's sessions list: no state (it can be large), and when
+# the session last changed (``SessionRow.changed_at``, in SQL).
+SESSION_SUMMARIES = """
+SELECT id, agent, status, cursor, step_seq, attempts, created_at,
+       greatest(updated_at, step_started_at) AS updated_at, error
+FROM sessions
+WHERE {where}
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s
+"""
+
+SUMMARY_FILTERS = {
+    "status": "status = %(status)s",
+    "agent": "agent = %(agent)s",
+    # The start of the id as typed (lower-case hex and dashes).
+    "id_prefix": "CAST(id AS TEXT) LIKE %(id_prefix)s || '%%'",
+    "created_before": "created_at <= %(created_before)s",
+    "created_after": "created_at >= %(created_after)s",
+    "before": "(created_at, id) < (%(before_created_at)s, %(before_id)s)",
+}
+
+COUNT_BY_STATUS = "SELECT status, count(*) AS n FROM sessions GROUP BY status"
+
+SESSION_STATUSES = "SELECT id, status FROM sessions WHERE id = ANY(%(ids)s)"
+
+
+# -- the typed functions ------------------------------------------------------------
+
+
+_session_row = rows.table_row(SessionRow)
+
+
+def live_row(**columns: Any) -> SessionRow:
+    """A `sessions` row as its class, its `.state` the live state (see
+    live_state.py): the row factory of every read of whole session rows."""
+    columns["state"] = live_state.apply(columns["state"], columns.get("state_patch"))
+    return _session_row(**columns)
+
+
+def create(
+    conn: psycopg.Connection[Any],
+    session_id: uuid.UUID,
+    *,
+    agent: str,
+    cursor: str | None,
+    input: str,
+    idempotency_key: str | None,
+    trace_context: dict[str, str] | None,
+) -> bool:
+    """Create the session (`input` is JSON text); False if its idempotency key
+    is taken. SessionExistsError if its id is."""
+    try:
+        return rows.found(
+            conn,
+            CREATE_SESSION,
+            {
+                "id": session_id,
+                "agent": agent,
+                "cursor": cursor,
+                "input": input,
+                "idempotency_key": idempotency_key,
+                "trace_context": json.dumps(trace_context) if trace_context else None,
+            },
+        )
+    except psycopg.errors.UniqueViolation:
+        raise SessionExistsError(f"a session with id {session_id} already exists") from None
+
+
+@dataclass(frozen=True)
+class IdempotentSession:
+    """A row of FIND_BY_IDEMPOTENCY_KEY: the session a key created."""
+
+    id: uuid.UUID
+    agent: str
+    input: Any
+    status: str
+
+
+def find_by_idempotency_key(
+    conn: psycopg.Connection[Any], idempotency_key: str | None
+) -> IdempotentSession | None:
+    return rows.one(
+        conn, IdempotentSession, FIND_BY_IDEMPOTENCY_KEY, {"idempotency_key": idempotency_key}
+    )
+
+
+@dataclass(frozen=True)
+class Stranded:
+    """A row of RECONCILE: a session to enqueue again, and its status."""
+
+    id: uuid.UUID
+    status: str
+
+
+def reconcile(conn: psycopg.Connection[Any], *, grace: float, limit: int) -> list[Stranded]:
+    return rows.every(conn, Stranded, RECONCILE, {"grace": grace, "limit": limit})
+
+
+def cancel(
+    conn: psycopg.Connection[Any], session_id: uuid.UUID, *, actor: str, reason: str | None
+) -> bool:
+    """Cancel the session; False if it had finished or is compensating."""
+    return rows.found(conn, CANCEL_SESSION, {"id": session_id, "actor": actor, "reason": reason})
+
+
+def agent_of(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> str | None:
+    """The session's agent; None if there is no such session."""
+    agent = rows.value(conn, SESSION_AGENT, (session_id,))
+    return None if agent is None else str(agent)
+
+
+def id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID]:
+    """The smallest and largest id starting with `prefix` (hex digits):
+    PostgreSQL orders uuids by their bytes, so a prefix is a range the
+    primary key index answers."""
+    return uuid.UUID(prefix.ljust(32, "0")), uuid.UUID(prefix.ljust(32, "f"))
+
+
+@dataclass(frozen=True)
+class SessionMatch:
+    """A row of SESSIONS_BY_ID_PREFIX."""
+
+    id: uuid.UUID
+    agent: str
+    status: str
+
+
+def sessions_by_id_prefix(
+    conn: psycopg.Connection[Any], prefix: str, *, limit: int
+) -> list[SessionMatch]:
+    """Sessions whose id starts with `prefix` (hex digits), newest first."""
+    low, high = id_range(prefix)
+    params = {"low": low, "high": high, "limit": limit}
+    return rows.every(conn, SessionMatch, SESSIONS_BY_ID_PREFIX, params)
+
+
+@dataclass(frozen=True)
+class DeadLetterMatch:
+    """A row of DEAD_LETTERS_BY_SESSION_PREFIX."""
+
+    session_id: uuid.UUID
+    dead_letter_id: int
+    agent: str
+
+
+def dead_letters_by_session_prefix(
+    conn: psycopg.Connection[Any], prefix: str, *, limit: int
+) -> list[DeadLetterMatch]:
+    """The newest dead letter of each session whose id starts with `prefix`."""
+    low, high = id_range(prefix)
+    params = {"low": low, "high": high, "limit": limit}
+    return rows.every(conn, DeadLetterMatch, DEAD_LETTERS_BY_SESSION_PREFIX, params)
+
+
+def dead_letter_exists(conn: psycopg.Connection[Any], dead_letter_id: int) -> bool:
+    return rows.found(conn, DEAD_LETTER_EXISTS, {"id": dead_letter_id})
+
+
+def get(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> SessionRow | None:
+    """The session's row, with its live state; None if there is none."""
+    return rows.one(conn, live_row, SESSION, {"id": session_id})
+
+
+def _where(filters: dict[str, str], given: Iterable[str]) -> str:
+    """The conditions of the `given` filters (names in `filters`), joined."""
+    return " AND ".join(f"({filters[name]})" for name in given) or "true"
+
+
+def page(
+    conn: psycopg.Connection[Any],
+    *,
+    limit: int,
+    status: str | None = None,
+    agent: str | None = None,
+    parent: uuid.UUID | None = None,
+    hung_after: float | None = None,
+    unserved: bool = False,
+    before: tuple[datetime, uuid.UUID] | None = None,
+) -> list[SessionRow]:
+    """Up to `limit` sessions newest first (with their live states), older
+    than `before` (a page's last ``created_at`` and id) when given."""
+    params: dict[str, Any] = {
+        "limit": limit,
+        "status": status or None,
+        "agent": agent or None,
+        "parent": parent,
+        "hung_after": hung_after,
+        "unserved": unserved or None,
+    }
+    if before is not None:
+        params["before"] = True
+        params["before_created_at"], params["before_id"] = before
+    given = [name for name in SESSION_FILTERS if params.get(name) is not None]
+    query = PAGE_SESSIONS.format(where=_where(SESSION_FILTERS, given))
+    return rows.every(conn, live_row, query, params)
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """A row of SESSION_SUMMARIES (the state stays in the database)."""
+
+    id: uuid.UUID
+    agent: str
+    status: str
+    cursor: str | None
+    step_seq: int
+    attempts: int
+    created_at: datetime
+    updated_at: datetime
+    error: dict[str, Any] | None
+
+
+def summaries(
+    conn: psycopg.Connection[Any],
+    *,
+    limit: int,
+    status: str | None = None,
+    agent: str | None = None,
+    id_prefix: str | None = None,
+    created_before: datetime | None = None,
+    created_after: datetime | None = None,
+    before: tuple[datetime, uuid.UUID] | None = None,
+) -> list[SessionSummary]:
+    """Up to `limit` sessions newest first, without their state."""
+    params: dict[str, Any] = {
+        "limit": limit,
+        "status": status or None,
+        "agent": agent or None,
+        "id_prefix": id_prefix or None,
+        "created_before": created_before,
+        "created_after": created_after,
+    }
+    if before is not None:
+        params["before"] = True
+        params["before_created_at"], params["before_id"] = before
+    given = [name for name in SUMMARY_FILTERS if params.get(name) is not None]
+    query = SESSION_SUMMARIES.format(where=_where(SUMMARY_FILTERS, given))
+    return rows.every(conn, SessionSummary, query, params)
+
+
+@dataclass(frozen=True)
+class StatusCount:
+    """A row of COUNT_BY_STATUS."""
+
+    status: str
+    n: int
+
+
+def count_by_status(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    return {row.status: int(row.n) for row in rows.every(conn, StatusCount, COUNT_BY_STATUS)}
+
+
+@dataclass(frozen=True)
+class SessionStatusRow:
+    """A row of SESSION_STATUSES."""
+
+    id: uuid.UUID
+    status: str
+
+
+def statuses(conn: psycopg.Connection[Any], ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The status of each of these sessions that exists."""
+    found = rows.every(conn, SessionStatusRow, SESSION_STATUSES, {"ids": ids})
+    return {row.id: row.status for row in found}

@@ -2,7 +2,8 @@
 release it. Each is a single statement so that, on an autocommit connection, it
 is exactly one transaction: data-modifying CTEs let a step's state, cursor,
 status, checkpoint and audit events commit together, and every write is fenced
-by the lease epoch (as procrastinate keeps its ``queries.sql``).
+by the lease epoch (as procrastinate keeps its ``queries.sql``). The typed
+functions that run them are in ``step_ops.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""The tables. Definitions and simple reads go through SQLModel; the hot path
-(claiming leases, committing steps) uses the named SQL in the ``*_queries.py``
-modules beside this one."""
+"""The tables, defined with SQLModel for the migrations (and the test that
+the migrated schema equals these models). Every statement, reads included,
+is named in the ``*_queries.py`` modules beside this one and run by the typed
+function beside it; a read of a whole row answers one of these classes (a
+``SessionRow`` with its live state: ``session_queries.live_row``)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ from sqlmodel import Field, SQLModel
 
 from resumable.models import metrics_queries
 from resumable.models.coordination_queries import WAITING_PARENTS_WHERE
-from resumable.models.live_state import install_orm_hooks
 from resumable.models.status import SagaOutcome, SessionStatus, ToolCallStatus, sql_values
 
 # Deterministic constraint names, so the schema built by the migrations and
@@ -658,7 +659,3 @@ class LockRequestRow(SQLModel, table=True):
     token_epoch: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
     requested_at: datetime = Field(sa_column=_timestamp(default_now=True))
     granted_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
-
-
-# Rows of `sessions` read through SQLModel carry the live state (state_patch applied).
-install_orm_hooks(SessionRow)

@@ -1,11 +1,18 @@
-"""The tool-call cache: one row per logical call, keyed by its idempotency key."""
+"""The tool-call cache: one row per logical call, keyed by its idempotency
+key; the statements, then the typed functions that run them."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+
+from resumable._internal import serialization
+from resumable.models import rows
 from resumable.models.status import ToolCallStatus
+from resumable.models.tables import ToolCallRow
 
 
 @dataclass(frozen=True)
@@ -106,3 +113,70 @@ WHERE t.idempotency_key = %(key)s AND t.lease_epoch = %(epoch)s AND t.status = '
   AND s.id = t.session_id AND s.lease_epoch = %(epoch)s AND s.status = 'running'
 RETURNING t.idempotency_key
 """
+
+
+TOOL_CALL_COLUMNS = ", ".join(ToolCallRow.model_fields)
+
+# A session's recorded calls in the order it made them (the console lists them).
+TOOL_CALLS_OF_SESSION = f"""
+SELECT {TOOL_CALL_COLUMNS} FROM tool_execution_cache WHERE session_id = %(session_id)s
+ORDER BY step_seq, call_index
+LIMIT %(limit)s
+"""
+
+
+# -- the typed functions ------------------------------------------------------------
+
+
+def claim_tool_call(
+    conn: psycopg.Connection[Any],
+    session_id: uuid.UUID,
+    epoch: int,
+    *,
+    key: str,
+    step_seq: int,
+    step: str,
+    call_index: int,
+    tool: str,
+    request: str,
+    compensation: str | None,
+    args_hash: str,
+) -> ToolCallClaim:
+    """Claim the call for this epoch (`request`: the redacted arguments as
+    JSON), or find it recorded."""
+    params = {
+        "session_id": session_id,
+        "epoch": epoch,
+        "key": key,
+        "step_seq": step_seq,
+        "step": step,
+        "call_index": call_index,
+        "tool": tool,
+        "request": request,
+        "compensation": compensation,
+        "args_hash": args_hash,
+    }
+    claim = rows.one(conn, ToolCallClaim, CLAIM_TOOL_CALL, params)
+    assert claim is not None  # the statement answers one row, whatever it found
+    return claim
+
+
+def complete_tool_call(conn: psycopg.Connection[Any], key: str, epoch: int, response: str) -> bool:
+    """Record the call's result (JSON text); False if the epoch moved on."""
+    return rows.found(conn, COMPLETE_TOOL_CALL, {"key": key, "epoch": epoch, "response": response})
+
+
+def fail_tool_call(
+    conn: psycopg.Connection[Any], key: str, epoch: int, error: dict[str, Any]
+) -> bool:
+    """Record that the call failed; False if the epoch moved on."""
+    params = {"key": key, "epoch": epoch, "error": serialization.dumps(error)}
+    return rows.found(conn, FAIL_TOOL_CALL, params)
+
+
+def of_session(
+    conn: psycopg.Connection[Any], session_id: uuid.UUID, *, limit: int
+) -> list[ToolCallRow]:
+    """The session's first `limit` recorded calls, in the order it made them."""
+    params = {"session_id": session_id, "limit": limit}
+    return rows.every(conn, rows.table_row(ToolCallRow), TOOL_CALLS_OF_SESSION, params)

@@ -4,10 +4,13 @@ The wake-up rule, shared by every path: a suspended session becomes pending
 when a pending delivery matches its wait (a callback token or a signal topic
 it names), or when its timer, deadline or next poll comes due. Each wake is a
 single UPDATE guarded by ``status = 'suspended'``, so however many receivers,
-workers and schedulers race, a session wakes once per wait.
+workers and schedulers race, a session wakes once per wait. The typed
+functions that run the statements are in ``wait_ops.py``.
 """
 
 from __future__ import annotations
+
+from resumable.models.tables import CallbackRow
 
 # Create (or, when the step is replayed, find again) a callback token. Claim:
 # a worker that lost its lease cannot hand out new tokens.
@@ -246,3 +249,16 @@ REJECTED_DELIVERY = """
 INSERT INTO audit_events (session_id, seq, step, event_type, payload)
 VALUES (%(session_id)s, %(step_seq)s, %(step)s, %(event)s, %(payload)s::jsonb)
 """
+
+# How long ago a delivery was stored, on the database's clock (the resume
+# latency of a run a claim did not measure).
+DELIVERY_AGE = """
+SELECT kind, extract(epoch FROM clock_timestamp() - received_at)::float8 AS seconds
+FROM deliveries WHERE id = %(id)s
+"""
+
+# -- reads -----------------------------------------------------------------------------
+
+CALLBACK_COLUMNS = ", ".join(CallbackRow.model_fields)
+
+CALLBACKS_BY_TOKEN = f"SELECT {CALLBACK_COLUMNS} FROM callbacks WHERE token = ANY(%(tokens)s)"

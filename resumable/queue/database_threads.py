@@ -24,7 +24,7 @@ and never merges two sessions' writes.
 These threads are not the loop's default executor. ``asyncio.to_thread`` in
 agent code (an async compensation, a check) runs on the default executor, so
 agent code can never take the threads that our writes, and so the sagas
-waiting on that code, need (see ``async_runs.py``).
+waiting on that code, need (see ``loop_driver.py``).
 """
 
 from __future__ import annotations
@@ -46,6 +46,13 @@ _Settled = tuple["asyncio.Future[Any]", Any, BaseException | None]
 _BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, DatabaseThreads] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def threads_for_pool(pool_size: int, worker_threads: int) -> int:
+    """How many database threads the event loop gets: the pool's connections
+    the worker threads, lease keeper and heartbeat leave (at least 2), so a
+    write never waits for a connection."""
+    return max(2, pool_size - worker_threads - 2)
 
 
 class DatabaseThreads:

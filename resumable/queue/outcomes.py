@@ -1,4 +1,4 @@
-"""How one run of a session ended, as the runner and the failure handler report it.
+"""How one run of a session ended, as the run and its failure paths report it.
 
 Where a run ends by leaving the session in a status, the outcome is that
 status's value; the others say why the worker let go without a transition of
@@ -14,7 +14,7 @@ from resumable.models.status import SessionStatus
 
 
 class RunOutcome(StrEnum):
-    """Returned by ``SessionRunner.run`` (for tests and logs)."""
+    """Returned by ``ThreadDriver.run`` and a ``Run``'s stages (for tests and logs)."""
 
     NOT_CLAIMED = "not_claimed"  # a duplicate message, or the session is not runnable
     LEASE_LOST = "lease_lost"  # another worker (or an operator) moved the epoch on

@@ -17,9 +17,11 @@ import logging
 from typing import Any
 
 from resumable._internal import serialization
+from resumable.agent import Agent
 from resumable.errors import ReplayDivergedError
 from resumable.models import blocked_queries, step_queries
 from resumable.models.database import Database
+from resumable.models.step_queries import ClaimedSession
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.outcomes import RunOutcome
 from resumable.settings import Settings
@@ -40,6 +42,18 @@ def missing(kind: str, agent: str, name: str, step: str | None) -> ReplayDiverge
             "requested": None,
         }
     )
+
+
+def check_code_has(claim: ClaimedSession, agent: Agent, cursor: str) -> None:
+    """Raise a divergence if the session waits at a step, or on a poll
+    check, that the deployed code no longer has (never fail it for that)."""
+    if not agent.has_step(cursor):
+        raise missing("step", agent.name, cursor, cursor)
+    wake = claim.wake or {}
+    poll = (claim.wait or {}).get("poll") or {}
+    check = poll.get("check")
+    if wake.get("kind") == "poll_check" and check and check not in agent.check_names:
+        raise missing("check", agent.name, str(check), cursor)
 
 
 def fewer_calls(

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import inspect
 import logging
 import threading
 import uuid
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg.rows import class_row
 
 from resumable._internal import serialization
+from resumable.context import accepts_idempotency_key, idempotency_key, tool_request
 from resumable.errors import LeaseLostError, ReplayDivergedError
 from resumable.models import tool_call_queries
 from resumable.models.database import Database
@@ -53,30 +53,22 @@ from resumable.queue.observing import observed_async_tool_call, observed_tool_ca
 if TYPE_CHECKING:
     from resumable.context import StepContext
 
+# The key derivation lives with the agent API (``resumable.context``), which
+# ``resumable.testing`` shares; it is still importable from here.
+__all__ = [
+    "ToolCalls",
+    "accepts_idempotency_key",
+    "args_hash",
+    "idempotency_key",
+    "recorded_calls",
+]
+
 logger = logging.getLogger(__name__)
-
-
-def idempotency_key(
-    session_id: uuid.UUID, step_seq: int, step: str, call_index: int, tool: str, request: str
-) -> str:
-    """The key of one logical call: same inputs, same key, on every replay."""
-    material = "\x1f".join([str(session_id), str(step_seq), step, str(call_index), tool, request])
-    return "rsm_" + hashlib.sha256(material.encode()).hexdigest()
 
 
 def args_hash(request: str) -> str:
     """A hash of a call's canonical (unredacted) arguments, compared on replay."""
     return hashlib.sha256(request.encode()).hexdigest()
-
-
-def accepts_idempotency_key(fn: Callable[..., Any]) -> bool:
-    try:
-        parameters = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return "idempotency_key" in parameters or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
-    )
 
 
 @dataclass(frozen=True)
@@ -273,9 +265,7 @@ class ToolCalls:
     ) -> _Claimed:
         """Claim the call's key under the epoch: a recorded result to replay,
         or the go-ahead to call the tool (with the key to hand it)."""
-        request = serialization.canonical(
-            {"args": list(args), "kwargs": kwargs}, f"tool {tool!r} arguments"
-        )
+        request = tool_request(tool, args, kwargs)
         key = idempotency_key(self._session_id, self._step_seq, self._step, index, tool, request)
         with self._db.connection() as conn:
             row = (

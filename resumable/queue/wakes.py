@@ -17,103 +17,88 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import dramatiq
-
 from resumable._internal import serialization
 from resumable.agent import Agent
 from resumable.broker.messages import enqueue_after_commit
 from resumable.errors import LeaseLostError
 from resumable.models import wait_queries
-from resumable.models.database import Database
 from resumable.models.step_queries import ClaimedSession
-from resumable.queue.event_loop import EventLoopThread, resolve
-from resumable.queue.lease import LeaseKeeper
-from resumable.settings import Settings
+from resumable.queue.event_loop import resolve
+from resumable.queue.scope import WorkerScope
 from resumable.waits import Wake
 
 logger = logging.getLogger(__name__)
 
 
-class Wakes:
-    """Wake handling for one worker process."""
+def resolve_wake(scope: WorkerScope, claim: ClaimedSession, agent: Agent) -> Wake | None:
+    """The wake the first step sees; a due poll check runs here first."""
+    wake = Wake.from_json(claim.wake)
+    if wake is not None and wake.kind == "poll_check":
+        return _check_poll(scope, claim, agent) or wake
+    return wake
 
-    def __init__(
-        self, settings: Settings, db: Database, broker: dramatiq.Broker, keeper: LeaseKeeper
-    ) -> None:
-        self.settings = settings
-        self.db = db
-        self.broker = broker
-        self.keeper = keeper
-        #: The worker's event loop, for async checks (set by the runner).
-        self.loop: EventLoopThread | None = None
 
-    def resolve(self, claim: ClaimedSession, agent: Agent) -> Wake | None:
-        """The wake the first step sees; a due poll check runs here first."""
-        wake = Wake.from_json(claim.wake)
-        if wake is not None and wake.kind == "poll_check":
-            return self.check_poll(claim, agent) or wake
-        return wake
+def _check_poll(scope: WorkerScope, claim: ClaimedSession, agent: Agent) -> Wake | None:
+    """Run a due poll check: the wake for the `then` step, or None after
+    suspending again until the next check."""
+    wait = claim.wait or {}
+    poll = wait["poll"]
+    value = resolve(agent.get_check(poll["check"])(poll["args"]), scope.loop)
+    now = datetime.now(UTC)
+    deadline = _parse_time(wait.get("deadline"))
+    wake: Wake | None = None
+    if value is not None:
+        serialization.dumps(value, f"value of check {poll['check']!r}")
+        wake = Wake(kind="poll", topic=poll["check"], payload=value)
+    elif deadline is not None and now >= deadline:
+        wake = Wake(kind="timeout")
+    if wake is not None:
+        return wake  # its `resumed` event rides with the step (resumed_event)
+    candidates = [_next_check(now, float(poll["every"]), (claim.wake or {}).get("due_at"))]
+    candidates += [t for t in (deadline, _parse_time(wait.get("timer_at"))) if t is not None]
+    scope.keeper.drop(claim.session_id, claim.epoch)  # suspending again releases it
+    with scope.db.connection() as conn:
+        row = conn.execute(
+            wait_queries.RESUSPEND_AFTER_POLL,
+            {"id": claim.session_id, "epoch": claim.epoch, "wake_at": min(candidates)},
+        ).fetchone()
+    if row is None:
+        raise LeaseLostError("lease lost during a poll check")
+    wake_if_delivered(scope, claim.session_id)
+    return None
 
-    def check_poll(self, claim: ClaimedSession, agent: Agent) -> Wake | None:
-        """Run a due poll check: the wake for the `then` step, or None after
-        suspending again until the next check."""
-        wait = claim.wait or {}
-        poll = wait["poll"]
-        value = resolve(agent.get_check(poll["check"])(poll["args"]), self.loop)
-        now = datetime.now(UTC)
-        deadline = _parse_time(wait.get("deadline"))
-        wake: Wake | None = None
-        if value is not None:
-            serialization.dumps(value, f"value of check {poll['check']!r}")
-            wake = Wake(kind="poll", topic=poll["check"], payload=value)
-        elif deadline is not None and now >= deadline:
-            wake = Wake(kind="timeout")
-        if wake is not None:
-            return wake  # its `resumed` event rides with the step (resumed_event)
-        candidates = [_next_check(now, float(poll["every"]), (claim.wake or {}).get("due_at"))]
-        candidates += [t for t in (deadline, _parse_time(wait.get("timer_at"))) if t is not None]
-        self.keeper.drop(claim.session_id, claim.epoch)  # suspending again releases it
-        with self.db.connection() as conn:
-            row = conn.execute(
-                wait_queries.RESUSPEND_AFTER_POLL,
-                {"id": claim.session_id, "epoch": claim.epoch, "wake_at": min(candidates)},
-            ).fetchone()
-        if row is None:
-            raise LeaseLostError("lease lost during a poll check")
-        self.wake_if_delivered(claim.session_id)
+
+def resumed_event(claim: ClaimedSession, wake: Wake | None) -> dict[str, Any] | None:
+    """The audit event of a wake-up found by a poll check here (its value,
+    or the wait's deadline), to commit with the step it wakes, at the
+    position the session waited at (as the scheduler's and the receivers'
+    are); None for a wake-up whose event its waker wrote. A step that
+    fails instead commits none: its retry checks again and records it."""
+    woken_by_check = (claim.wake or {}).get("kind") == "poll_check"
+    if not woken_by_check or wake is None or wake.kind == "poll_check":
         return None
+    check = ((claim.wait or {}).get("poll") or {}).get("check")
+    return {
+        "step": claim.cursor,
+        "type": "resumed",
+        "payload": {"by": wake.kind, "check": check},
+        "seq": claim.step_seq,
+    }
 
-    @staticmethod
-    def resumed_event(claim: ClaimedSession, wake: Wake | None) -> dict[str, Any] | None:
-        """The audit event of a wake-up found by a poll check here (its value,
-        or the wait's deadline), to commit with the step it wakes, at the
-        position the session waited at (as the scheduler's and the receivers'
-        are); None for a wake-up whose event its waker wrote. A step that
-        fails instead commits none: its retry checks again and records it."""
-        woken_by_check = (claim.wake or {}).get("kind") == "poll_check"
-        if not woken_by_check or wake is None or wake.kind == "poll_check":
-            return None
-        check = ((claim.wait or {}).get("poll") or {}).get("check")
-        return {
-            "step": claim.cursor,
-            "type": "resumed",
-            "payload": {"by": wake.kind, "check": check},
-            "seq": claim.step_seq,
-        }
 
-    def wake_if_delivered(self, session_id: uuid.UUID) -> None:
-        """After suspending: a delivery that arrived early wakes the session now."""
-        with self.db.connection() as conn:
-            woke = conn.execute(wait_queries.WAKE_FROM_DELIVERIES, {"id": session_id}).fetchone()
-        if woke is not None:
-            logger.info(
-                "woken at once by a %s delivered while suspending",
-                woke["kind"],
-                extra={"action": "early_delivery"},
-            )
-            enqueue_after_commit(
-                self.broker, self.settings, [session_id], why="woken by an early delivery"
-            )
+def wake_if_delivered(scope: WorkerScope, session_id: uuid.UUID) -> None:
+    """After suspending: a delivery that arrived early wakes the session now."""
+    with scope.db.connection() as conn:
+        woke = conn.execute(wait_queries.WAKE_FROM_DELIVERIES, {"id": session_id}).fetchone()
+    if woke is not None:
+        logger.info(
+            "woken at once by a %s delivered while suspending",
+            woke["kind"],
+            extra={"action": "early_delivery"},
+        )
+        enqueue_after_commit(
+            scope.broker, scope.settings, [session_id], why="woken by an early delivery"
+        )
 
 
 def _next_check(now: datetime, every: float, due_at: object) -> datetime:

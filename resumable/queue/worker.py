@@ -3,10 +3,16 @@
 ``resumable worker`` builds everything here explicitly (settings, database,
 broker, agent registry) instead of relying on dramatiq's global broker.
 
+Each message is a run of the step loop (``runner.py``), driven on the
+dramatiq thread that took it (``thread_driver.py``) and, from its first
+``async def`` step on, as a task on the process's event loop
+(``loop_driver.py``). Everything those share is built here once and handed
+down (``scope.py``).
+
 SIGTERM/SIGINT is a hand-back (invariant 9): the consumers stop fetching and
 return what they prefetched to the queue; each thread, and each run on the
-event loop (``async_runs.py``), finishes the step it is running, commits it,
-releases the lease and re-enqueues the session at once.
+event loop, finishes the step it is running, commits it, releases the lease
+and re-enqueues the session at once.
 The worker waits for those steps up to ``RESUMABLE_MAX_SECONDS_PER_RUN``
 (how long one run may take anyway). A thread still blocked after that (a step
 stuck in C) is left behind with a line saying so, after its session's lease is
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 
 import dramatiq
 
+from resumable._internal.redaction import Redactor
 from resumable._internal.startup_heap import freeze_startup_heap
 from resumable._internal.stop_signals import StopSignals
 from resumable.agent import AgentRegistry
@@ -33,11 +40,16 @@ from resumable.broker.messages import SESSION_ACTOR, enqueue_after_commit
 from resumable.broker.redis import WakingRedisBroker, build_broker
 from resumable.models import agent_queries, step_queries
 from resumable.models.database import Database
+from resumable.queue.claims import Claims, WorkerIdentity
+from resumable.queue.database_threads import threads_for_pool
+from resumable.queue.event_loop import EventLoopThread
 from resumable.queue.heartbeat import MAX_TTL_SECONDS, WorkerHeartbeat
 from resumable.queue.lease import LeaseKeeper
-from resumable.queue.runner import SessionRunner
-from resumable.queue.shutdown import ActiveRun
+from resumable.queue.loop_driver import LoopDriver
+from resumable.queue.scope import WorkerScope
+from resumable.queue.shutdown import ActiveRun, Shutdown
 from resumable.queue.startup_check import announce_versions, warn_unserved_positions
+from resumable.queue.thread_driver import ThreadDriver
 from resumable.queue.vitals import Vital, VitalSigns
 from resumable.queue.worker_metrics import watch as serve_health_from
 from resumable.settings import Settings
@@ -65,8 +77,12 @@ class WorkerRuntime:
     settings: Settings
     db: Database
     broker: WakingRedisBroker
-    runner: SessionRunner
+    registry: AgentRegistry
+    identity: WorkerIdentity
     keeper: LeaseKeeper
+    #: The stopping flag and the runs in flight.
+    shutdown: Shutdown
+    loop: EventLoopThread
     heartbeat: WorkerHeartbeat
     actor: dramatiq.Actor[[str], None]
 
@@ -83,12 +99,36 @@ def build_runtime(
     db = Database(database_url, pool_size=settings.db_pool_size)
     broker = build_broker(settings, redis_url)
     keeper = LeaseKeeper(db, settings.lease_seconds)
-    runner = SessionRunner(settings, db, broker, registry, keeper)
+    shutdown = Shutdown()
+    loop = EventLoopThread(
+        # The database threads share the process's pool with the worker
+        # threads, the lease keeper and the heartbeat: sized to what is left.
+        db_threads=threads_for_pool(settings.db_pool_size, settings.worker_threads),
+        step_threads=settings.worker_threads,
+        lag_warning_seconds=settings.loop_lag_warning_seconds,
+        describe_task=shutdown.describe_task,
+    )
+    scope = WorkerScope(
+        settings=settings,
+        db=db,
+        broker=broker,
+        registry=registry,
+        keeper=keeper,
+        shutdown=shutdown,
+        loop=loop,
+        redactor=Redactor(settings.redact_keys),
+    )
+    identity = WorkerIdentity.of(registry)
+    threads = ThreadDriver(
+        scope,
+        Claims(scope, identity),
+        to_loop=LoopDriver(loop, shutdown, settings.max_inflight).take,
+    )
 
     def run_session(session_id: str) -> None:
         # The outcome is in PostgreSQL; returning it would make dramatiq warn
         # about results on every message.
-        runner.run(session_id)
+        threads.run(session_id)
 
     actor: dramatiq.Actor[[str], None] = dramatiq.actor(
         broker=broker,
@@ -101,13 +141,15 @@ def build_runtime(
     )(run_session)
     heartbeat = WorkerHeartbeat(
         db,
-        runner.worker_id,
-        runner.agents,
+        identity.worker_id,
+        identity.agents,
         ttl=min(settings.lease_seconds, MAX_TTL_SECONDS),
-        versions=runner.versions,
-        takes_over=runner.takes_over,
+        versions=identity.versions,
+        takes_over=identity.takes_over,
     )
-    return WorkerRuntime(settings, db, broker, runner, keeper, heartbeat, actor)
+    return WorkerRuntime(
+        settings, db, broker, registry, identity, keeper, shutdown, loop, heartbeat, actor
+    )
 
 
 def announce_agents(runtime: WorkerRuntime) -> list[str]:
@@ -116,7 +158,7 @@ def announce_agents(runtime: WorkerRuntime) -> list[str]:
     waited because no live worker served them until now."""
     unserved = runtime.heartbeat.announce()  # before the catalog: it asks what was known
     with runtime.db.connection() as conn:
-        for agent in runtime.runner.registry:
+        for agent in runtime.registry:
             conn.execute(
                 agent_queries.REGISTER_AGENT,
                 {
@@ -125,7 +167,7 @@ def announce_agents(runtime: WorkerRuntime) -> list[str]:
                     "checks": json.dumps(agent.check_names),
                 },
             )
-    announce_versions(runtime.db, runtime.runner.registry)
+    announce_versions(runtime.db, runtime.registry)
     return unserved
 
 
@@ -134,16 +176,16 @@ def enqueue_waiting(runtime: WorkerRuntime, agents: list[str]) -> int:
     claimed them, and their messages were dropped."""
     if not agents:
         return 0
-    runner = runtime.runner
+    identity = runtime.identity
     with runtime.db.connection() as conn:
         rows = conn.execute(
             step_queries.CLAIMABLE_OF_AGENTS,
             {
                 "agents": agents,
                 "limit": _WAITING_BATCH,
-                "versions": json.dumps(runner.versions),
-                "takes_over": runner.takes_over,
-                "worker": runner.worker_id,
+                "versions": json.dumps(identity.versions),
+                "takes_over": identity.takes_over,
+                "worker": identity.worker_id,
             },
         ).fetchall()
     # One Redis round trip per few hundred (a backlog of thousands is common).
@@ -181,7 +223,7 @@ def watch_vitals(
         vitals.watch(Vital(f"worker {index}", lambda t=thread: t))  # type: ignore[misc]
     vitals.watch(Vital("lease keeper", lambda: runtime.keeper.thread))
     vitals.watch(Vital("heartbeat", lambda: runtime.heartbeat.thread))
-    vitals.watch(Vital("event loop", lambda: runtime.runner.async_runs.events.thread))
+    vitals.watch(Vital("event loop", lambda: runtime.loop.thread))
     return vitals
 
 
@@ -215,7 +257,7 @@ def run_worker(
         worker.queue_prefetch = settings.worker_prefetch
     runtime.broker.worker_threads = settings.worker_threads  # before the consumers start
     unserved = announce_agents(runtime)
-    warn_unserved_positions(runtime.db, runtime.runner.registry, runtime.runner.worker_id)
+    warn_unserved_positions(runtime.db, runtime.registry, runtime.identity.worker_id)
     runtime.heartbeat.start()
     runtime.keeper.start()
     worker.start()
@@ -256,33 +298,33 @@ def run_worker(
 
 def hand_back_and_stop(runtime: WorkerRuntime, worker: dramatiq.Worker) -> None:
     """Stop as a hand-back: nothing this process holds waits for a lease to expire."""
-    runner, keeper = runtime.runner, runtime.keeper
+    shutdown, keeper = runtime.shutdown, runtime.keeper
     runtime.broker.stop_fetching()
-    runner.shutdown.stopping.set()
+    shutdown.stop()
     returned = _return_unstarted(runtime.broker, worker)
 
     def still_held(run: ActiveRun) -> bool:
         return keeper.holds(run.session_id, run.epoch)
 
     _say_what_the_stop_waits_for(
-        [run for run in runner.shutdown.runs() if still_held(run)],
+        [run for run in shutdown.runs() if still_held(run)],
         runtime.settings.max_seconds_per_run,
     )
-    left = runner.shutdown.wait(still_held, runtime.settings.max_seconds_per_run)
+    left = shutdown.wait(still_held, runtime.settings.max_seconds_per_run)
     for run in left:
         _leave_behind(runtime, run, still_held(run))
     # Threads that handed back exit within a worker timeout; blocked ones are left.
     worker.stop(timeout=2000)
     # Async runs still on the loop were released above (or let go on their own).
-    runner.async_runs.events.stop()
+    runtime.loop.stop()
     runtime.close()
     logger.info(
         "worker stopped: %d session(s) handed back mid-run, %d queued message(s) returned, "
         "%d thread(s) left blocked",
-        runner.shutdown.handed_back_count,
+        shutdown.handed_back_count,
         returned,
         len(left),
-        extra={"action": "worker_stopped", "handed_back": runner.shutdown.handed_back_count},
+        extra={"action": "worker_stopped", "handed_back": shutdown.handed_back_count},
     )
 
 
@@ -337,8 +379,8 @@ def _leave_behind(runtime: WorkerRuntime, run: ActiveRun, held: bool) -> None:
     """A thread still in a step at exit: say so, and release what it holds."""
     blocked_for = time.monotonic() - run.step_started
     if held and runtime.keeper.release(run.session_id, run.epoch, "worker stopped"):
-        runtime.runner.failures.enqueue_later(run.session_id, 0.0)
-        runtime.runner.shutdown.handed_back()
+        enqueue_after_commit(runtime.broker, runtime.settings, [run.session_id], why="handed back")
+        runtime.shutdown.handed_back()
         fate = "its lease is released and the session re-enqueued; the step runs again elsewhere"
     else:
         fate = "the session is no longer this worker's (cancelled or taken over)"

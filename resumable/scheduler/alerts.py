@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime
-from typing import Any
 
 import httpx
 from standardwebhooks.webhooks import Webhook
 
 from resumable._internal import serialization
 from resumable.models import alert_queries
+from resumable.models.alert_queries import DueAlert
 from resumable.models.database import Database
 from resumable.settings import Settings
 
@@ -43,7 +43,7 @@ class AlertSender:
         if not url:
             return 0
         with self.db.connection() as conn:
-            due = conn.execute(alert_queries.TAKE_DUE_ALERTS, {"limit": limit}).fetchall()
+            due = alert_queries.take_due_alerts(conn, limit=limit)
         sent = 0
         if not due:
             return 0
@@ -52,16 +52,16 @@ class AlertSender:
                 sent += self._deliver(http, url, alert)
         return sent
 
-    def _deliver(self, http: httpx.Client, url: str, alert: dict[str, Any]) -> int:
+    def _deliver(self, http: httpx.Client, url: str, alert: DueAlert) -> int:
         body = serialization.dumps(
             {
-                "type": f"resumable.{alert['kind']}",
-                "alert_id": alert["id"],
-                "created_at": alert["created_at"].isoformat(),
-                "data": alert["payload"],
+                "type": f"resumable.{alert.kind}",
+                "alert_id": alert.id,
+                "created_at": alert.created_at.isoformat(),
+                "data": alert.payload,
             }
         )
-        message_id = f"alert_{alert['id']}"
+        message_id = f"alert_{alert.id}"
         headers = {"content-type": "application/json", "webhook-id": message_id}
         if self._signer is not None:
             now = datetime.now(UTC)
@@ -71,30 +71,24 @@ class AlertSender:
             answer = http.post(url, content=body, headers=headers)
             answer.raise_for_status()
         except httpx.HTTPError as exc:
-            attempts = int(alert["attempts"])
+            attempts = alert.attempts
             give_up = attempts >= self.settings.alert_max_attempts
             with self.db.connection() as conn:
-                conn.execute(
-                    alert_queries.ALERT_FAILED,
-                    {
-                        "id": alert["id"],
-                        "give_up": give_up,
-                        "error": str(exc)[:500],
-                        "delay": _backoff(attempts),
-                    },
+                alert_queries.alert_failed(
+                    conn, alert.id, give_up=give_up, error=str(exc)[:500], delay=_backoff(attempts)
                 )
             log = logger.error if give_up else logger.warning
             log(
                 "alert %s not delivered (attempt %d): %s%s",
-                alert["id"],
+                alert.id,
                 attempts,
                 exc,
                 "; giving up" if give_up else "",
-                extra={"action": "alert_failed", "alert": json.dumps(alert["payload"])},
+                extra={"action": "alert_failed", "alert": json.dumps(alert.payload)},
             )
             return 0
         with self.db.connection() as conn:
-            conn.execute(alert_queries.ALERT_SENT, {"id": alert["id"]})
+            alert_queries.alert_sent(conn, alert.id)
         return 1
 
 
@@ -107,32 +101,30 @@ def sync_lingering(settings: Settings, db: Database) -> dict[str, int]:
     ``resumable_sessions_lingering`` gauge counts the open ones); alerts are
     written only when one is configured."""
     with db.connection() as conn:
-        changed = conn.execute(
-            alert_queries.SYNC_LINGERING,
-            {
-                "overdue": settings.alert_overdue_seconds,
-                "unserved": settings.alert_unserved_seconds,
-                "hung": settings.alert_hung_seconds,
-                "blocked": settings.alert_blocked_seconds,
-                "alerts_enabled": settings.alert_webhook_url is not None,
-            },
-        ).fetchall()
+        changed = alert_queries.sync_lingering(
+            conn,
+            overdue=settings.alert_overdue_seconds,
+            unserved=settings.alert_unserved_seconds,
+            hung=settings.alert_hung_seconds,
+            blocked=settings.alert_blocked_seconds,
+            alerts_enabled=settings.alert_webhook_url is not None,
+        )
     counts: dict[str, int] = {}
     for row in changed:
-        kind = str(row["kind"])
+        kind = row.kind
         counts[kind] = counts.get(kind, 0) + 1
         resolved = kind.endswith("_resolved")
         (logger.info if resolved else logger.warning)(
             "session %s (agent %s) %s: %s",
-            row["session_id"],
-            row["agent"],
+            row.session_id,
+            row.agent,
             "no longer lingers" if resolved else "lingers",
-            row["condition"],
+            row.condition,
             extra={
                 "action": kind,
-                "session_id": str(row["session_id"]),
-                "agent": row["agent"],
-                "condition": row["condition"],
+                "session_id": str(row.session_id),
+                "agent": row.agent,
+                "condition": row.condition,
             },
         )
     return counts

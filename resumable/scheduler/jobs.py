@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import dramatiq
 
@@ -25,7 +23,7 @@ from resumable import tracing
 from resumable.agent import AgentRegistry
 from resumable.broker.messages import enqueue_after_commit
 from resumable.coordination import children, locks
-from resumable.models import failure_queries, wait_queries
+from resumable.models import failure_queries, wait_ops
 from resumable.models.database import Database
 from resumable.scheduler.alerts import AlertSender, sync_lingering
 from resumable.scheduler.reconcile import reconcile
@@ -54,16 +52,16 @@ class SchedulerJobs:
         while True:
             began_ns = time.time_ns()
             with self.db.connection() as conn:
-                rows = conn.execute(wait_queries.WAKE_DUE, {"limit": self.batch}).fetchall()
+                rows = wait_ops.wake_due(conn, limit=self.batch)
             sent = time.monotonic()
             reached = enqueue_after_commit(
-                self.broker, self.settings, [_session_id(row) for row in rows], why="due wake-ups"
+                self.broker, self.settings, [row.id for row in rows], why="due wake-ups"
             )
             sending += time.monotonic() - sent
             for row in rows:
-                kind = str(row["kind"])
-                counts[kind] = counts.get(kind, 0) + 1
-            tracing.woken(self.db, rows, began_ns=began_ns)
+                counts[row.kind] = counts.get(row.kind, 0) + 1
+            woken = [{"id": row.id, "kind": row.kind} for row in rows]  # tracing's rows
+            tracing.woken(self.db, woken, began_ns=began_ns)
             if len(rows) < self.batch or not reached:
                 break
         if counts:
@@ -83,13 +81,9 @@ class SchedulerJobs:
         woke = 0
         while True:
             with self.db.connection() as conn:
-                retries = conn.execute(
-                    failure_queries.WAKE_DUE_RETRIES, {"limit": self.batch}
-                ).fetchall()
-                compensations = conn.execute(
-                    failure_queries.WAKE_DUE_COMPENSATIONS, {"limit": self.batch}
-                ).fetchall()
-            due = [_session_id(row) for row in [*retries, *compensations]]
+                retries = failure_queries.wake_due_retries(conn, limit=self.batch)
+                compensations = failure_queries.wake_due_compensations(conn, limit=self.batch)
+            due = [*retries, *compensations]
             reached = enqueue_after_commit(self.broker, self.settings, due, why="due retries")
             woke += len(due)
             if not reached or (len(retries) < self.batch and len(compensations) < self.batch):
@@ -116,9 +110,9 @@ class SchedulerJobs:
         """Suspended sessions with a matching delivery that no one woke (the
         receiver died between storing it and waking the session)."""
         with self.db.connection() as conn:
-            rows = conn.execute(wait_queries.STRANDED_DELIVERIES, {"limit": self.batch}).fetchall()
+            stranded = wait_ops.stranded_deliveries(conn, limit=self.batch)
         inbox = Inbox(self.settings, self.db, self.broker)
-        woke = sum(inbox.wake(_session_id(row)) for row in rows)
+        woke = sum(inbox.wake(session_id) for session_id in stranded)
         if woke:
             logger.warning("woke %d sessions with stranded deliveries", woke)
         return woke
@@ -157,7 +151,3 @@ class SchedulerJobs:
             self.deliver_alerts,
             self.retention,
         ]
-
-
-def _session_id(row: dict[str, Any]) -> uuid.UUID:
-    return uuid.UUID(str(row["id"]))

@@ -28,7 +28,7 @@ from dramatiq.brokers.redis import RedisBroker
 
 from resumable.broker.messages import enqueue_sessions
 from resumable.broker.redis import NAMESPACE
-from resumable.models import session_queries, step_queries
+from resumable.models import session_queries, step_ops
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.settings import Settings
@@ -90,14 +90,11 @@ def reconcile(
         grace, limit = 0, max(limit, RESET_LIMIT)
     try:
         with db.connection() as conn:
-            rows = conn.execute(
-                session_queries.RECONCILE, {"grace": grace, "limit": limit}
-            ).fetchall()
-            orphans = conn.execute(step_queries.ORPHANED_SESSIONS).fetchall()
-        for row in rows:
-            found = report.pending if row["status"] == SessionStatus.PENDING else report.expired
-            found.append(uuid.UUID(str(row["id"])))
-        report.orphaned = [uuid.UUID(str(row["id"])) for row in orphans]
+            stranded = session_queries.reconcile(conn, grace=grace, limit=limit)
+            report.orphaned = step_ops.orphaned_sessions(conn)
+        for row in stranded:
+            found = report.pending if row.status == SessionStatus.PENDING else report.expired
+            found.append(row.id)
         # One Redis round trip per few hundred sessions (a Redis that lost its
         # keys can mean a hundred thousand of them).
         enqueue_sessions(broker, settings, [*report.pending, *report.expired, *report.orphaned])

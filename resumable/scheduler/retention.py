@@ -4,11 +4,10 @@ compacting long histories, in bounded batches so each pass stays short."""
 from __future__ import annotations
 
 import logging
-import uuid
 
 from resumable.agent import AgentRegistry
 from resumable.errors import ResumableError
-from resumable.models import checkpoint_queries, coordination_queries
+from resumable.models import checkpoint_queries, coordination_ops
 from resumable.models.database import Database
 from resumable.services.time_travel import TimeTravel
 from resumable.settings import Settings
@@ -23,13 +22,13 @@ def retire_old_sessions(settings: Settings, db: Database) -> int:
     if settings.retention_days is None:
         return 0
     archive = settings.retention_mode == "archive"
-    retired = _older_than_retention(
-        settings,
-        db,
-        checkpoint_queries.RETIRE_SESSIONS,
-        limit=settings.retention_batch,
-        archive=archive,
-    )
+    with db.connection() as conn:
+        retired = checkpoint_queries.retire_sessions(
+            conn,
+            age_seconds=_age_seconds(settings),
+            limit=settings.retention_batch,
+            archive=archive,
+        )
     if retired:
         logger.info(
             "retention %sd %d finished sessions",
@@ -46,12 +45,10 @@ def retire_old_shared_versions(settings: Settings, db: Database) -> int:
     otherwise grow its history without bound."""
     if settings.retention_days is None:
         return 0
-    retired = _older_than_retention(
-        settings,
-        db,
-        coordination_queries.RETIRE_SHARED_VERSIONS,
-        limit=10 * settings.retention_batch,
-    )
+    with db.connection() as conn:
+        retired = coordination_ops.retire_shared_versions(
+            conn, age_seconds=_age_seconds(settings), limit=10 * settings.retention_batch
+        )
     if retired:
         logger.info(
             "retention deleted %d old versions of shared documents",
@@ -61,15 +58,10 @@ def retire_old_shared_versions(settings: Settings, db: Database) -> int:
     return retired
 
 
-def _older_than_retention(settings: Settings, db: Database, query: str, **params: object) -> int:
-    """Run one retention statement over rows older than ``retention_days``;
-    how many rows it removed."""
+def _age_seconds(settings: Settings) -> float:
+    """``retention_days``, in seconds."""
     assert settings.retention_days is not None
-    with db.connection() as conn:
-        rows = conn.execute(
-            query, {"age_seconds": settings.retention_days * 86400, **params}
-        ).fetchall()
-    return len(rows)
+    return settings.retention_days * 86400
 
 
 def compact_histories(
@@ -82,14 +74,12 @@ def compact_histories(
     if keep is None:
         return 0
     with db.connection() as conn:
-        rows = conn.execute(
-            checkpoint_queries.COMPACTION_CANDIDATES, {"threshold": 2 * keep, "limit": limit}
-        ).fetchall()
+        candidates = checkpoint_queries.compaction_candidates(conn, threshold=2 * keep, limit=limit)
     history = TimeTravel(db, registry)
     removed = 0
-    for row in rows:
+    for candidate in candidates:
         try:
-            removed += history.compact(uuid.UUID(str(row["id"])), keep)
+            removed += history.compact(candidate.id, keep)
         except ResumableError as exc:
-            logger.warning("cannot compact session %s: %s", row["id"], exc.message)
+            logger.warning("cannot compact session %s: %s", candidate.id, exc.message)
     return removed

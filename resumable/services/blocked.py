@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
-from typing import Any, Literal, cast
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
 import dramatiq
+import psycopg
 
-from resumable._internal import serialization
 from resumable.broker.messages import enqueue_after_commit
 from resumable.errors import SessionNotFoundError, SessionStateError
 from resumable.models import blocked_queries
@@ -56,13 +56,12 @@ class BlockedSessions:
     def reason(self, session_id: uuid.UUID) -> dict[str, Any]:
         """Why the session is blocked; refused when it is not."""
         with self.db.connection() as conn:
-            row = conn.execute(blocked_queries.BLOCKED_REASON, {"id": session_id}).fetchone()
+            row = blocked_queries.blocked_reason(conn, session_id)
         if row is None:
             raise SessionNotFoundError(f"no session {session_id}")
-        if row["status"] != "blocked":
-            raise SessionStateError(f"session {session_id} is {row['status']}, not blocked")
-        reason = cast(dict[str, Any], row["blocked_reason"] or {})
-        return reason
+        if row.status != "blocked":
+            raise SessionStateError(f"session {session_id} is {row.status}, not blocked")
+        return row.blocked_reason or {}
 
     def resume(self, session_id: uuid.UUID, *, actor: str, reason: str | None) -> BlockedOutcome:
         blocked = self.reason(session_id)
@@ -77,18 +76,14 @@ class BlockedSessions:
                 "it, or fail it"
             )
         with self.db.connection() as conn, conn.transaction():
-            superseded = [
-                dict(row)
-                for row in conn.execute(
-                    blocked_queries.SUPERSEDE_CALLS,
-                    {
-                        "id": session_id,
-                        "actor": actor,
-                        "step_seq": blocked["step_seq"],
-                        "call_index": blocked["call_index"],
-                    },
-                ).fetchall()
-            ]
+            calls = blocked_queries.supersede_calls(
+                conn,
+                session_id,
+                actor=actor,
+                step_seq=blocked["step_seq"],
+                call_index=blocked["call_index"],
+            )
+            superseded = [asdict(call) for call in calls]
             outcome = self._reopen(
                 session_id, "accept", "divergence_accepted", blocked, superseded, actor, reason,
                 conn=conn,
@@ -107,20 +102,13 @@ class BlockedSessions:
             "blocked": blocked,
         }
         with self.db.connection() as conn:
-            row = conn.execute(
-                blocked_queries.FAIL_BLOCKED,
-                {
-                    "id": session_id,
-                    "actor": actor,
-                    "reason": reason,
-                    "blocked": serialization.dumps(blocked),
-                    "error": serialization.dumps(error),
-                },
-            ).fetchone()
-        if row is None:
+            status = blocked_queries.fail(
+                conn, session_id, actor=actor, reason=reason, blocked=blocked, error=error
+            )
+        if status is None:
             raise SessionStateError(f"session {session_id} is no longer blocked")
         self._enqueue(session_id)
-        return BlockedOutcome(session_id, "fail", str(row["status"]), blocked, [])
+        return BlockedOutcome(session_id, "fail", status, blocked, [])
 
     def _reopen(
         self,
@@ -131,26 +119,29 @@ class BlockedSessions:
         superseded: list[dict[str, Any]],
         actor: str,
         reason: str | None,
-        conn: Any = None,
+        conn: psycopg.Connection[Any] | None = None,
     ) -> BlockedOutcome:
-        params = {
-            "id": session_id,
-            "event": event,
-            "actor": actor,
-            "reason": reason,
-            "blocked": serialization.dumps(blocked),
-            "superseded": serialization.dumps(superseded),
-        }
+        def resume(on: psycopg.Connection[Any]) -> str | None:
+            return blocked_queries.resume(
+                on,
+                session_id,
+                event=event,
+                actor=actor,
+                reason=reason,
+                blocked=blocked,
+                superseded=superseded,
+            )
+
         if conn is None:
             with self.db.connection() as own:
-                row = own.execute(blocked_queries.RESUME_BLOCKED, params).fetchone()
+                status = resume(own)
         else:
-            row = conn.execute(blocked_queries.RESUME_BLOCKED, params).fetchone()
-        if row is None:
+            status = resume(conn)
+        if status is None:
             raise SessionStateError(f"session {session_id} is no longer blocked")
         if conn is None:
             self._enqueue(session_id)
-        return BlockedOutcome(session_id, action, str(row["status"]), blocked, superseded)
+        return BlockedOutcome(session_id, action, status, blocked, superseded)
 
     def _enqueue(self, session_id: uuid.UUID) -> None:
         enqueue_after_commit(

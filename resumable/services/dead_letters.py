@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import Any, Literal
 
 import dramatiq
-from sqlmodel import Session, col, select
 
 from resumable._internal import serialization
 from resumable.broker.messages import enqueue_after_commit
@@ -27,9 +26,9 @@ from resumable.errors import (
     InvalidPatchError,
     ResumableError,
 )
-from resumable.models import dead_letter_queries
+from resumable.models import dead_letter_queries, event_queries, session_queries
 from resumable.models.database import Database
-from resumable.models.tables import AuditEventRow, DeadLetterRow, SessionRow
+from resumable.models.tables import DeadLetterRow
 from resumable.services.state_patch import apply_state_patch
 from resumable.settings import Settings
 
@@ -116,37 +115,30 @@ class DeadLetters:
         self, where: DeadLetterFilter, *, limit: int = 50, before_id: int | None = None
     ) -> tuple[list[DeadLetterRow], int | None]:
         """Newest first; the id to pass as `before_id` for the next page, or None."""
-        query = select(DeadLetterRow).order_by(col(DeadLetterRow.id).desc())
-        if where.status:
-            query = query.where(DeadLetterRow.status == where.status)
-        if where.agent:
-            query = query.where(DeadLetterRow.agent == where.agent)
-        if where.error_type:
-            query = query.where(DeadLetterRow.error_type == where.error_type)
-        if where.step:
-            query = query.where(DeadLetterRow.step == where.step)
-        if where.since:
-            query = query.where(col(DeadLetterRow.failed_at) >= where.since)
-        if where.until:
-            query = query.where(col(DeadLetterRow.failed_at) < where.until)
-        if where.compensation:
-            if where.compensation not in COMPENSATIONS:
-                raise InvalidPatchError(
-                    f"unknown compensation outcome {where.compensation!r} "
-                    f"({', '.join(COMPENSATIONS)})"
-                )
-            query = query.where(DeadLetterRow.compensation == where.compensation)
-        if before_id is not None:
-            query = query.where(col(DeadLetterRow.id) < before_id)
-        with Session(self.db.engine, expire_on_commit=False) as db:
-            rows = list(db.exec(query.limit(limit + 1)).all())
+        if where.compensation and where.compensation not in COMPENSATIONS:
+            raise InvalidPatchError(
+                f"unknown compensation outcome {where.compensation!r} ({', '.join(COMPENSATIONS)})"
+            )
+        with self.db.connection() as conn:
+            rows = dead_letter_queries.find(
+                conn,
+                limit=limit + 1,
+                before_id=before_id,
+                status=where.status,
+                agent=where.agent,
+                error_type=where.error_type,
+                step=where.step,
+                since=where.since,
+                until=where.until,
+                compensation=where.compensation,
+            )
         if len(rows) <= limit:
             return rows, None
         return rows[:limit], rows[limit - 1].id
 
     def get(self, dead_letter_id: int) -> DeadLetterRow:
-        with Session(self.db.engine, expire_on_commit=False) as db:
-            row = db.get(DeadLetterRow, dead_letter_id)
+        with self.db.connection() as conn:
+            row = dead_letter_queries.get(conn, dead_letter_id)
         if row is None:
             raise DeadLetterNotFoundError(f"no dead letter {dead_letter_id}")
         return row
@@ -154,16 +146,9 @@ class DeadLetters:
     def show(self, dead_letter_id: int, events: int = 20) -> dict[str, Any]:
         """The dead letter with its session's last state and last events."""
         letter = self.get(dead_letter_id)
-        with Session(self.db.engine, expire_on_commit=False) as db:
-            session = db.get(SessionRow, letter.session_id)
-            recent = list(
-                db.exec(
-                    select(AuditEventRow)
-                    .where(AuditEventRow.session_id == letter.session_id)
-                    .order_by(col(AuditEventRow.id).desc())
-                    .limit(events)
-                ).all()
-            )
+        with self.db.connection() as conn:
+            session = session_queries.get(conn, letter.session_id)
+            recent = event_queries.latest_events(conn, letter.session_id, limit=events)
         assert session is not None
         return {
             "dead_letter": letter.model_dump(mode="json"),
@@ -182,7 +167,7 @@ class DeadLetters:
                     "payload": e.payload,
                     "at": e.created_at.isoformat(),
                 }
-                for e in reversed(recent)
+                for e in recent
             ],
         }
 
@@ -202,19 +187,11 @@ class DeadLetters:
             raise DeadLetterStateError(refused)
         patched = self._patched_state(letter.session_id, state_patch)
         with self.db.connection() as conn:
-            row = conn.execute(
-                dead_letter_queries.RETRY_DEAD_LETTER,
-                {
-                    "id": dead_letter_id,
-                    "actor": actor,
-                    "reason": reason,
-                    "state": patched,
-                    "patch": serialization.dumps(state_patch) if state_patch else None,
-                },
-            ).fetchone()
-        if row is None:
+            session_id = dead_letter_queries.retry(
+                conn, dead_letter_id, actor=actor, reason=reason, state=patched, patch=state_patch
+            )
+        if session_id is None:
             raise DeadLetterStateError(f"dead letter {dead_letter_id} is no longer open")
-        session_id = uuid.UUID(str(row["session_id"]))
         enqueue_after_commit(self.broker, self.settings, [session_id], why="dead letter retried")
         return session_id
 
@@ -222,21 +199,18 @@ class DeadLetters:
         ids = list({letter.session_id for letter in letters})
         if not ids:
             return {}
-        with Session(self.db.engine) as db:
-            rows = db.exec(
-                select(SessionRow.id, SessionRow.status).where(col(SessionRow.id).in_(ids))
-            ).all()
-        return {session_id: status for session_id, status in rows}
+        with self.db.connection() as conn:
+            return session_queries.statuses(conn, ids)
 
     def _patched_state(
         self, session_id: uuid.UUID, state_patch: list[dict[str, Any]] | None
     ) -> str | None:
         if not state_patch:
             return None
-        with Session(self.db.engine) as db:
-            session = db.get(SessionRow, session_id)
-            assert session is not None
-            state = session.state
+        with self.db.connection() as conn:
+            session = session_queries.get(conn, session_id)
+        assert session is not None
+        state = session.state
         result = apply_state_patch(state, state_patch)
         return serialization.dumps(result, "patched state")
 
@@ -248,11 +222,10 @@ class DeadLetters:
         if refused:
             raise DeadLetterStateError(refused)
         with self.db.connection() as conn:
-            row = conn.execute(
-                dead_letter_queries.DISCARD_DEAD_LETTER,
-                {"id": dead_letter_id, "actor": actor, "reason": reason},
-            ).fetchone()
-        if row is None:
+            discarded = dead_letter_queries.discard(
+                conn, dead_letter_id, actor=actor, reason=reason
+            )
+        if not discarded:
             raise DeadLetterStateError(f"dead letter {dead_letter_id} is no longer open")
 
     def drain(

@@ -36,9 +36,10 @@ import dramatiq
 
 from resumable._internal import serialization
 from resumable.broker.messages import enqueue_after_commit
-from resumable.models import wait_queries
+from resumable.models import wait_ops
 from resumable.models.database import Database, pipelined_transaction
 from resumable.models.status import TERMINAL_STATUSES
+from resumable.models.wait_ops import CallbackTarget, StoredDelivery
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class Inbox:
     def wake(self, session_id: uuid.UUID) -> bool:
         """Offer pending deliveries to the session; enqueue it if one woke it."""
         with self.db.connection() as conn:
-            woke = conn.execute(wait_queries.WAKE_FROM_DELIVERIES, {"id": session_id}).fetchone()
+            woke = wait_ops.wake_from_deliveries(conn, session_id)
         if woke is not None:
             self.enqueue(session_id)
         return woke is not None
@@ -97,52 +98,37 @@ class Inbox:
 
     def callback(self, token: str, payload: Any, dedupe_key: str | None) -> Receipt:
         encoded = serialization.dumps(payload, "callback payload")
-        params = {
-            "token": token,
-            "dedupe_key": dedupe_key,
-            "payload": encoded,
-            "terminal": sorted(TERMINAL_STATUSES),
-        }
         # One round trip for the BEGIN, the locks, the lookups, the guarded
         # insert and the wake, whose answers name the verdict; the queue
         # message, then the commit (see the module's docstring).
         with self.db.connection() as conn, pipelined_transaction(conn):
-            conn.execute(wait_queries.LOCK_SESSION_OF_CALLBACK, params)
-            locked = conn.execute(wait_queries.LOCK_CALLBACK, params)
-            delivered = conn.execute(wait_queries.CALLBACK_DELIVERY, params)
-            inserted = conn.execute(wait_queries.INSERT_OPEN_CALLBACK_DELIVERY, params)
-            woken = conn.execute(wait_queries.WAKE_FROM_CALLBACK, params)
-            target, previous = locked.fetchone(), delivered.fetchone()  # flushed, not synced
-            row, woke = inserted.fetchone(), woken.fetchone() is not None
-            if target is not None:
-                session_id = uuid.UUID(str(target["session_id"]))
-                if woke:
-                    # Ours, or (on a path that stored nothing) a delivery that an
-                    # earlier receiver committed and died before waking it with.
-                    self.enqueue(session_id)
-        if row is not None:
+            got = wait_ops.receive_callback(conn, token, payload=encoded, dedupe_key=dedupe_key)
+            if got.target is not None and got.woke:
+                # Ours, or (on a path that stored nothing) a delivery that an
+                # earlier receiver committed and died before waking it with.
+                self.enqueue(got.target.session_id)
+        target, previous = got.target, got.previous
+        if got.delivery_id is not None:
             assert target is not None
-            delivery_id = int(row["id"])  # type: ignore[call-overload]
-            return Receipt(Verdict.ACCEPTED, "callback accepted", session_id, delivery_id, woke)
+            return Receipt(
+                Verdict.ACCEPTED, "callback accepted", target.session_id, got.delivery_id, got.woke
+            )
         if target is None:
             return Receipt(Verdict.UNKNOWN, "no callback with this token")
-        if previous is not None and dedupe_key and previous["dedupe_key"] == dedupe_key:
+        session_id = target.session_id
+        if previous is not None and dedupe_key and previous.dedupe_key == dedupe_key:
             return _repeat(previous, payload, session_id, "delivery")
         reason = _closed_reason(target, already_delivered=previous is not None)
         if reason is None:  # pragma: no cover - the guard and the lookups saw the same rows
             raise RuntimeError(f"callback {token!r}: open, yet its delivery was not stored")
         with self.db.connection() as conn:
-            conn.execute(
-                wait_queries.REJECTED_DELIVERY,
-                {
-                    "session_id": session_id,
-                    "step_seq": target["step_seq"],
-                    "step": target["cursor"],
-                    "event": "callback_rejected",
-                    "payload": serialization.dumps(
-                        {"topic": target["topic"], "reason": reason, "dedupe_key": dedupe_key}
-                    ),
-                },
+            wait_ops.rejected_delivery(
+                conn,
+                session_id,
+                step_seq=target.step_seq,
+                step=target.cursor,
+                event="callback_rejected",
+                payload={"topic": target.topic, "reason": reason, "dedupe_key": dedupe_key},
             )
         return Receipt(Verdict.CLOSED, reason, session_id)
 
@@ -157,56 +143,45 @@ class Inbox:
         encoded = serialization.dumps(payload, "signal payload")
         # The BEGIN rides with the lock; each later statement is one round trip.
         with self.db.connection() as conn, pipelined_transaction(conn):
-            session = conn.execute(
-                wait_queries.LOCK_SESSION_FOR_SIGNAL, {"session_id": session_id}
-            ).fetchone()
+            session = wait_ops.lock_session_for_signal(conn, session_id)
             if session is None:
                 return Receipt(Verdict.UNKNOWN, "no such session")
             if dedupe_key:
-                previous = conn.execute(
-                    wait_queries.SIGNAL_DELIVERY,
-                    {"session_id": session_id, "topic": topic, "dedupe_key": dedupe_key},
-                ).fetchone()
+                previous = wait_ops.signal_delivery(
+                    conn, session_id, topic=topic, dedupe_key=dedupe_key
+                )
                 if previous is not None:
                     return _repeat(previous, payload, session_id, "signal")
-            if session["status"] in TERMINAL_STATUSES:
-                reason = f"the session is {session['status']}; it takes no more signals"
-                conn.execute(
-                    wait_queries.REJECTED_DELIVERY,
-                    {
-                        "session_id": session_id,
-                        "step_seq": session["step_seq"],
-                        "step": session["cursor"],
-                        "event": "signal_rejected",
-                        "payload": serialization.dumps(
-                            {"topic": topic, "reason": reason, "by": actor}
-                        ),
-                    },
+            if session.status in TERMINAL_STATUSES:
+                reason = f"the session is {session.status}; it takes no more signals"
+                wait_ops.rejected_delivery(
+                    conn,
+                    session_id,
+                    step_seq=session.step_seq,
+                    step=session.cursor,
+                    event="signal_rejected",
+                    payload={"topic": topic, "reason": reason, "by": actor},
                 )
                 return Receipt(Verdict.CLOSED, reason, session_id)
-            row = conn.execute(
-                wait_queries.INSERT_SIGNAL_DELIVERY,
-                {
-                    "session_id": session_id,
-                    "topic": topic,
-                    "dedupe_key": dedupe_key,
-                    "payload": encoded,
-                    "step_seq": session["step_seq"],
-                    "step": session["cursor"],
-                    "actor": actor,
-                },
-            ).fetchone()
-            if row is None:  # a concurrent duplicate won the unique index
-                previous = conn.execute(
-                    wait_queries.SIGNAL_DELIVERY,
-                    {"session_id": session_id, "topic": topic, "dedupe_key": dedupe_key},
-                ).fetchone()
+            delivery_id = wait_ops.insert_signal_delivery(
+                conn,
+                session_id,
+                topic=topic,
+                dedupe_key=dedupe_key,
+                payload=encoded,
+                step_seq=session.step_seq,
+                step=session.cursor,
+                actor=actor,
+            )
+            if delivery_id is None:  # a concurrent duplicate won the unique index
+                previous = wait_ops.signal_delivery(
+                    conn, session_id, topic=topic, dedupe_key=dedupe_key
+                )
                 if previous is None:  # pragma: no cover - the winner's row cannot vanish
                     return Receipt(Verdict.DUPLICATE, "signal already received", session_id)
                 return _repeat(previous, payload, session_id, "signal")
-            delivery_id = int(row["id"])  # type: ignore[call-overload]
             # The session row is locked since LOCK_SESSION_FOR_SIGNAL: see wait_queries.
-            woke = conn.execute(wait_queries.WAKE_FROM_DELIVERIES, {"id": session_id}).fetchone()
+            woke = wait_ops.wake_from_deliveries(conn, session_id)
             if woke is not None:
                 self.enqueue(session_id)  # before the commit, as for a callback
         return Receipt(
@@ -214,12 +189,12 @@ class Inbox:
         )
 
 
-def _repeat(previous: dict[str, Any], payload: Any, session_id: uuid.UUID, what: str) -> Receipt:
+def _repeat(previous: StoredDelivery, payload: Any, session_id: uuid.UUID, what: str) -> Receipt:
     """A delivery under an id seen before: a duplicate if the body is the same
     JSON, otherwise a reuse of the id for something else (refused, as
     ``POST /v1/sessions`` refuses an Idempotency-Key reused for another body)."""
-    delivery_id = int(previous["id"])
-    if serialization.canonical(previous["payload"]) == serialization.canonical(payload):
+    delivery_id = previous.id
+    if serialization.canonical(previous.payload) == serialization.canonical(payload):
         message = f"this {what} was already received"
         return Receipt(Verdict.DUPLICATE, message, session_id, delivery_id)
     return Receipt(
@@ -230,12 +205,12 @@ def _repeat(previous: dict[str, Any], payload: Any, session_id: uuid.UUID, what:
     )
 
 
-def _closed_reason(target: dict[str, Any], *, already_delivered: bool) -> str | None:
+def _closed_reason(target: CallbackTarget, *, already_delivered: bool) -> str | None:
     """Why a callback can no longer be delivered, or None if it can."""
-    if target["session_status"] in TERMINAL_STATUSES:
-        return f"the session is {target['session_status']}; its callbacks are closed"
+    if target.session_status in TERMINAL_STATUSES:
+        return f"the session is {target.session_status}; its callbacks are closed"
     if already_delivered:
         return "this single-use callback was already delivered"
-    if target["callback_status"] == "closed":
+    if target.callback_status == "closed":
         return "the wait for this callback has ended (it already fired or timed out)"
     return None

@@ -20,9 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import dramatiq
-import psycopg
 
-from resumable._internal import serialization
 from resumable.agent import AgentRegistry
 from resumable.broker.messages import enqueue_after_commit
 from resumable.checkpoints import EventSourced, Reducer, rebuild
@@ -30,11 +28,11 @@ from resumable.errors import (
     CheckpointNotFoundError,
     MalformedCheckpointError,
     ReducerNotLoadedError,
-    SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
 )
 from resumable.models import checkpoint_queries, session_queries
+from resumable.models.checkpoint_queries import CompensatedCall
 from resumable.models.database import Database
 from resumable.services.state_patch import apply_state_patch
 from resumable.settings import Settings
@@ -63,10 +61,7 @@ class TimeTravel:
     ) -> list[dict[str, Any]]:
         self._agent_of(session_id)
         with self.db.connection() as conn:
-            return conn.execute(
-                checkpoint_queries.LIST_CHECKPOINTS,
-                {"id": session_id, "after": after, "limit": limit},
-            ).fetchall()
+            return checkpoint_queries.list_checkpoints(conn, session_id, after=after, limit=limit)
 
     def state_at(self, session_id: uuid.UUID, seq: int) -> PastState:
         """The state right after step `seq`, rebuilt from the nearest snapshot."""
@@ -79,9 +74,7 @@ class TimeTravel:
             self._agent_of(session_id)
             raise CheckpointNotFoundError(f"session {session_id} has no checkpoint {seq!r}")
         with self.db.connection() as conn:
-            rows = conn.execute(
-                checkpoint_queries.CHAIN_TO, {"id": session_id, "seq": seq}
-            ).fetchall()
+            rows = checkpoint_queries.chain_to(conn, session_id, seq)
         if not rows or rows[-1]["seq"] != seq:
             self._agent_of(session_id)  # an unknown session is a different error
             raise CheckpointNotFoundError(
@@ -121,8 +114,8 @@ class TimeTravel:
             first = compensated[0]
             raise SessionStateError(
                 f"session {session_id} compensated {len(compensated)} tool call(s) made up to "
-                f"checkpoint {at} (first: {first['tool']} in step {first['step']}, undone by "
-                f"{first['compensation']}); a fork would treat their undone effects as done. "
+                f"checkpoint {at} (first: {first.tool} in step {first.step}, undone by "
+                f"{first.compensation}); a fork would treat their undone effects as done. "
                 "Fork from an earlier checkpoint, or pass allow_compensated to fork anyway"
             )
         state = past.state
@@ -130,72 +123,55 @@ class TimeTravel:
             state = apply_state_patch(state, state_patch)
         fork_id = new_id or uuid.uuid4()
         with self.db.connection() as conn:
-            try:
-                row = conn.execute(
-                    checkpoint_queries.FORK_SESSION,
-                    {
-                        "id": fork_id,
-                        "source": session_id,
-                        "seq": at,
-                        "cursor": past.next_step,
-                        "state": serialization.dumps(state, "state"),
-                        "rebase": bool(state_patch),
-                        "actor": actor,
-                        "patch": serialization.dumps(state_patch) if state_patch else None,
-                        "compensated": len(compensated),
-                    },
-                ).fetchone()
-            except psycopg.errors.UniqueViolation:
-                raise SessionExistsError(f"a session with id {fork_id} already exists") from None
-        if row is None:
+            forked = checkpoint_queries.fork(  # SessionExistsError if `fork_id` is taken
+                conn,
+                fork_id,
+                source=session_id,
+                seq=at,
+                cursor=past.next_step,
+                state=state,
+                rebase=bool(state_patch),
+                actor=actor,
+                patch=state_patch,
+                compensated=len(compensated),
+            )
+        if not forked:
             raise SessionNotFoundError(f"no session {session_id}")
         if broker is not None and settings is not None:
             enqueue_after_commit(broker, settings, [fork_id], why="session forked")
         return fork_id
 
-    def compensated_before(self, session_id: uuid.UUID, at: int) -> list[dict[str, Any]]:
+    def compensated_before(self, session_id: uuid.UUID, at: int) -> list[CompensatedCall]:
         """The tool results up to checkpoint `at` whose effects the saga undid."""
         with self.db.connection() as conn:
-            return conn.execute(
-                checkpoint_queries.COMPENSATED_BEFORE, {"source": session_id, "seq": at}
-            ).fetchall()
+            return checkpoint_queries.compensated_before(conn, session_id, at)
 
     def compact(self, session_id: uuid.UUID, keep: int) -> int:
         """Keep the last `keep` checkpoints; the oldest kept one becomes a
         snapshot first, so every remaining checkpoint stays loadable."""
         agent = self._agent_of(session_id)
         with self.db.connection() as conn, conn.transaction():
-            locked = conn.execute(
-                checkpoint_queries.LOCK_FOR_COMPACTION, {"id": session_id}
-            ).fetchone()
-            if locked is None:
+            step_seq = checkpoint_queries.lock_for_compaction(conn, session_id)
+            if step_seq is None:
                 return 0  # a worker is committing a step; try next time
-            cutoff = int(locked["step_seq"]) - keep + 1  # type: ignore[call-overload]
+            cutoff = step_seq - keep + 1
             if cutoff <= 1:
                 return 0
-            rows = conn.execute(
-                checkpoint_queries.CHAIN_TO, {"id": session_id, "seq": cutoff}
-            ).fetchall()
+            rows = checkpoint_queries.chain_to(conn, session_id, cutoff)
             if not rows or rows[-1]["seq"] != cutoff:
                 return 0
             if rows[-1]["kind"] != "snapshot":
                 needs_reducer = any(row["kind"] == "events" for row in rows)
                 state = rebuild(rows, self._reducer(agent) if needs_reducer else None)
-                conn.execute(
-                    checkpoint_queries.REBASE_ROW,
-                    {"id": session_id, "seq": cutoff, "state": serialization.dumps(state)},
-                )
-            removed = conn.execute(
-                checkpoint_queries.DROP_BEFORE, {"id": session_id, "seq": cutoff}
-            ).fetchone()
-        return int(removed["removed"]) if removed else 0  # type: ignore[call-overload]
+                checkpoint_queries.rebase_row(conn, session_id, cutoff, state)
+            return checkpoint_queries.drop_before(conn, session_id, cutoff)
 
     def _agent_of(self, session_id: uuid.UUID) -> str:
         with self.db.connection() as conn:
-            row = conn.execute(session_queries.SESSION_AGENT, (session_id,)).fetchone()
-        if row is None:
+            agent = session_queries.agent_of(conn, session_id)
+        if agent is None:
             raise SessionNotFoundError(f"no session {session_id}")
-        return str(row["agent"])
+        return agent
 
     def _reducer(self, agent: str) -> Reducer:
         if self.registry is None or agent not in self.registry:

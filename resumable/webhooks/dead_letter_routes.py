@@ -5,13 +5,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlmodel import Session as DbSession
-from sqlmodel import col, select
 from starlette.requests import Request
 from starlette.responses import Response
 
+from resumable.models import event_queries
 from resumable.models.database import Database
-from resumable.models.tables import AuditEventRow
 from resumable.schemas import DeadLetter, Event, Page
 from resumable.services.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.webhooks import response_models
@@ -46,15 +44,9 @@ def _letters(state: WebState) -> DeadLetters:
 
 
 def _recent_events(db: Database, session_id: uuid.UUID) -> list[Event]:
-    query = (
-        select(AuditEventRow)
-        .where(AuditEventRow.session_id == session_id)
-        .order_by(col(AuditEventRow.id).desc())
-        .limit(RECENT_EVENTS)
-    )
-    with DbSession(db.engine, expire_on_commit=False) as session:
-        rows = list(session.exec(query).all())
-    return [Event.from_row(row) for row in reversed(rows)]
+    with db.connection() as conn:
+        rows = event_queries.latest_events(conn, session_id, limit=RECENT_EVENTS)
+    return [Event.from_row(row) for row in rows]
 
 
 LIST = Operation(

@@ -66,11 +66,10 @@ async def readyz(request: Request) -> Response:
     def database() -> str:
         try:
             with state.db.connection(timeout=READY_TIMEOUT_SECONDS) as conn:
-                row = conn.execute(
-                    agent_queries.WORKER_HEALTH, {"seconds": UNHEALTHY_WORKERS_SECONDS}
-                ).fetchone()
-            assert row is not None
-            workers.append(WorkerHealth.model_validate(row))
+                counts = agent_queries.worker_health(conn, seconds=UNHEALTHY_WORKERS_SECONDS)
+            workers.append(
+                WorkerHealth(live=counts.live, unhealthy=counts.unhealthy, problem=counts.problem)
+            )
             return "ok"
         except Exception as exc:
             return f"error: {type(exc).__name__}"

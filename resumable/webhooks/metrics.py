@@ -58,25 +58,18 @@ class DatabaseCollector(Collector):
             labels=["condition"],
         )
         with self.db.connection() as conn:
-            for query in (
-                metrics_queries.LIVE_SESSIONS_BY_AGENT_AND_STATUS,
-                metrics_queries.FINISHED_SESSIONS_BY_AGENT_AND_STATUS,
-            ):
-                for row in conn.execute(query).fetchall():
-                    sessions.add_metric([str(row["agent"]), str(row["status"])], _num(row["n"]))
-            for row in conn.execute(metrics_queries.OPEN_CONDITIONS).fetchall():
-                conditions.add_metric([str(row["condition"])], _num(row["n"]))
-            others = conn.execute(
-                metrics_queries.BACKLOG, {"grace": OVERDUE_GRACE_SECONDS}
-            ).fetchone()
+            for count in metrics_queries.sessions_by_agent_and_status(conn):
+                sessions.add_metric([count.agent, count.status], _num(count.n))
+            for open_count in metrics_queries.open_conditions(conn):
+                conditions.add_metric([open_count.condition], _num(open_count.n))
+            others = metrics_queries.backlog(conn, grace=OVERDUE_GRACE_SECONDS)
         yield sessions
         yield conditions
-        assert others is not None
         yield GaugeMetricFamily(
-            "resumable_dead_letters_open", "Open dead letters.", value=_num(others["dead_letters"])
+            "resumable_dead_letters_open", "Open dead letters.", value=_num(others.dead_letters)
         )
         yield GaugeMetricFamily(
-            "resumable_alerts_pending", "Alerts not delivered yet.", value=_num(others["alerts"])
+            "resumable_alerts_pending", "Alerts not delivered yet.", value=_num(others.alerts)
         )
         yield GaugeMetricFamily(
             "resumable_sessions_hung",
@@ -96,12 +89,12 @@ class DatabaseCollector(Collector):
             "resumable_sessions_overdue",
             f"Suspended sessions more than {OVERDUE_GRACE_SECONDS:g} s past their timer or "
             "deadline (the scheduler is down or behind).",
-            value=_num(others["overdue"]),
+            value=_num(others.overdue),
         )
         yield GaugeMetricFamily(
             "resumable_oldest_pending_seconds",
             "Age of the longest-waiting pending session (a stuck queue shows here).",
-            value=_num(others["oldest_pending"]),
+            value=_num(others.oldest_pending),
         )
         depth = self._queue_depth()
         if depth is not None:

@@ -75,8 +75,8 @@ def _known_agent(state: WebState, agent: str) -> None:
         registry.get(agent)
         return
     with state.db.connection() as conn:
-        known = conn.execute(agent_queries.AGENT_KNOWN, (agent,)).fetchone()
-    if known is None:
+        known = agent_queries.agent_known(conn, agent)
+    if not known:
         raise UnknownAgentError(f"unknown agent {agent!r}: no worker has registered it")
 
 

@@ -538,7 +538,7 @@ def test_worker_metrics_on_a_port_in_use_is_one_line_naming_the_setting(
     """prometheus_client said only 'Address already in use'; with several
     processes, the second one's port was found taken only after the first
     had started."""
-    agents = {"RESUMABLE_AGENTS": "benchmarks.noop_agent", "RESUMABLE_WORKER_PROCESSES": processes}
+    agents = {"RESUMABLE_AGENTS": "tests.agents", "RESUMABLE_WORKER_PROCESSES": processes}
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

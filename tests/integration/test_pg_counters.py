@@ -10,7 +10,7 @@ import uuid
 import psycopg
 from psycopg import sql
 
-from benchmarks.pg_counters import settled_counters
+from benchmarks.harness.pg_counters import settled_counters
 from resumable._internal.database_urls import libpq_url
 from resumable._internal.embedded import ServiceURLs
 

@@ -10,13 +10,13 @@ import pytest
 from resumable import Agent, AgentRegistry, Complete, RetryPolicy, StepContext
 from resumable._internal.serialization import canonical, dumps
 from resumable.checkpoints import EventSourced, Incremental, Snapshot
+from resumable.context import idempotency_key
 from resumable.errors import (
     AgentDefinitionError,
     NotSerializableError,
     UnknownAgentError,
     UnknownStepError,
 )
-from resumable.queue.tool_calls import idempotency_key
 from resumable.settings import Settings
 
 

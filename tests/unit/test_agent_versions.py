@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-import uuid
 from typing import Any
 
 import pytest
@@ -11,6 +9,7 @@ import pytest
 from resumable import Agent, Complete, StepContext
 from resumable.agent import version_label
 from resumable.errors import AgentDefinitionError, UnknownStepError
+from resumable.testing import run_step
 
 
 def _agent(version: int | None = None, **kwargs: Any) -> Agent:
@@ -93,30 +92,21 @@ def test_a_patch_names_the_version_that_introduced_it(patches: dict[str, Any]) -
         _agent(3, patches=patches)
 
 
-def _context(version: int, patches: dict[str, int]) -> StepContext:
-    return StepContext(
-        session_id=uuid.uuid4(),
-        agent="refund",
-        step="reserve",
-        seq=1,
-        input={},
-        state={},
-        tools=None,  # type: ignore[arg-type]
-        callbacks=None,  # type: ignore[arg-type]
-        wake=None,
-        logger=logging.getLogger("test"),
-        has_compensation=lambda name: False,
-        version=version,
-        patches=patches,
-    )
+patched = Agent("patched", version=3, patches={"euros": 2})
+
+
+@patched.step
+def pay(ctx: StepContext) -> Complete:
+    return Complete({"version": ctx.version, "euros": ctx.patched(ctx.input or "euros")})
 
 
 def test_patched_is_true_for_sessions_started_on_a_version_with_the_patch() -> None:
-    patches = {"euros": 2}
-    assert not _context(0, patches).patched("euros")
-    assert not _context(1, patches).patched("euros")
-    assert _context(2, patches).patched("euros")
-    assert _context(3, patches).patched("euros")
-    assert _context(1, patches).version == 1
+    def euros(version: int) -> bool:
+        result = run_step(patched, "pay", version=version).result
+        assert result["version"] == version
+        return bool(result["euros"])
+
+    assert [euros(version) for version in (0, 1, 2, 3)] == [False, False, True, True]
+    assert run_step(patched, "pay").result == {"version": 3, "euros": True}  # a new session
     with pytest.raises(AgentDefinitionError, match="declares no patch 'typo'"):
-        _context(3, patches).patched("typo")
+        run_step(patched, "pay", input="typo")

@@ -160,7 +160,7 @@ def _number(value: float) -> str:
 
 @pytest.mark.parametrize("field", NUMERIC)
 def test_the_readme_states_each_range(field: str) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     [row] = re.findall(rf"^\| `{env_name(field)}` \|.*$", readme, flags=re.MULTILINE)
     low, high = _bounds(field)
     assert low is not None and high is not None

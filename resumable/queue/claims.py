@@ -1,0 +1,177 @@
+"""Claiming a session for one run: its lease, or why the message is let go.
+
+One message means "run this session for a while". The claim (``CLAIM_LEASE``,
+one ``UPDATE … RETURNING``) takes a session that is pending, due for a retry
+or whose lease expired (or whose worker's heartbeat did), of an agent and
+version this worker serves: it sets ``running``, bumps the fencing epoch,
+names this thread as the lease's owner and writes the audit event. When it
+takes nothing, one more read says why: a duplicate message (ignored), a
+session another live worker serves (passed on), one no live worker serves
+(left to wait for one), or one of an older version this worker migrates
+(taken over, ``takeover.py``). A worker that is stopping claims nothing: the
+message goes straight back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass
+
+from psycopg.rows import class_row
+
+from resumable.agent import AgentRegistry, version_label
+from resumable.broker.messages import enqueue_after_commit
+from resumable.models import step_queries
+from resumable.models.step_queries import ClaimableElsewhere, ClaimedSession
+from resumable.queue.outcomes import RunOutcome
+from resumable.queue.scope import WorkerScope
+from resumable.queue.takeover import take_over
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    """This worker process as the ``workers`` table and its lease owners name it."""
+
+    worker_id: str
+    agents: list[str]
+    #: The version of each agent served here, and the older ones it migrates.
+    versions: dict[str, int]
+    takes_over: list[str]
+
+    @classmethod
+    def of(cls, registry: AgentRegistry) -> WorkerIdentity:
+        return cls(
+            worker_id=f"{socket.gethostname()}:{os.getpid()}",
+            agents=sorted(agent.name for agent in registry),
+            versions={agent.name: agent.version for agent in registry},
+            takes_over=sorted(
+                f"{agent.name}@{old}" for agent in registry for old in agent.takes_over
+            ),
+        )
+
+
+class Claims:
+    """Claims sessions for the runs of one worker process (from any thread)."""
+
+    def __init__(self, scope: WorkerScope, identity: WorkerIdentity) -> None:
+        self._scope = scope
+        self._identity = identity
+        self._versions_json = json.dumps(identity.versions, sort_keys=True)
+        #: Each agent's first step and its time limit, for the claim to stamp.
+        self._starts_json = json.dumps(
+            {
+                agent.name: {
+                    "step": agent.start_step,
+                    "limit": agent.policy(agent.start_step).time_limit,
+                }
+                for agent in scope.registry
+            },
+            sort_keys=True,
+        )
+
+    def _owner(self) -> str:
+        return f"{self._identity.worker_id}:{threading.get_ident()}"
+
+    def claim(self, session_id: uuid.UUID) -> ClaimedSession | RunOutcome:
+        """The claimed session, or how the message was let go."""
+        scope = self._scope
+        if scope.shutdown.stopping:
+            # Taken off the queue as the worker stops: straight back, unclaimed.
+            enqueue_after_commit(
+                scope.broker, scope.settings, [session_id], why="returned unclaimed (stopping)"
+            )
+            return RunOutcome.NOT_CLAIMED
+        # Prepared at its first execution on a connection, as COMMIT_STEP is:
+        # psycopg sends the first five unprepared, each parsed and planned anew
+        # (a new connection's 2nd to 6th claims: 0.93-1.28 ms, prepared
+        # 0.70-0.95, once on a generic plan 0.33; docs/performance.md, "The claim"), and
+        # every connection of a pool that grows, is recycled or starts after a
+        # deploy pays that.
+        with scope.db.connection() as conn:
+            claim = (
+                conn.cursor(row_factory=class_row(ClaimedSession))
+                .execute(
+                    step_queries.CLAIM_LEASE,
+                    {
+                        "id": session_id,
+                        "owner": self._owner(),
+                        "versions": self._versions_json,
+                        "starts": self._starts_json,
+                        "lease_seconds": scope.settings.lease_seconds,
+                    },
+                    prepare=True,
+                )
+                .fetchone()
+            )
+        return claim if claim is not None else self._not_claimed(session_id)
+
+    def _not_claimed(self, session_id: uuid.UUID) -> ClaimedSession | RunOutcome:
+        """A message this worker cannot simply claim: a duplicate, a session
+        of an agent or version it does not serve (passed on when a live
+        worker serves it; left to wait, untouched, when none does: a worker
+        that serves it enqueues it when it starts), or one of an older
+        version this worker migrates and no live worker serves (taken over:
+        the claim it returns)."""
+        scope, identity = self._scope, self._identity
+        with scope.db.connection() as conn:
+            row = (
+                conn.cursor(row_factory=class_row(ClaimableElsewhere))
+                .execute(
+                    step_queries.CLAIMABLE_ELSEWHERE,
+                    {
+                        "id": session_id,
+                        "versions": self._versions_json,
+                        "takes_over": identity.takes_over,
+                    },
+                )
+                .fetchone()
+            )
+        if row is None:
+            # Finished, owned by a live worker, or unknown: a duplicate message.
+            logger.debug("session not claimable; message ignored", extra={"action": "skip"})
+            return RunOutcome.NOT_CLAIMED
+        label = version_label(row.agent, row.version)
+        if row.take_over:
+            return take_over(
+                scope.settings,
+                scope.db,
+                scope.registry,
+                session_id,
+                self._owner(),
+                identity.takes_over,
+            )
+        if row.served:
+            logger.debug(
+                "%s is not served here; message passed on",
+                label,
+                extra={"action": "agent_not_loaded"},
+            )
+            enqueue_after_commit(
+                scope.broker,
+                scope.settings,
+                [session_id],
+                why="passed on to a worker serving it",
+                delay=1.0,
+            )
+            return RunOutcome.YIELDED
+        if row.agent in identity.versions:
+            logger.info(
+                "no live worker serves %s (this one runs %s); the session waits for one",
+                label,
+                version_label(row.agent, identity.versions[row.agent]),
+                extra={"action": "version_not_served"},
+            )
+        else:
+            logger.info(
+                "no live worker loads agent %r; the session waits for one",
+                row.agent,
+                extra={"action": "agent_not_served"},
+            )
+        return RunOutcome.NOT_CLAIMED

@@ -1,0 +1,68 @@
+"""A transient failure with attempts left: the session retries later.
+
+The failing step's outcome is not committed. Instead one fenced statement
+(``SCHEDULE_RETRY``) records the error and the attempt, sets the session
+``retrying`` with ``wake_at`` (when the next attempt is due), bumps the epoch
+and releases the lease; then a delayed message is sent. If Redis loses that
+message, the scheduler's ``wake_due_retries`` sends it again. The next
+attempt resumes from the latest checkpoint with its recorded tool calls
+intact.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from resumable._internal import serialization
+from resumable.broker.messages import enqueue_after_commit
+from resumable.models import failure_queries
+from resumable.queue.failing import HeldLease
+from resumable.queue.outcomes import RunOutcome
+from resumable.queue.scope import WorkerScope
+from resumable.retries import RetryPolicy
+
+logger = logging.getLogger(__name__)
+
+
+def schedule_retry(
+    scope: WorkerScope,
+    held: HeldLease,
+    policy: RetryPolicy,
+    exc: BaseException,
+    record: dict[str, Any],
+    attempts: int,
+    step: str | None,
+) -> RunOutcome:
+    """Commit the session ``retrying`` after its `attempts`-th failed attempt
+    and send its message for the next one."""
+    delay = policy.delay(attempts, exc)
+    scope.keeper.drop(held.session_id, held.epoch)  # this write gives the lease up
+    with scope.db.connection() as conn:
+        row = conn.execute(
+            failure_queries.SCHEDULE_RETRY,
+            {
+                "id": held.session_id,
+                "epoch": held.epoch,
+                "attempts": attempts,
+                "error": serialization.dumps(record, "error"),
+                "delay": delay,
+                "step": step,
+            },
+        ).fetchone()
+    if row is None:
+        return RunOutcome.LEASE_LOST
+    logger.warning(
+        "step %s failed (attempt %d of %d), retrying in %.2f s: %s: %s",
+        step,
+        attempts,
+        policy.max_attempts,
+        delay,
+        record["type"],
+        record["message"],
+        extra={"action": "retry_scheduled", "error_code": record["code"]},
+    )
+    enqueue_after_commit(
+        scope.broker, scope.settings, [held.session_id], why="retry scheduled", delay=delay
+    )
+    return RunOutcome.RETRYING
