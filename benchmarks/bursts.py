@@ -8,7 +8,7 @@ Run from the repository root::
 
 A real deployment: ``--schedulers`` ``resumable scheduler`` processes (several
 are safe: each due session is handed out once) and ``--workers`` ``resumable
-worker`` processes running ``benchmarks/burst_agent.py``.
+worker`` processes running ``benchmarks/agents/bursts.py``.
 
 1. Step rate, the yardstick measured in the same run: ``--step-sessions``
    sessions of a counting agent run ``--steps`` steps each; steps/s from the
@@ -58,10 +58,10 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import harness
-from benchmarks.burst_agent import POLL_AGENT, RETRY_AGENT, STEPS_AGENT, TIMER_AGENT
-from benchmarks.cpu import CpuMeter, GroupCpu
+from benchmarks.agents.bursts import POLL_AGENT, RETRY_AGENT, STEPS_AGENT, TIMER_AGENT
 from benchmarks.harness import BenchDeployment, Services
-from benchmarks.pg_counters import (
+from benchmarks.harness.cpu import CpuMeter, GroupCpu
+from benchmarks.harness.pg_counters import (
     Counters,
     StatementStats,
     enable_pg_stat_statements,
@@ -70,7 +70,7 @@ from benchmarks.pg_counters import (
     reset_statements,
     settled_counters,
 )
-from benchmarks.report import add_deployment, bench_parser, command_line, machine, parse
+from benchmarks.harness.report import add_deployment, bench_parser, command_line, machine, parse
 from resumable.broker.messages import enqueue_sessions
 
 TARGET_RATIO = 1.3
@@ -99,7 +99,7 @@ WHERE agent = %s AND status = 'retrying'
 RETURNING t.at
 """
 
-# The retried attempt succeeds (see benchmarks/burst_agent.py).
+# The retried attempt succeeds (see benchmarks/agents/bursts.py).
 RETRY_SUCCEEDS = """
 UPDATE sessions SET input = jsonb_set(input, '{fail}', 'false')
 WHERE agent = %s AND status = 'retrying'
@@ -368,7 +368,7 @@ def run(args: argparse.Namespace, services: Services, stats: StatementStats) -> 
         ]
         for scheduler in schedulers:
             scheduler.wait_ready(harness.START_TIMEOUT)
-        workers = deployment.start_workers(args.workers, "benchmarks.burst_agent")
+        workers = deployment.start_workers(args.workers, "benchmarks.agents.bursts")
         meter = partial(
             GroupCpu.sample,
             CpuMeter.find(services.pg_url, services.redis_url),

@@ -5,7 +5,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/checkpoints.py [--steps 1000 --sessions 8 --sizes 2048,65536
                                                --workers 2 --threads 4 --rounds 3 --home DIR]
 
-The agents in ``benchmarks/checkpoint_agents.py`` run the same steps on the same
+The agents in ``benchmarks/agents/checkpoints.py`` run the same steps on the same
 working-memory state (a task, a plan, progress counters and memory items; about
 ``--sizes`` bytes of JSON, each step rewriting ~2 % of it) and differ only in their
 checkpoint strategy: ``Snapshot()``, ``Incremental(snapshot_every=20)`` and
@@ -69,11 +69,11 @@ from psycopg.rows import dict_row
 if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import checkpoint_agents as agents
 from benchmarks import harness
-from benchmarks.cpu import CpuMeter
+from benchmarks.agents import checkpoints as agents
 from benchmarks.harness import BenchDeployment, Services
-from benchmarks.report import (
+from benchmarks.harness.cpu import CpuMeter
+from benchmarks.harness.report import (
     add_deployment,
     bench_parser,
     context_lines,
@@ -90,7 +90,7 @@ from resumable.services.inbox import Inbox, Verdict
 from resumable.services.time_travel import TimeTravel
 from resumable.settings import Settings
 
-AGENT_MODULE = "benchmarks.checkpoint_agents"
+AGENT_MODULE = "benchmarks.agents.checkpoints"
 STRATEGIES = tuple(agents.AGENTS)  # snapshot, incremental, event-sourced
 TRUNCATED = ("sessions", "checkpoints", "audit_events", "tool_execution_cache", "deliveries")
 VACUUMED = ("sessions", "checkpoints", "audit_events")

@@ -36,10 +36,10 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.harness import ROOT, BenchDeployment, bench_services, log_dir_for
-from benchmarks.report import bench_parser, context_lines, parse, percentile
+from benchmarks.harness.report import bench_parser, context_lines, parse, percentile
 from resumable.dev.processes import Process
 
-AGENTS = "benchmarks.noop_agent"
+AGENTS = "benchmarks.agents.noop"
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> float:

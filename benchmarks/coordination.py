@@ -6,7 +6,7 @@ Run from the repository root::
         --keys 100 --holders 100 --children 1000 --workers 2 --threads 8]
 
 A real deployment: ``--workers`` ``resumable worker`` processes (``--threads``
-threads each) running ``benchmarks/coordination_agent.py``, plus an in-process
+threads each) running ``benchmarks/agents/coordination.py``, plus an in-process
 scheduler loop is not needed (every grant and parent wake-up happens on the
 commit path; the scheduler is only a backstop).
 
@@ -50,9 +50,9 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
 
 from benchmarks import harness
 from benchmarks.harness import BenchDeployment, Services
-from benchmarks.report import add_deployment, bench_parser, machine, parse, percentile
+from benchmarks.harness.report import add_deployment, bench_parser, machine, parse, percentile
 
-AGENT_MODULE = "benchmarks.coordination_agent"
+AGENT_MODULE = "benchmarks.agents.coordination"
 TRUNCATED = (
     "sessions",
     "checkpoints",

@@ -4,9 +4,9 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/inflight.py [--sessions 1000 --limits 500 --delay 1]
 
-Every session of ``benchmarks/inflight_agent.py`` runs 3 steps, each making
+Every session of ``benchmarks/agents/inflight.py`` runs 3 steps, each making
 one ``ctx.tool`` call to a fake LLM that answers after ``--delay`` seconds
-(``benchmarks/slow_llm.py``, an asyncio server in its own process). The
+(``benchmarks/agents/slow_llm.py``, an asyncio server in its own process). The
 sessions are created first; then ONE ``resumable worker`` runs them:
 
 1. async steps, with ``RESUMABLE_MAX_INFLIGHT`` set to each of ``--limits``;
@@ -53,9 +53,10 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
 import httpx
 import redis
 
-from benchmarks import harness, report
-from benchmarks.inflight_agent import ASYNC_AGENT, STEPS, SYNC_AGENT
-from benchmarks.report import verdict
+from benchmarks import harness
+from benchmarks.agents.inflight import ASYNC_AGENT, STEPS, SYNC_AGENT
+from benchmarks.harness import report
+from benchmarks.harness.report import verdict
 
 TABLES = ["sessions", "checkpoints", "audit_events", "tool_execution_cache", "workers", "agents"]
 
@@ -120,7 +121,7 @@ def phases(args: argparse.Namespace) -> list[Phase]:
         env = harness.worker_env(
             args.threads,
             RESUMABLE_MAX_INFLIGHT=str(limit),
-            # What the loop's database threads get (see async_runs.database_threads).
+            # What the loop's database threads get (see queue/database_threads.py).
             RESUMABLE_DB_POOL_SIZE=str(args.threads + 2 + args.db_threads),
         )
         listed.append(Phase(f"async, limit {limit}", ASYNC_AGENT, args.sessions, limit, env))
@@ -188,7 +189,7 @@ def run_phase(
     reset_llm(llm_url)
     log_dir = harness.log_dir_for(args.home)
     with harness.BenchDeployment(services, log_dir, phase.env) as deployment:
-        deployment.start_workers(1, "benchmarks.inflight_agent")
+        deployment.start_workers(1, "benchmarks.agents.inflight")
         worker = deployment.workers[0]
         cpu_at_start = cpu_seconds(worker.pid)  # imports and start-up, not the steps
         server_at_start = server_cpu_seconds(services.pg_url)
@@ -217,7 +218,12 @@ def run_phase(
 
 def start_llm(delay: float) -> tuple[subprocess.Popen[str], str]:
     llm = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("slow_llm.py")), "--delay", str(delay)],
+        [
+            sys.executable,
+            str(Path(__file__).parent / "agents" / "slow_llm.py"),
+            "--delay",
+            str(delay),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

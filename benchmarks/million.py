@@ -43,7 +43,7 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
 
 from benchmarks import harness
 from benchmarks.harness import Services
-from benchmarks.report import bench_parser, command_line, machine, parse
+from benchmarks.harness.report import bench_parser, command_line, machine, parse
 from resumable.models import (
     alert_queries,
     checkpoint_queries,
@@ -307,7 +307,7 @@ def measure(services: Services, repeat: int) -> dict[str, Cost]:
 # statement of one row, so the insert trigger stays per row), and within one
 # transaction each upsert walks every version of that row written before it:
 # a statement's cost grows with its size squared (200,000 a statement took
-# 867 s to load a million; see benchmarks/batch_deletes.py for deletes).
+# 867 s to load a million; docs/performance.md has the batch-deletes study).
 LOAD_SLICE = 4_000
 
 

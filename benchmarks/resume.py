@@ -7,7 +7,7 @@ Run from the repository root::
 
 A real deployment: one ``resumable web`` process (uvicorn; callbacks signed the
 Standard Webhooks way, an API token set) and ``--workers`` ``resumable worker``
-processes running the agent in ``benchmarks/resume_agent.py``, whose first step
+processes running the agent in ``benchmarks/agents/resume.py``, whose first step
 suspends on a callback and whose second step reads the clock first thing.
 
 1. ``--sessions`` sessions are started with ``Client.start`` and run until every
@@ -67,9 +67,10 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import harness
-from benchmarks.cpu import Contention, CpuMeter, GroupCpu, ServerPids
+from benchmarks.agents.resume import AGENT_NAME
 from benchmarks.harness import BenchDeployment, Services
-from benchmarks.report import (
+from benchmarks.harness.cpu import Contention, CpuMeter, GroupCpu, ServerPids
+from benchmarks.harness.report import (
     add_deployment,
     bench_parser,
     context_lines,
@@ -78,10 +79,9 @@ from benchmarks.report import (
     parse,
     percentile,
 )
-from benchmarks.resume_agent import AGENT_NAME
 from resumable.demo.webhook_sender import WebhookSender, new_secret
 
-AGENT_MODULE = "benchmarks.resume_agent"
+AGENT_MODULE = "benchmarks.agents.resume"
 TRUNCATED = (
     "sessions",
     "checkpoints",

@@ -34,7 +34,7 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
 from prometheus_client import generate_latest
 
 from benchmarks import harness
-from benchmarks.report import bench_parser, parse
+from benchmarks.harness.report import bench_parser, parse
 from resumable.broker.redis import build_broker
 from resumable.models import metrics_queries
 from resumable.models.database import Database

@@ -5,7 +5,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/steps.py [--sessions N --steps M --workers 2 --threads T]
 
 1. Durable: ``--workers`` real ``resumable worker`` subprocesses with ``--threads``
-   threads each run N sessions of the no-op agent in ``benchmarks/noop_agent.py``
+   threads each run N sessions of the no-op agent in ``benchmarks/agents/noop.py``
    (M steps each, every step committed by the worker). Timed from the first
    ``Client.start`` (``--enqueue-threads`` threads call it) until every session is
    ``completed``.
@@ -65,27 +65,26 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import harness
-from benchmarks.cpu import CpuMeter, CpuSample
+from benchmarks.agents.noop import AGENT_NAME, STEP_NAMES
 from benchmarks.harness import BenchDeployment, Services
-from benchmarks.pg_counters import (
+from benchmarks.harness.cpu import CpuMeter, CpuSample
+from benchmarks.harness.pg_counters import (
     Statement,
     StatementStats,
     calibrate_empty_query,
     describe_writes,
     enable_pg_stat_statements,
+    let_statistics_flush,
     read_counters,
     read_statements,
     reset_statements,
     row_deltas,
-    settle,
 )
-from benchmarks.report import add_deployment, bench_parser, machine, parse, percentile
+from benchmarks.harness.report import add_deployment, bench_parser, machine, parse, percentile
 from resumable.models import step_queries
 from resumable.settings import Settings
 
-AGENT_MODULE = "benchmarks.noop_agent"
-AGENT_NAME = "bench_noop"  # noop_agent.AGENT_NAME (not imported: the script runs from benchmarks/)
-STEP_NAMES = [f"step_{index:03d}" for index in range(100)]  # as in noop_agent
+AGENT_MODULE = "benchmarks.agents.noop"
 RAW_AGENT = "bench_raw"
 TABLES = ("sessions", "checkpoints", "audit_events")
 TRUNCATED = (*TABLES, "tool_execution_cache")  # emptied (CASCADE) before each run
@@ -173,7 +172,7 @@ def run_durable(
         time.sleep(1.0)  # idle workers: their start-up statistics are flushed
 
         reset_statements(pg_url, stats)
-        settle()
+        let_statistics_flush()
         before = read_counters(pg_url, TABLES)
         own_commits = 1  # the snapshot's own transaction
         with (
@@ -195,7 +194,7 @@ def run_durable(
             own_commits += 2
     statements = read_statements(pg_url, stats, STATEMENT_NAMES)
     own_commits += 1 if stats.precise else 0
-    settle()
+    let_statistics_flush()
     after = read_counters(pg_url, TABLES)
     if steps != args.sessions * args.steps:
         raise RuntimeError(f"expected {args.sessions * args.steps} committed steps, got {steps}")
@@ -245,7 +244,7 @@ def warm_up(
     delete them: every pooled connection has then prepared and planned its
     statements, as a worker that has been up a while has. Without it, a run of
     200 sessions claims mostly on new connections, whose first dozen claims
-    cost 2-4x a warm one's (``benchmarks/claims.py``), while the raw runs'
+    cost 2-4x a warm one's (the claims study in docs/performance.md), while the raw runs'
     connections are warm after their first few of 250 commits."""
     with (
         harness.bench_client(settings, args.enqueue_threads) as client,
@@ -439,7 +438,7 @@ def run_raw(
             proc.start()
         barrier.wait(timeout=60)  # every child has its connections open
         reset_statements(pg_url, stats)
-        settle()
+        let_statistics_flush()
         before = read_counters(pg_url, TABLES)
         own_commits = 1  # the snapshot's own transaction
         cpu_before = meter.sample([])
@@ -457,7 +456,7 @@ def run_raw(
     cpu.clients = sum(report[4] for report in reports)
     statements = read_statements(pg_url, stats, STATEMENT_NAMES)
     own_commits += 1 if stats.precise else 0
-    settle()
+    let_statistics_flush()
     after = read_counters(pg_url, TABLES)
     completed = harness.scalar(pg_url, "SELECT count(*) FROM sessions WHERE status = 'completed'")
     if steps != args.sessions * args.steps or completed != args.sessions:

@@ -1,5 +1,5 @@
-"""The external ledger the chaos and fault benchmarks' agents write their side
-effects to: a real HTTP server in the benchmark's process, playing a payment
+"""The external ledger the agents of the chaos run and the fault matrix write
+their side effects to: a real HTTP server in the run's process, playing a payment
 API that dedupes on the idempotency key.
 
 Each request names its logical call (a session and a call name) beside the

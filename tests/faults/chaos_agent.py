@@ -1,10 +1,10 @@
-"""The agent ``benchmarks/chaos.py`` runs under faults; worker subprocesses import it.
+"""The agent ``tests/faults/chaos.py`` runs under faults; worker subprocesses import it.
 
 Each step makes one tool call against the external ledger (a real HTTP server
-in the benchmark process) and then works for ``input["work_ms"]`` so that kills
+in the chaos run's process) and then works for ``input["work_ms"]`` so that kills
 land inside steps, between the effect and the commit. The ledger is told which
 logical call it is (session and step number) beside the idempotency key, so the
-benchmark can count effects per logical call both raw and deduplicated by key.
+run can count effects per logical call both raw and deduplicated by key.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ AGENT_NAME = "chaos"
 INCREMENTAL_AGENT_NAME = "chaos_incremental"
 ASYNC_AGENT_NAME = "chaos_async"
 
-chaos = Agent(AGENT_NAME, description="Benchmark agent: one ledger call per step.")
+chaos = Agent(AGENT_NAME, description="Chaos agent: one ledger call per step.")
 # The same steps with incremental checkpoints and a padded state, so most steps
 # append a patch to the session row instead of rewriting it (chaos.py --incremental).
 chaos_incremental = Agent(
     INCREMENTAL_AGENT_NAME,
     checkpoints=Incremental(snapshot_every=5),
-    description="Benchmark agent: one ledger call per step, incremental checkpoints.",
+    description="Chaos agent: one ledger call per step, incremental checkpoints.",
 )
 
 
@@ -75,7 +75,7 @@ chaos_incremental.step(work, name="work")
 # The same agent with an async step on the worker's event loop (chaos.py --async):
 # it works first and returns right after its call, so the call's result is
 # usually recorded with the step's commit (queue/tool_calls.py).
-chaos_async = Agent(ASYNC_AGENT_NAME, description="Benchmark agent: async, one ledger call a step.")
+chaos_async = Agent(ASYNC_AGENT_NAME, description="Chaos agent: async, one ledger call a step.")
 
 
 async def arecord_effect(url: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:

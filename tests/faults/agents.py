@@ -1,5 +1,5 @@
-"""The workload ``benchmarks/faults.py`` runs through every fault; its worker
-processes import this module.
+"""The workload the fault matrix (``python -m tests.faults``) runs through every
+fault; its worker processes import this module.
 
 Four agents, each making its side effects against the external ledger (a
 real HTTP server in the matrix's process) with the idempotency key resumable

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.harness import ROOT
+from benchmarks.harness.servers import ROOT
 
 # -- command line ------------------------------------------------------------------------
 
@@ -56,7 +56,8 @@ def machine() -> str:
 
 
 def command_line() -> str:
-    return " ".join([Path(sys.executable).name, *sys.argv])
+    """The command as typed, the interpreter by its name (``python -m ...`` too)."""
+    return " ".join([Path(sys.executable).name, *sys.orig_argv[1:]])
 
 
 def library_version() -> str:

@@ -1,7 +1,7 @@
 """The agents of ``benchmarks/inflight.py``; the worker subprocess imports them.
 
 Both run ``STEPS`` steps, each making one call to the slow fake LLM
-(``benchmarks/slow_llm.py``) through ``ctx.tool`` (as an agent should: the
+(``benchmarks/agents/slow_llm.py``) through ``ctx.tool`` (as an agent should: the
 answer is recorded, never paid for twice). ``bench_inflight_async`` awaits it
 with an async HTTP client on the worker's event loop; ``bench_inflight_sync``
 is the same agent with sync steps, one worker thread blocked per call.

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psycopg
 
-from benchmarks.harness import BENCH_TAG, connect, scalar
+from benchmarks.harness.database import BENCH_TAG, connect, scalar
 from resumable._internal.procfs import pid_alive
 
 
@@ -137,7 +137,7 @@ def _wal_syncs(conn: psycopg.Connection[tuple[object, ...]]) -> int | None:
     return None
 
 
-def settle() -> None:
+def let_statistics_flush() -> None:
     """Let backends of just-closed connections exit and flush their statistics."""
     time.sleep(0.5)
 
@@ -149,7 +149,7 @@ def calibrate_empty_query(url: str) -> int:
     with connect(url) as conn:
         for _ in range(200):
             conn.execute("")
-    settle()
+    let_statistics_flush()
     after = read_counters(url, ()).xact_commit
     return round((after - before) / 200)
 

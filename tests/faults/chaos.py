@@ -2,14 +2,14 @@
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/chaos.py [--sessions 300 --steps 8 --workers 3 --kills 50]
+    .venv/bin/python -m tests.faults.chaos [--sessions 300 --steps 8 --workers 3 --kills 50]
 
-N sessions of ``benchmarks/chaos_agent.py`` (M steps, one ledger call each) run
+N sessions of ``tests/faults/chaos_agent.py`` (M steps, one ledger call each) run
 on ``--workers`` real ``resumable worker`` processes and one ``resumable
 scheduler``, and more are started while faults remain, so that at least
 ``--backlog`` are unfinished at every fault (a fault on an idle system proves
 nothing: with a fixed N, a faster machine finished its work with half the
-kills still to come), while the benchmark
+kills still to come), while the run
 
 - SIGKILLs a random worker every ``--kill-every`` seconds and starts a new one
   (``--kills`` times),
@@ -50,10 +50,6 @@ from pathlib import Path
 import psycopg
 import redis
 
-if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.chaos_agent import AGENT_NAME, ASYNC_AGENT_NAME, INCREMENTAL_AGENT_NAME
 from benchmarks.harness import (
     ROOT,
     BenchDeployment,
@@ -64,11 +60,12 @@ from benchmarks.harness import (
     reset_data,
     wait_sessions,
 )
-from benchmarks.ledger import Ledger
-from benchmarks.report import percentile
+from benchmarks.harness.report import percentile
 from resumable.dev.processes import Process
+from tests.faults.chaos_agent import AGENT_NAME, ASYNC_AGENT_NAME, INCREMENTAL_AGENT_NAME
+from tests.faults.ledger import Ledger
 
-# The benchmark's own polling connection, spared when every other one is terminated.
+# The run's own polling connection, spared when every other one is terminated.
 OBSERVER = "chaos-observer"
 
 TABLES = [
@@ -89,14 +86,14 @@ TABLES = [
 
 
 class Fleet:
-    """Workers and one scheduler on the benchmark's deployment; killed workers are replaced."""
+    """Workers and one scheduler on the run's deployment; killed workers are replaced."""
 
     def __init__(self, deployment: BenchDeployment) -> None:
         self.deployment = deployment
         self.workers: list[Process] = []
 
     def add_worker(self) -> Process:
-        (worker,) = self.deployment.start_workers(1, "benchmarks.chaos_agent")
+        (worker,) = self.deployment.start_workers(1, "tests.faults.chaos_agent")
         self.workers.append(worker)
         return worker
 
@@ -411,7 +408,9 @@ def report(outcome: Outcome, recovery: list[float], args: argparse.Namespace) ->
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.faults.chaos", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--sessions", type=int, default=300, help="sessions started first")
     parser.add_argument(
         "--backlog",

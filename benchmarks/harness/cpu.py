@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import redis
 
-from benchmarks.harness import scalar
+from benchmarks.harness.database import scalar
 from resumable._internal import procfs
 
 

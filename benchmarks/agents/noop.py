@@ -1,4 +1,4 @@
-"""A no-op agent for ``benchmarks/steps.py``; the worker subprocesses import it.
+"""A no-op agent for ``benchmarks/steps.py`` and ``cold_start.py``; their workers import it.
 
 A session runs ``input["steps"]`` steps. Each step only increments a counter in
 the state and names the next step; the one that reaches the count returns

@@ -1,0 +1,51 @@
+"""The benchmark's own statements: connections, one-value reads, and the
+tables emptied or settled before a measured phase."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+import redis
+
+BENCH_TAG = "/* bench */"  # marks the benchmark's own statements in pg_stat_statements
+
+
+def connect(url: str, *, autocommit: bool = True) -> psycopg.Connection[tuple[Any, ...]]:
+    return psycopg.connect(url, autocommit=autocommit)
+
+
+def scalar(url: str, sql: str) -> Any:
+    with connect(url) as conn:
+        row = conn.execute(sql).fetchone()
+    return None if row is None else row[0]
+
+
+def reset_data(
+    url: str, redis_url: str, truncate: Sequence[str], vacuum: Sequence[str] = ()
+) -> None:
+    """Empty `truncate` (CASCADE), VACUUM ANALYZE `vacuum`, flush the Redis database."""
+    with connect(url) as conn:
+        conn.execute(f"TRUNCATE {', '.join(truncate)} CASCADE")
+        if vacuum:
+            conn.execute(f"VACUUM ANALYZE {', '.join(vacuum)}")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+
+
+def settle(conn: psycopg.Connection[Any], tables: Sequence[str]) -> None:
+    """VACUUM ANALYZE `tables`, then CHECKPOINT (where allowed): a measured phase
+    then starts from the same state whatever ran before it. Otherwise the dead
+    rows and dirty pages of the phase before are cleaned up during the next one
+    (autovacuum, the checkpointer), whose PostgreSQL CPU and time they swell:
+    a 10,000-timer burst right after bursts.py's step-rate phase took 13-28 s
+    (PostgreSQL 1.6-4.4 ms of CPU per session), settled first 9.1-9.3 s (0.9 ms),
+    and whichever of the burst and the direct wake ran first paid for it."""
+    conn.execute(f"VACUUM ANALYZE {', '.join(tables)}")
+    with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+        conn.execute("CHECKPOINT")

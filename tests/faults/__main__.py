@@ -1,0 +1,196 @@
+"""The fault matrix: one workload through every fault, the invariants checked from outside.
+
+Run from the repository root (CI runs ``--short``)::
+
+    .venv/bin/python -m tests.faults [--short] [--only kill_storm,redis_restart]
+
+A real deployment (a web process, a scheduler, a single-process worker and a
+worker of two forked processes) runs on a PostgreSQL and a Redis of the
+matrix's own: the embedded PostgreSQL under ``--home`` (or ``DATABASE_URL``)
+and a valkey it can kill and start again (``resumable/dev/disposable_redis.py``).
+For each fault, in turn, it starts a batch of sessions of the four agents of
+``tests/faults/agents.py`` (sync steps with a durable timer and a signed
+callback, the same steps async, a saga that fails and undoes its bookings,
+fenced writes under a shared lock), waits until they are under way, injects
+the fault, and waits for every session of the batch to finish:
+
+- ``kill_storm``: SIGKILL a random worker process every ``--kill-every`` s
+  (a child of the forked worker, which its parent replaces, or a whole
+  worker, which the matrix replaces);
+- ``zombie``: SIGSTOP a worker for 2.5 leases, then SIGCONT it (its late
+  writes must be refused);
+- ``redis_restart``: ``kill -9`` Redis, start it again 3 s later, empty;
+- ``redis_flush``: FLUSHALL;
+- ``postgres``: terminate every connection of the database, then restart
+  PostgreSQL in immediate mode (a crash and its recovery; embedded only);
+- ``web_kill``: SIGKILL the web process while callbacks arrive, start it again;
+- ``rolling_sigterm``: SIGTERM each worker in turn and start its successor.
+
+Checked from outside after each fault: no session lost (each ends as its
+agent must: completed, or failed with its saga undone), no logical call's
+effect under two idempotency keys (the external ledger counts them), every
+session's checkpoints gapless, and every process still doing its job: each
+worker process answers its own ``/readyz`` and runs steps of a probe batch
+(its step counter moves), the web answers ``/readyz`` and stores callbacks,
+the scheduler wakes the probes' timers. Exit status 1 if anything fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.harness import (
+    ROOT,
+    Services,
+    bench_client,
+    bench_services,
+    log_dir_for,
+    reset_data,
+)
+from benchmarks.harness.report import context_lines
+from resumable.dev.disposable_redis import DisposableRedis
+from resumable.dev.processes import Deployment
+from tests.faults.callbacks import CallbackSender
+from tests.faults.fleet import Fleet
+from tests.faults.ledger import Ledger
+from tests.faults.matrix import FAULTS, Matrix, PhaseResult
+
+TABLES = [
+    "sessions",
+    "checkpoints",
+    "audit_events",
+    "tool_execution_cache",
+    "callbacks",
+    "deliveries",
+    "agents",
+    "workers",
+    "dead_letters",
+    "alerts",
+    "coordination_locks",
+]
+SECRET = "whsec_" + "ZmF1bHQtbWF0cml4LXNlY3JldC0wMTIzNDU2Nzg5YWI="
+TOKEN = "fault-matrix-token-0123456789"
+
+
+def report(results: list[PhaseResult]) -> bool:
+    print(
+        f"\n{'fault':<16} {'sessions':>8} {'in flight':>9} {'lost':>5} {'2 keys':>6}"
+        f" {'gaps':>5} {'fault s':>8} {'done s':>7}  consuming after"
+    )
+    for r in results:
+        consuming = "every process" if not r.not_consuming else "NO"
+        print(
+            f"{r.fault:<16} {r.sessions:>8} {r.in_flight_at_fault:>9} {len(r.lost):>5}"
+            f" {r.two_keys:>6} {len(r.gaps):>5} {r.fault_seconds:>8.1f}"
+            f" {r.recovered_seconds:>7.1f}  {consuming}"
+        )
+    ok = True
+    for r in results:
+        for line in r.lost[:5] + r.gaps[:5] + r.not_consuming[:5]:
+            print(f"  {r.fault}: {line}")
+        ok = ok and r.ok
+    return ok
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.faults", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--short", action="store_true", help="CI's form: smaller batches")
+    parser.add_argument("--only", default="", help=f"comma-separated, of: {', '.join(FAULTS)}")
+    parser.add_argument("--sessions", type=int, default=None, help="sessions per fault")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--threads", type=int, default=3)
+    parser.add_argument("--work-ms", type=float, default=150.0)
+    parser.add_argument("--kills", type=int, default=None)
+    parser.add_argument("--kill-every", type=float, default=1.0)
+    parser.add_argument("--lease", type=float, default=2.0)
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per fault to finish")
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--home", type=Path, default=ROOT / ".resumable" / "faults")
+    args = parser.parse_args(argv)
+    args.sessions = args.sessions or (24 if args.short else 60)
+    args.kills = args.kills or (4 if args.short else 12)
+    wanted = [name for name in args.only.split(",") if name] or FAULTS
+    unknown = [name for name in wanted if name not in FAULTS]
+    if unknown:
+        parser.error(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
+    args.faults = wanted
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    with DisposableRedis(args.home / "valkey") as own_redis:
+        os.environ["REDIS_URL"] = own_redis.url  # the matrix's own, to kill and start again
+        with bench_services(args.home) as services:
+            reset_data(services.pg_url, own_redis.url, TABLES)
+            for line in context_lines(services.where.replace("embedded Valkey", own_redis.url)):
+                print(line)
+            results = run(args, services, own_redis)
+    ok = report(results)
+    print(
+        f"\n{'OK' if ok else 'FAILED'}: {len(results)} faults in {time.monotonic() - started:.0f} s"
+    )
+    return 0 if ok else 1
+
+
+def run(
+    args: argparse.Namespace, services: Services, own_redis: DisposableRedis
+) -> list[PhaseResult]:
+    log_dir = log_dir_for(args.home)
+    print(f"  logs in {log_dir}")
+    env = {
+        "DATABASE_URL": services.database_url,
+        "REDIS_URL": own_redis.url,
+        "PYTHONPATH": str(ROOT),
+        "RESUMABLE_LEASE_SECONDS": f"{args.lease:g}",
+        "RESUMABLE_HEARTBEAT_TIMEOUT_MS": "3000",
+        "RESUMABLE_MAINTENANCE_CHANCE": "200000",
+        "RESUMABLE_WORKER_THREADS": str(args.threads),
+        "RESUMABLE_WORKER_PREFETCH": str(args.threads),
+        "RESUMABLE_SCHEDULER_INTERVAL_SECONDS": "0.25",
+        "RESUMABLE_RECONCILE_GRACE_SECONDS": "2",
+        "RESUMABLE_API_TOKENS": TOKEN,
+        "RESUMABLE_WEBHOOK_SECRET": SECRET,
+    }
+    results: list[PhaseResult] = []
+    with (
+        Ledger() as ledger,
+        Deployment(env, log_dir, cwd=ROOT, grace_seconds=60) as deployment,
+        bench_client(services.settings(), pool_size=4) as client,
+    ):
+        fleet = Fleet(deployment, args.threads)
+        deployment.env["RESUMABLE_PUBLIC_URL"] = fleet.web_url
+        fleet.start_web()
+        fleet.start_scheduler()
+        fleet.add_worker(1)
+        fleet.add_worker(2)
+        sender = CallbackSender(services.pg_url, fleet.web_url, SECRET)
+        sender.start()
+        matrix = Matrix(args, services, own_redis, fleet, client, ledger)
+        try:
+            for name in args.faults:
+                print(f"  {name} ...", flush=True)
+                result = matrix.run_phase(name, getattr(matrix, name))
+                results.append(result)
+                print(
+                    f"    {result.sessions} sessions, {len(result.lost)} lost,"
+                    f" {result.two_keys} under two keys, all done {result.recovered_seconds:.1f} s"
+                    f" after the fault; {'; '.join(result.notes[-3:])}",
+                    flush=True,
+                )
+        finally:
+            sender.stop()
+        print(f"  stale lock writes refused by the ledger: {ledger.stale_refused}")
+        print(f"  callbacks sent {len(sender.sent)}, failed sends retried {sender.failures}")
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(main())
