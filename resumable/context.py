@@ -3,13 +3,14 @@
 What the worker adds to a step (tool-call records, callback tokens,
 coordination with other sessions) comes in through the protocols below, so
 ``resumable.testing`` can hand a step the same ``StepContext`` over in-memory
-records; the rule that derives a call's idempotency key lives here for both.
+records; the rule that derives a call's idempotency key
+(``resumable._internal.call_keys``, which an operator's preview of ``accept``
+also uses) is re-exported here for both.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import logging
 import uuid
@@ -17,7 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar, overload
 
-from resumable._internal import serialization
+from resumable._internal import call_keys, serialization
 from resumable.agent import Complete, Next, checked_name
 from resumable.checkpoints import Reducer
 from resumable.coordination.step import StepCoordination
@@ -26,21 +27,9 @@ from resumable.waits import Callback, Children, Lock, Poll, Signal, Timer, Wait,
 
 T = TypeVar("T")
 
-
-def tool_request(tool: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """A call's arguments as canonical JSON: with its tool and position, its
-    identity (refused here when JSON or PostgreSQL cannot hold them)."""
-    return serialization.canonical(
-        {"args": list(args), "kwargs": kwargs}, f"tool {tool!r} arguments"
-    )
-
-
-def idempotency_key(
-    session_id: uuid.UUID, step_seq: int, step: str, call_index: int, tool: str, request: str
-) -> str:
-    """The key of one logical call: same inputs, same key, on every replay."""
-    material = "\x1f".join([str(session_id), str(step_seq), step, str(call_index), tool, request])
-    return "rsm_" + hashlib.sha256(material.encode()).hexdigest()
+# The rule that derives a call's identity, for the worker and resumable.testing.
+tool_request = call_keys.tool_request
+idempotency_key = call_keys.idempotency_key
 
 
 def accepts_idempotency_key(fn: Callable[..., Any]) -> bool:

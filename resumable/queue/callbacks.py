@@ -15,7 +15,7 @@ import uuid
 from datetime import timedelta
 
 from resumable.errors import LeaseLostError
-from resumable.models import wait_queries
+from resumable.models import wait_ops
 from resumable.models.database import Database
 from resumable.waits import Callback, check_name, check_seconds
 
@@ -39,20 +39,17 @@ class CallbackFactory:
         index = self._next_index
         self._next_index += 1
         with self._db.connection() as conn:
-            row = conn.execute(
-                wait_queries.CREATE_CALLBACK,
-                {
-                    "session_id": self._session_id,
-                    "epoch": self._epoch,
-                    "token": secrets.token_urlsafe(32),
-                    "step_seq": self._step_seq,
-                    "call_index": index,
-                    "topic": topic,
-                },
-            ).fetchone()
-        if row is None or not row["owned"] or row["token"] is None:
+            token = wait_ops.create_callback(
+                conn,
+                self._session_id,
+                self._epoch,
+                token=secrets.token_urlsafe(32),
+                step_seq=self._step_seq,
+                call_index=index,
+                topic=topic,
+            )
+        if token is None:
             raise LeaseLostError("lease lost before creating a callback")
-        token = str(row["token"])
         return Callback(
             token=token,
             topic=topic,

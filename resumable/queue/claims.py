@@ -22,12 +22,10 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-from psycopg.rows import class_row
-
 from resumable.agent import AgentRegistry, version_label
 from resumable.broker.messages import enqueue_after_commit
-from resumable.models import step_queries
-from resumable.models.step_queries import ClaimableElsewhere, ClaimedSession
+from resumable.models import step_ops
+from resumable.models.step_queries import ClaimedSession
 from resumable.queue.outcomes import RunOutcome
 from resumable.queue.scope import WorkerScope
 from resumable.queue.takeover import take_over
@@ -88,27 +86,14 @@ class Claims:
                 scope.broker, scope.settings, [session_id], why="returned unclaimed (stopping)"
             )
             return RunOutcome.NOT_CLAIMED
-        # Prepared at its first execution on a connection, as COMMIT_STEP is:
-        # psycopg sends the first five unprepared, each parsed and planned anew
-        # (a new connection's 2nd to 6th claims: 0.93-1.28 ms, prepared
-        # 0.70-0.95, once on a generic plan 0.33; docs/performance.md, "The claim"), and
-        # every connection of a pool that grows, is recycled or starts after a
-        # deploy pays that.
         with scope.db.connection() as conn:
-            claim = (
-                conn.cursor(row_factory=class_row(ClaimedSession))
-                .execute(
-                    step_queries.CLAIM_LEASE,
-                    {
-                        "id": session_id,
-                        "owner": self._owner(),
-                        "versions": self._versions_json,
-                        "starts": self._starts_json,
-                        "lease_seconds": scope.settings.lease_seconds,
-                    },
-                    prepare=True,
-                )
-                .fetchone()
+            claim = step_ops.claim(
+                conn,
+                session_id,
+                owner=self._owner(),
+                versions=self._versions_json,
+                starts=self._starts_json,
+                lease_seconds=scope.settings.lease_seconds,
             )
         return claim if claim is not None else self._not_claimed(session_id)
 
@@ -121,17 +106,8 @@ class Claims:
         the claim it returns)."""
         scope, identity = self._scope, self._identity
         with scope.db.connection() as conn:
-            row = (
-                conn.cursor(row_factory=class_row(ClaimableElsewhere))
-                .execute(
-                    step_queries.CLAIMABLE_ELSEWHERE,
-                    {
-                        "id": session_id,
-                        "versions": self._versions_json,
-                        "takes_over": identity.takes_over,
-                    },
-                )
-                .fetchone()
+            row = step_ops.claimable_elsewhere(
+                conn, session_id, versions=self._versions_json, takes_over=identity.takes_over
             )
         if row is None:
             # Finished, owned by a live worker, or unknown: a duplicate message.

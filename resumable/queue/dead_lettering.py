@@ -13,12 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from psycopg.rows import class_row
-
-from resumable._internal import serialization
 from resumable.coordination import children
 from resumable.models import failure_queries
-from resumable.models.failure_queries import DeadLettered
 from resumable.models.status import SagaOutcome
 from resumable.queue.failing import HeldLease, log_failed_for_good
 from resumable.queue.outcomes import RunOutcome
@@ -42,29 +38,16 @@ def dead_letter(
     once the dead letter is committed (not before: the write may be fenced)."""
     alert_kind = "compensation_failed" if compensation is SagaOutcome.FAILED else "dead_letter"
     with scope.db.connection() as conn:
-        row = (
-            conn.cursor(row_factory=class_row(DeadLettered))
-            .execute(
-                failure_queries.FAIL_SESSION,
-                {
-                    "id": held.session_id,
-                    "epoch": held.epoch,
-                    "error": serialization.dumps(error, "error"),
-                    "attempts": attempts,
-                    "step": error.get("step"),
-                    "code": error.get("code", "step_failed"),
-                    "type": error.get("type", "Exception"),
-                    "message": error.get("message", ""),
-                    "traceback": error.get("traceback"),
-                    "compensation": compensation,
-                    "compensation_error": serialization.dumps(compensation_error)
-                    if compensation_error
-                    else None,
-                    "alert_kind": alert_kind,
-                    "alerts_enabled": bool(scope.settings.alert_webhook_url),
-                },
-            )
-            .fetchone()
+        row = failure_queries.fail_session(
+            conn,
+            held.session_id,
+            held.epoch,
+            error=error,
+            attempts=attempts,
+            compensation=compensation,
+            compensation_error=compensation_error,
+            alert_kind=alert_kind,
+            alerts_enabled=bool(scope.settings.alert_webhook_url),
         )
     if row is None:
         return RunOutcome.LEASE_LOST

@@ -21,10 +21,10 @@ sessions go to other workers, and fencing rejects whatever it writes later.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import psycopg
 
@@ -72,42 +72,37 @@ class WorkerHeartbeat:
             self._conn = psycopg.connect(self._url, autocommit=True, connect_timeout=5)
         return self._conn
 
-    def _execute(self, statement: str, params: dict[str, object]) -> bool:
-        """Run one statement on the heartbeat's own connection; whether a row came back."""
+    @contextmanager
+    def _locked(self) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+        """The heartbeat's own connection, for one write at a time."""
         with self._lock:  # the vital signs' thread reports through it too
-            cursor = self._connection().execute(statement, params)
-            return cursor.description is not None and cursor.fetchone() is not None
+            yield self._connection()
 
     def announce(self) -> list[str]:
         """Write this worker's row; return the agents no other live worker
         loaded until now, or whose version (one this worker runs or migrates)
         no other live worker served: their waiting sessions need a message."""
         conn = self._connection()
-        params = {"id": self.worker_id, "agents": self._agents}
-        unserved = [str(row[0]) for row in conn.execute(agent_queries.UNSERVED_AGENTS, params)]
+        unserved = agent_queries.unserved_agents(conn, self.worker_id, self._agents)
         labels = [f"{name}@{version}" for name, version in self._versions.items()]
         labels += self._takes_over
-        versions = {"id": self.worker_id, "labels": labels}
-        for row in conn.execute(agent_queries.UNSERVED_VERSIONS, versions):
-            if str(row[0]) not in unserved:
-                unserved.append(str(row[0]))
-        conn.execute(agent_queries.FORGET_DEAD_WORKERS)
+        for name in agent_queries.unserved_versions(conn, self.worker_id, labels):
+            if name not in unserved:
+                unserved.append(name)
+        agent_queries.forget_dead_workers(conn)
         self._announce()
         return unserved
 
     def _announce(self) -> None:
-        self._execute(
-            agent_queries.ANNOUNCE_WORKER,
-            {"id": self.worker_id, "agents": json.dumps(self._agents), "ttl": self.ttl},
-        )
-        self._execute(
-            agent_queries.ANNOUNCE_VERSIONS,
-            {
-                "id": self.worker_id,
-                "versions": json.dumps(self._versions),
-                "takes_over": json.dumps(self._takes_over),
-            },
-        )
+        with self._locked() as conn:
+            agent_queries.announce_worker(
+                conn,
+                self.worker_id,
+                agents=self._agents,
+                ttl=self.ttl,
+                versions=self._versions,
+                takes_over=self._takes_over,
+            )
 
     def start(self) -> None:
         self._thread.start()
@@ -126,11 +121,8 @@ class WorkerHeartbeat:
             self._thread.join(timeout=5)
         problem = self.problem()
         try:
-            if problem is None:
-                self._execute(agent_queries.RETIRE_WORKER, {"id": self.worker_id})
-            else:
-                params: dict[str, object] = {"id": self.worker_id, "problem": problem}
-                self._execute(agent_queries.RETIRE_UNHEALTHY_WORKER, params)
+            with self._locked() as conn:
+                agent_queries.retire_worker(conn, self.worker_id, problem)
         except psycopg.Error:
             logger.warning("could not remove this worker's heartbeat row", exc_info=True)
         if self._conn is not None:
@@ -145,8 +137,12 @@ class WorkerHeartbeat:
             logger.warning("could not write this worker's problem to its heartbeat row")
 
     def beat(self) -> None:
-        params = {"id": self.worker_id, "ttl": self.ttl, "problem": self.problem()}
-        if not self._execute(agent_queries.WORKER_HEARTBEAT, params):
+        problem = self.problem()
+        with self._locked() as conn:
+            alive = agent_queries.worker_heartbeat(
+                conn, self.worker_id, ttl=self.ttl, problem=problem
+            )
+        if not alive:
             self._announce()
 
     def _run(self) -> None:

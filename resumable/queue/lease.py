@@ -18,12 +18,8 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from typing import Any
 
-from psycopg import Connection
-from psycopg.rows import class_row
-
-from resumable.models import lease_queries, step_queries
+from resumable.models import lease_queries, step_ops
 from resumable.models.database import Database
 from resumable.models.lease_queries import NotRenewed
 from resumable.models.status import SessionStatus
@@ -84,10 +80,7 @@ class LeaseKeeper:
         again at once); False if this epoch no longer held it."""
         self.drop(session_id, epoch)
         with self._db.connection() as conn:
-            row = conn.execute(
-                step_queries.RELEASE_LEASE, {"id": session_id, "epoch": epoch, "reason": reason}
-            ).fetchone()
-        return row is not None
+            return step_ops.release_lease(conn, session_id, epoch, reason=reason)
 
     def holds(self, session_id: uuid.UUID, epoch: int) -> bool:
         """Whether this process still renews the lease of that epoch."""
@@ -103,11 +96,11 @@ class LeaseKeeper:
             # One statement for every lease: hundreds of async runs in flight
             # must not make a pass take longer than the lease (lease_queries.py).
             with self._db.connection() as conn:
-                lost = self._not_renewed(conn, lease_queries.RENEW_LEASES, held)
+                lost = lease_queries.renew_leases(conn, held, lease_seconds=self._lease_seconds)
                 stale = [(row.id, row.held_epoch) for row in lost if _looks_renewable(row)]
                 if stale:
                     lost = [row for row in lost if not _looks_renewable(row)]
-                    lost += self._not_renewed(conn, lease_queries.NOT_RENEWED_NOW, stale)
+                    lost += lease_queries.not_renewed_now(conn, stale)
             for row in lost:
                 now = None
                 if row.status is not None and row.epoch is not None:
@@ -116,17 +109,6 @@ class LeaseKeeper:
         except Exception:
             # The database may be briefly unreachable; the next tick retries.
             logger.exception("lease renewal failed", extra={"action": "lease_renewal_failed"})
-
-    def _not_renewed(
-        self, conn: Connection[Any], query: str, held: list[tuple[uuid.UUID, int]]
-    ) -> list[NotRenewed]:
-        params = {
-            "ids": [session_id for session_id, _ in held],
-            "epochs": [epoch for _, epoch in held],
-            "lease_seconds": self._lease_seconds,
-        }
-        cursor = conn.cursor(row_factory=class_row(NotRenewed))
-        return cursor.execute(query, params).fetchall()
 
     def _lost(self, session_id: uuid.UUID, epoch: int, now: Renewal | None) -> None:
         with self._lock:

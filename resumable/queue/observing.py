@@ -18,17 +18,13 @@ from prometheus_client import Histogram
 
 from resumable import tracing
 from resumable._internal.logs import set_log_field
+from resumable.models import wait_ops
 from resumable.models.database import Database
 from resumable.models.step_queries import ClaimedSession
 from resumable.queue import worker_metrics
 from resumable.waits import Wake
 
 logger = logging.getLogger(__name__)
-
-_DELIVERY_AGE = """
-SELECT kind, extract(epoch FROM clock_timestamp() - received_at)::float8 AS seconds
-FROM deliveries WHERE id = %(id)s
-"""
 
 
 def observe_run(db: Database, claim: ClaimedSession) -> contextlib.AbstractContextManager[Any]:
@@ -66,13 +62,12 @@ def _observe_resume_latency(
     the same wake again and is measured again (it did wait that long)."""
     try:
         with db.connection() as conn:
-            row = conn.execute(_DELIVERY_AGE, {"id": delivery_id}).fetchone()
+            age = wait_ops.delivery_age(conn, delivery_id)
     except Exception as exc:  # a metric never fails the run it measures
         logger.warning("resume latency not read: %s", exc, extra={"action": "metrics_degraded"})
         return
-    if row is not None:
-        seconds = max(0.0, float(row["seconds"]))  # type: ignore[arg-type]
-        histogram.labels(claim.agent, str(row["kind"])).observe(seconds)
+    if age is not None:
+        histogram.labels(claim.agent, age.kind).observe(max(0.0, age.seconds))
 
 
 _NOTHING = contextlib.nullcontext()

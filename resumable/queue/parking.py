@@ -14,12 +14,11 @@ resumes it (after deploying a fix), accepts the new behaviour, or fails it
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
-from resumable._internal import serialization
 from resumable.agent import Agent
 from resumable.errors import ReplayDivergedError
-from resumable.models import blocked_queries, step_queries
+from resumable.models import blocked_queries, step_ops
 from resumable.models.database import Database
 from resumable.models.step_queries import ClaimedSession
 from resumable.queue.lease import LeaseKeeper
@@ -63,13 +62,10 @@ def fewer_calls(
     recorded (found when its commit wrote nothing), or None: then the commit
     was fenced out by another worker."""
     with db.connection() as conn:
-        rows = conn.execute(
-            step_queries.RECORDED_BEYOND,
-            {"id": session_id, "step_seq": step_seq, "calls_made": made},
-        ).fetchall()
-    if not rows:
+        beyond = step_ops.recorded_beyond(conn, session_id, step_seq, made)
+    if not beyond:
         return None
-    first = rows[0]
+    first = beyond[0]
     return ReplayDivergedError(
         {
             "kind": "tool_calls_missing",
@@ -77,17 +73,17 @@ def fewer_calls(
             "step_seq": step_seq,
             "call_index": made,
             "message": f"step {step!r} made {made} call(s) on replay, but "
-            f"{len(rows)} more were recorded from call #{first['call_index']} on "
-            f"({', '.join(repr(row['tool']) for row in rows)})",
+            f"{len(beyond)} more were recorded from call #{first.call_index} on "
+            f"({', '.join(repr(call.tool) for call in beyond)})",
             "recorded": {
-                "tool": first["tool"],
-                "args_hash": first["args_hash"],
-                "request": first["request"],
-                "status": first["status"],
-                "idempotency_key": first["idempotency_key"],
+                "tool": first.tool,
+                "args_hash": first.args_hash,
+                "request": first.request,
+                "status": first.status,
+                "idempotency_key": first.idempotency_key,
                 "calls": [
-                    {"call_index": row["call_index"], "tool": row["tool"], "status": row["status"]}
-                    for row in rows
+                    {"call_index": call.call_index, "tool": call.tool, "status": call.status}
+                    for call in beyond
                 ],
             },
             "requested": None,
@@ -107,17 +103,15 @@ def park(
     reason = divergence.reason
     keeper.drop(session_id, epoch)  # this write gives the lease up
     with db.connection() as conn:
-        row = conn.execute(
-            blocked_queries.BLOCK_SESSION,
-            {
-                "id": session_id,
-                "epoch": epoch,
-                "reason": serialization.dumps(reason, "blocked reason"),
-                "step": reason.get("step"),
-                "alerts_enabled": bool(settings.alert_webhook_url),
-            },
-        ).fetchone()
-    if row is None:
+        blocked = blocked_queries.block(
+            conn,
+            session_id,
+            epoch,
+            reason=reason,
+            step=cast("str | None", reason.get("step")),  # a step's name, as every reason has
+            alerts_enabled=bool(settings.alert_webhook_url),
+        )
+    if not blocked:
         return RunOutcome.LEASE_LOST
     logger.warning(
         "session blocked for an operator: %s",

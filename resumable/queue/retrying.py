@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from resumable._internal import serialization
 from resumable.broker.messages import enqueue_after_commit
 from resumable.models import failure_queries
 from resumable.queue.failing import HeldLease
@@ -39,18 +38,16 @@ def schedule_retry(
     delay = policy.delay(attempts, exc)
     scope.keeper.drop(held.session_id, held.epoch)  # this write gives the lease up
     with scope.db.connection() as conn:
-        row = conn.execute(
-            failure_queries.SCHEDULE_RETRY,
-            {
-                "id": held.session_id,
-                "epoch": held.epoch,
-                "attempts": attempts,
-                "error": serialization.dumps(record, "error"),
-                "delay": delay,
-                "step": step,
-            },
-        ).fetchone()
-    if row is None:
+        retry_at = failure_queries.schedule_retry(
+            conn,
+            held.session_id,
+            held.epoch,
+            attempts=attempts,
+            error=record,
+            delay=delay,
+            step=step,
+        )
+    if retry_at is None:
         return RunOutcome.LEASE_LOST
     logger.warning(
         "step %s failed (attempt %d of %d), retrying in %.2f s: %s: %s",

@@ -49,7 +49,7 @@ from resumable.errors import (
     ReplayDivergedError,
     ResumableError,
 )
-from resumable.models import step_queries
+from resumable.models import step_ops
 from resumable.models.status import SagaOutcome, SessionStatus
 from resumable.models.step_queries import ClaimedSession
 from resumable.queue.checkpoint_writer import CheckpointWriter
@@ -360,14 +360,8 @@ class Run:
         """Record the run's first step and its deadline, for `hung_sessions`."""
         claim = self._claim
         with self._scope.db.connection() as conn:
-            conn.execute(
-                step_queries.START_STEP,
-                {
-                    "id": claim.session_id,
-                    "epoch": claim.epoch,
-                    "cursor": cursor,
-                    "time_limit": time_limit,
-                },
+            step_ops.start_step(
+                conn, claim.session_id, claim.epoch, cursor=cursor, time_limit=time_limit
             )
 
     # -- the end --------------------------------------------------------------------------

@@ -23,11 +23,11 @@ that thread waits for it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from psycopg.rows import class_row
+import psycopg
 
-from resumable._internal import serialization
 from resumable.agent import Agent
 from resumable.broker.messages import enqueue_after_commit
 from resumable.models import failure_queries
@@ -49,10 +49,7 @@ logger = logging.getLogger(__name__)
 def has_compensations(scope: WorkerScope, held: HeldLease) -> bool:
     """Whether the session made calls that a saga would undo."""
     with scope.db.connection() as conn:
-        return (
-            conn.execute(failure_queries.PENDING_COMPENSATIONS, {"id": held.session_id}).fetchone()
-            is not None
-        )
+        return failure_queries.has_pending_compensations(conn, held.session_id)
 
 
 def start_saga(
@@ -66,17 +63,10 @@ def start_saga(
     """Commit the session ``compensating`` with the step's error, then run
     the saga. `held.attempts` counts the attempt that failed for good."""
     with scope.db.connection() as conn:
-        started = conn.execute(
-            failure_queries.START_COMPENSATION,
-            {
-                "id": held.session_id,
-                "epoch": held.epoch,
-                "attempts": held.attempts,
-                "error": serialization.dumps(record, "error"),
-                "step": step,
-            },
-        ).fetchone()
-    if started is None:
+        started = failure_queries.start_compensation(
+            conn, held.session_id, held.epoch, attempts=held.attempts, error=record, step=step
+        )
+    if not started:
         return not_recorded(step, record)
     log_failed_for_good(step, held.attempts, record)
     return compensate(scope, held, agent, record, policy)
@@ -93,11 +83,7 @@ def compensate(
     epoch; then dead-letter the session. `held.attempts` counts the
     failed attempt that started the saga."""
     with scope.db.connection() as conn:
-        pending = (
-            conn.cursor(row_factory=class_row(PendingCompensation))
-            .execute(failure_queries.PENDING_COMPENSATIONS, {"id": held.session_id})
-            .fetchall()
-        )
+        pending = failure_queries.pending_compensations(conn, held.session_id)
     lost = next((c for c in pending if not agent.has_compensation(c.compensation)), None)
     if lost is not None:
         # The deployed code lost one: parked for an operator, not given up,
@@ -110,7 +96,7 @@ def compensate(
             return hand_back(scope, held.session_id, held.epoch, "worker stopping")
         key = f"{call.idempotency_key}:compensate"
         name = call.compensation
-        if not _fenced(scope, failure_queries.CLAIM_COMPENSATION, call, held):
+        if not _fenced(scope, failure_queries.claim_compensation, call, held):
             return RunOutcome.LEASE_LOST
         try:
             fn = agent.get_compensation(name)
@@ -118,7 +104,7 @@ def compensate(
             resolve(fn(call.request, call.response, **kwargs), scope.loop)
         except Exception as exc:
             return _compensation_failed(scope, held, call, exc, error, policy)
-        if not _fenced(scope, failure_queries.COMPENSATION_DONE, call, held):
+        if not _fenced(scope, failure_queries.compensation_done, call, held):
             return RunOutcome.LEASE_LOST
         logger.info("compensated %s with %s", call.tool, name, extra={"action": "compensated"})
     if not pending and not _compensations_ran(scope, held):
@@ -128,14 +114,18 @@ def compensate(
 
 def _compensations_ran(scope: WorkerScope, held: HeldLease) -> bool:
     with scope.db.connection() as conn:
-        row = conn.execute(failure_queries.COMPENSATIONS_RAN, {"id": held.session_id})
-        return row.fetchone() is not None
+        return failure_queries.compensations_ran(conn, held.session_id)
 
 
-def _fenced(scope: WorkerScope, statement: str, call: PendingCompensation, held: HeldLease) -> bool:
+def _fenced(
+    scope: WorkerScope,
+    write: Callable[[psycopg.Connection[Any], str, int], bool],
+    call: PendingCompensation,
+    held: HeldLease,
+) -> bool:
+    """Run a fenced write of the call's compensation; False if the epoch moved on."""
     with scope.db.connection() as conn:
-        row = conn.execute(statement, {"key": call.idempotency_key, "epoch": held.epoch}).fetchone()
-    return row is not None
+        return write(conn, call.idempotency_key, held.epoch)
 
 
 def _compensation_failed(
@@ -156,17 +146,10 @@ def _compensation_failed(
     if not give_up:
         scope.keeper.drop(held.session_id, held.epoch)  # released until the next attempt
     with scope.db.connection() as conn:
-        row = conn.execute(
-            failure_queries.COMPENSATION_FAILED,
-            {
-                "key": call.idempotency_key,
-                "epoch": held.epoch,
-                "give_up": give_up,
-                "error": serialization.dumps(record, "error"),
-                "delay": delay,
-            },
-        ).fetchone()
-    if row is None:
+        recorded = failure_queries.compensation_failed(
+            conn, call.idempotency_key, held.epoch, give_up=give_up, error=record, delay=delay
+        )
+    if not recorded:
         return RunOutcome.LEASE_LOST
     if not give_up:
         logger.warning(

@@ -20,16 +20,12 @@ version number: sessions of that version may meet code they never ran on).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable
-from typing import Any
-
-from psycopg.rows import class_row
 
 from resumable.agent import Agent, version_label
 from resumable.models import agent_queries, blocked_queries
-from resumable.models.blocked_queries import WaitingPosition
+from resumable.models.blocked_queries import LiveWorker
 from resumable.models.database import Database
 
 logger = logging.getLogger(__name__)
@@ -41,19 +37,16 @@ def announce_versions(db: Database, agents: Iterable[Agent]) -> list[str]:
     lines = []
     with db.connection() as conn:
         for agent in agents:
-            row = conn.execute(
-                agent_queries.REGISTER_AGENT_VERSION,
-                {
-                    "agent": agent.name,
-                    "version": agent.version,
-                    "fingerprint": agent.fingerprint,
-                    "steps": json.dumps(sorted(agent.step_names)),
-                    "checks": json.dumps(sorted(agent.check_names)),
-                    "compensations": json.dumps(sorted(agent.compensation_names)),
-                    "takes_over": json.dumps(agent.takes_over),
-                },
-            ).fetchone()
-            previous = row["previous"] if row else None
+            previous = agent_queries.register_agent_version(
+                conn,
+                agent.name,
+                agent.version,
+                fingerprint=agent.fingerprint,
+                steps=sorted(agent.step_names),
+                checks=sorted(agent.check_names),
+                compensations=sorted(agent.compensation_names),
+                takes_over=agent.takes_over,
+            )
             if agent.version and previous is not None and previous != agent.fingerprint:
                 lines.append(
                     f"{agent.label} was deployed before with other step, check or "
@@ -65,12 +58,12 @@ def announce_versions(db: Database, agents: Iterable[Agent]) -> list[str]:
     return lines
 
 
-def _served_elsewhere(rows: Iterable[dict[str, Any]]) -> set[str]:
+def _served_elsewhere(workers: Iterable[LiveWorker]) -> set[str]:
     """The ``agent@version`` labels other live workers serve or migrate."""
     served: set[str] = set()
-    for row in rows:
-        served.update(f"{name}@{version}" for name, version in (row["versions"] or {}).items())
-        served.update(row["takes_over"] or [])
+    for worker in workers:
+        served.update(f"{name}@{version}" for name, version in (worker.versions or {}).items())
+        served.update(worker.takes_over or [])
     return served
 
 
@@ -84,12 +77,8 @@ def unserved_positions(
     if not by_name:
         return []
     with db.connection() as conn:
-        rows = (
-            conn.cursor(row_factory=class_row(WaitingPosition))
-            .execute(blocked_queries.WAITING_POSITIONS, {"agents": list(by_name)})
-            .fetchall()
-        )
-        others = conn.execute(blocked_queries.OTHER_LIVE_WORKERS, {"id": worker_id}).fetchall()
+        rows = blocked_queries.waiting_positions(conn, list(by_name))
+        others = blocked_queries.other_live_workers(conn, worker_id)
     elsewhere = _served_elsewhere(others)
     counts: dict[tuple[str, int, str, str], int] = {}
 

@@ -19,10 +19,8 @@ import json
 from contextlib import nullcontext
 from typing import Any
 
-from psycopg.rows import tuple_row
-
 from resumable._internal import serialization
-from resumable.models import step_queries
+from resumable.models import step_ops
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.models.step_queries import ClaimedSession
@@ -44,43 +42,41 @@ def commit_step(
     coordination = step.ctx.coordination
     assert coordination is not None
     # Results of async tool calls still to record ride with the commit.
-    records = step.tools.riding_params()
-    statement = step_queries.COMMIT_STEP_WITH_RECORDS if records else step_queries.COMMIT_STEP
-    params = {
-        "id": claim.session_id,
-        "epoch": claim.epoch,
-        "expected_seq": step.ctx.seq - 1,
-        "state": step.state.full,
-        "state_patch": step.state.patch,
-        "cursor": step.decision.next_step,
-        "status": status,
-        "result": step.result,
-        "release": status is not SessionStatus.RUNNING,
-        "wait": serialization.dumps(wait, "wait") if wait else None,
-        "wake_at": wait.get("wake_at") if wait else None,
-        "delivery_id": step.wake.delivery_id if step.wake else None,
-        "after_wake": step.wake is not None,
-        "lease_seconds": lease_seconds,
-        "next_time_limit": next_time_limit,
-        "step": step.name,
-        # Built here from validated parts: encoded without a second walk.
-        "events": json.dumps(events, ensure_ascii=False, separators=(",", ":")),
-        "kind": history.kind,
-        # NULL: the checkpoint takes the live state (nothing was redacted).
-        "history_state": None if history.state == step.state.full else history.state,
-        "patch": history.patch,
-        "step_events": history.events,
-        **records,
-    }
+    records, record_keys = step.tools.riding_records()
     writes = coordination.writes(wait)  # mostly not: one autocommitted statement
     with db.connection() as conn, conn.transaction() if writes else nullcontext():
-        committed = (
-            conn.cursor(row_factory=tuple_row).execute(statement, params, prepare=True).fetchone()
+        committed = step_ops.commit_step(
+            conn,
+            claim.session_id,
+            claim.epoch,
+            expected_seq=step.ctx.seq - 1,
+            state=step.state.full,
+            state_patch=step.state.patch,
+            cursor=step.decision.next_step,
+            status=status,
+            result=step.result,
+            release=status is not SessionStatus.RUNNING,
+            wait=serialization.dumps(wait, "wait") if wait else None,
+            wake_at=wait.get("wake_at") if wait else None,
+            delivery_id=step.wake.delivery_id if step.wake else None,
+            after_wake=step.wake is not None,
+            lease_seconds=lease_seconds,
+            next_time_limit=next_time_limit,
+            step=step.name,
+            # Built here from validated parts: encoded without a second walk.
+            events=json.dumps(events, ensure_ascii=False, separators=(",", ":")),
+            kind=history.kind,
+            # NULL: the checkpoint takes the live state (nothing was redacted).
+            history_state=None if history.state == step.state.full else history.state,
+            patch=history.patch,
+            step_events=history.events,
+            records=records,
+            record_keys=record_keys,
         )
         if writes and committed is not None:
-            coordination.write(conn, committed[0], wait)  # in the same transaction
+            coordination.write(conn, committed, wait)  # in the same transaction
     # Committed with the step (or fenced out with it). Not before: a
     # coordination write that fails rolls the records back too, and the
     # caller then records them on their own, before the saga.
     step.tools.riding = []
-    return None if committed is None else int(committed[0])
+    return committed

@@ -18,11 +18,9 @@ import logging
 import uuid
 from dataclasses import replace
 
-from psycopg.rows import class_row
-
 from resumable._internal import serialization
 from resumable.agent import AgentRegistry, version_label
-from resumable.models import blocked_queries, step_queries
+from resumable.models import blocked_queries, step_ops
 from resumable.models.database import Database
 from resumable.models.step_queries import ClaimedSession
 from resumable.queue.outcomes import RunOutcome
@@ -43,19 +41,13 @@ def take_over(
     NOT_CLAIMED (someone else took it first) or BLOCKED (the migration failed)."""
     versions = {agent.name: agent.version for agent in registry}
     with db.connection() as conn, conn.transaction():
-        claim = (
-            conn.cursor(row_factory=class_row(ClaimedSession))
-            .execute(
-                step_queries.TAKE_OVER,
-                {
-                    "id": session_id,
-                    "owner": owner,
-                    "versions": serialization.dumps(versions),
-                    "takes_over": takes_over,
-                    "lease_seconds": settings.lease_seconds,
-                },
-            )
-            .fetchone()
+        claim = step_ops.take_over(
+            conn,
+            session_id,
+            owner=owner,
+            versions=serialization.dumps(versions),
+            takes_over=takes_over,
+            lease_seconds=settings.lease_seconds,
         )
         if claim is None:
             return RunOutcome.NOT_CLAIMED
@@ -77,15 +69,13 @@ def take_over(
                 "requested": {"version": agent.version},
                 "traceback": serialization.traceback_text(exc),
             }
-            conn.execute(
-                blocked_queries.BLOCK_SESSION,
-                {
-                    "id": session_id,
-                    "epoch": claim.epoch,
-                    "reason": serialization.dumps(reason, "blocked reason"),
-                    "step": claim.cursor,
-                    "alerts_enabled": bool(settings.alert_webhook_url),
-                },
+            blocked_queries.block(
+                conn,
+                session_id,
+                claim.epoch,
+                reason=reason,
+                step=claim.cursor,
+                alerts_enabled=bool(settings.alert_webhook_url),
             )
             logger.warning(
                 "session blocked for an operator: %s",
@@ -94,28 +84,25 @@ def take_over(
             )
             return RunOutcome.BLOCKED
         cursor = agent.resolve_step(claim.cursor) if claim.cursor else None
-        row = conn.execute(
-            step_queries.MIGRATE_SESSION,
-            {
-                "id": session_id,
-                "epoch": claim.epoch,
-                "state": encoded,
-                "cursor": cursor,
-                "from_version": claim.version,
-                "to_version": agent.version,
-                "from_step": claim.cursor,
-                "owner": owner,
-            },
-        ).fetchone()
-        assert row is not None  # the lease was taken in this transaction
-        migrated_cursor = None if row["cursor"] is None else str(row["cursor"])
+        migrated = step_ops.migrate_session(
+            conn,
+            session_id,
+            claim.epoch,
+            state=encoded,
+            cursor=cursor,
+            from_version=claim.version,
+            to_version=agent.version,
+            from_step=claim.cursor,
+            owner=owner,
+        )
+        assert migrated is not None  # the lease was taken in this transaction
     logger.info(
         "session of %s taken over by %s (state migrated, at step %s)",
         old,
         new,
-        migrated_cursor,
+        migrated.cursor,
         extra={"action": "session_migrated"},
     )
     return replace(
-        claim, state=state, cursor=migrated_cursor, version=agent.version, history_rebase=True
+        claim, state=state, cursor=migrated.cursor, version=agent.version, history_rebase=True
     )

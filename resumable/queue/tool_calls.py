@@ -30,7 +30,6 @@ queue to the database threads.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import threading
 import uuid
@@ -38,9 +37,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from psycopg.rows import class_row
-
 from resumable._internal import serialization
+from resumable._internal.call_keys import args_hash, divergence_message
 from resumable.context import accepts_idempotency_key, idempotency_key, tool_request
 from resumable.errors import LeaseLostError, ReplayDivergedError
 from resumable.models import tool_call_queries
@@ -64,11 +62,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-def args_hash(request: str) -> str:
-    """A hash of a call's canonical (unredacted) arguments, compared on replay."""
-    return hashlib.sha256(request.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -123,7 +116,7 @@ class ToolCalls:
         self.replayed = 0
         self.executed = 0
         self._unrecorded: list[_Unrecorded] = []
-        #: Results the step's commit records (``riding_params``); written on their
+        #: Results the step's commit records (``riding_records``); written on their
         #: own (``record_riding``) if the step does not commit.
         self.riding: list[_Unrecorded] = []
 
@@ -191,9 +184,7 @@ class ToolCalls:
         return self._record_response(pending)
 
     def _record_response(self, pending: _Unrecorded) -> bool:
-        recorded = self._record_encoded(
-            tool_call_queries.COMPLETE_TOOL_CALL, pending.key, response=pending.response
-        )
+        recorded = self._complete(pending.key, pending.response)
         if not recorded:
             logger.warning(_not_recorded(pending.tool), extra={"action": "lease_lost"})
         return recorded
@@ -231,16 +222,14 @@ class ToolCalls:
             except Exception:  # the step's own failure is what is handled
                 logger.exception("recording the result of tool call %r failed", call.tool)
 
-    def riding_params(self) -> dict[str, Any]:
+    def riding_records(self) -> tuple[str | None, list[str] | None]:
         """The results the commit records: ``COMMIT_STEP_WITH_RECORDS``'s
-        ``records`` ({key: response}) and ``record_keys`` (empty: none ride)."""
+        ``records`` ({key: response} as JSON) and ``record_keys`` (None, None:
+        none ride)."""
         if not self.riding:
-            return {}
+            return None, None
         entries = [f"{serialization.dumps(p.key)}:{p.response}" for p in self.riding]
-        return {
-            "records": "{" + ",".join(entries) + "}",
-            "record_keys": [p.key for p in self.riding],
-        }
+        return "{" + ",".join(entries) + "}", [p.key for p in self.riding]
 
     def record_riding(self) -> None:
         """Record, each on its own, the results a commit did not take along
@@ -268,28 +257,19 @@ class ToolCalls:
         request = tool_request(tool, args, kwargs)
         key = idempotency_key(self._session_id, self._step_seq, self._step, index, tool, request)
         with self._db.connection() as conn:
-            row = (
-                conn.cursor(row_factory=class_row(ToolCallClaim))
-                .execute(
-                    tool_call_queries.CLAIM_TOOL_CALL,
-                    {
-                        "session_id": self._session_id,
-                        "epoch": self._epoch,
-                        "key": key,
-                        "step_seq": self._step_seq,
-                        "step": self._step,
-                        "call_index": index,
-                        "tool": tool,
-                        "request": serialization.dumps(
-                            self._redact({"args": list(args), "kwargs": kwargs})
-                        ),
-                        "compensation": compensate,
-                        "args_hash": args_hash(request),
-                    },
-                )
-                .fetchone()
+            row = tool_call_queries.claim_tool_call(
+                conn,
+                self._session_id,
+                self._epoch,
+                key=key,
+                step_seq=self._step_seq,
+                step=self._step,
+                call_index=index,
+                tool=tool,
+                request=serialization.dumps(self._redact({"args": list(args), "kwargs": kwargs})),
+                compensation=compensate,
+                args_hash=args_hash(request),
             )
-        assert row is not None
         if not row.owned:
             raise LeaseLostError(f"lease lost before tool call {tool!r}")
         if row.other_key is not None:
@@ -307,7 +287,9 @@ class ToolCalls:
             "message": self._scrub(serialization.exception_text(exc)),
             "traceback": self._scrub(serialization.traceback_text(exc)),
         }
-        if not self._record(tool_call_queries.FAIL_TOOL_CALL, key, error=error):
+        with self._db.connection() as conn:
+            recorded = tool_call_queries.fail_tool_call(conn, key, self._epoch, error)
+        if not recorded:
             raise LeaseLostError(f"lease lost during tool call {tool!r}") from exc
 
     def _encoded_response(self, tool: str, result: Any) -> str:
@@ -317,7 +299,7 @@ class ToolCalls:
 
     def _completed(self, tool: str, key: str, result: Any) -> Any:
         response = self._encoded_response(tool, result)
-        if not self._record_encoded(tool_call_queries.COMPLETE_TOOL_CALL, key, response=response):
+        if not self._complete(key, response):
             raise LeaseLostError(_not_recorded(tool))
         self.executed += 1
         return result
@@ -333,15 +315,14 @@ class ToolCalls:
     ) -> dict[str, Any]:
         """The reason a session is blocked: what was recorded at this position,
         and what the code asks for now (arguments redacted, as recorded)."""
-        what = "another tool" if row.other_tool != tool else "other arguments"
+        requested = self._redact({"args": list(args), "kwargs": kwargs})
         return {
             "kind": "tool_call_diverged",
             "step": self._step,
             "step_seq": self._step_seq,
             "call_index": index,
-            "message": (
-                f"step {self._step!r} call #{index} asks for {what} than recorded: "
-                f"recorded {row.other_tool!r}, now {tool!r}"
+            "message": divergence_message(
+                self._step, index, row.other_tool or "", tool, row.other_request, requested
             ),
             "recorded": {
                 "tool": row.other_tool,
@@ -353,19 +334,14 @@ class ToolCalls:
             "requested": {
                 "tool": tool,
                 "args_hash": args_hash(request),
-                "request": self._redact({"args": list(args), "kwargs": kwargs}),
+                "request": requested,
             },
         }
 
-    def _record(self, statement: str, key: str, **outcome: Any) -> bool:
-        """Record a call's outcome under this epoch; False if the epoch moved on."""
-        params = {name: serialization.dumps(value) for name, value in outcome.items()}
-        return self._record_encoded(statement, key, **params)
-
-    def _record_encoded(self, statement: str, key: str, **params: str) -> bool:
+    def _complete(self, key: str, response: str) -> bool:
+        """Record a call's result (encoded) under this epoch; False if the epoch moved on."""
         with self._db.connection() as conn:
-            row = conn.execute(statement, {"key": key, "epoch": self._epoch, **params}).fetchone()
-        return row is not None
+            return tool_call_queries.complete_tool_call(conn, key, self._epoch, response)
 
 
 def recorded_calls(ctx: StepContext) -> ToolCalls:

@@ -21,7 +21,7 @@ from resumable._internal import serialization
 from resumable.agent import Agent
 from resumable.broker.messages import enqueue_after_commit
 from resumable.errors import LeaseLostError
-from resumable.models import wait_queries
+from resumable.models import wait_ops
 from resumable.models.step_queries import ClaimedSession
 from resumable.queue.event_loop import resolve
 from resumable.queue.scope import WorkerScope
@@ -58,11 +58,10 @@ def _check_poll(scope: WorkerScope, claim: ClaimedSession, agent: Agent) -> Wake
     candidates += [t for t in (deadline, _parse_time(wait.get("timer_at"))) if t is not None]
     scope.keeper.drop(claim.session_id, claim.epoch)  # suspending again releases it
     with scope.db.connection() as conn:
-        row = conn.execute(
-            wait_queries.RESUSPEND_AFTER_POLL,
-            {"id": claim.session_id, "epoch": claim.epoch, "wake_at": min(candidates)},
-        ).fetchone()
-    if row is None:
+        suspended = wait_ops.resuspend_after_poll(
+            conn, claim.session_id, claim.epoch, wake_at=min(candidates)
+        )
+    if not suspended:
         raise LeaseLostError("lease lost during a poll check")
     wake_if_delivered(scope, claim.session_id)
     return None
@@ -89,11 +88,11 @@ def resumed_event(claim: ClaimedSession, wake: Wake | None) -> dict[str, Any] | 
 def wake_if_delivered(scope: WorkerScope, session_id: uuid.UUID) -> None:
     """After suspending: a delivery that arrived early wakes the session now."""
     with scope.db.connection() as conn:
-        woke = conn.execute(wait_queries.WAKE_FROM_DELIVERIES, {"id": session_id}).fetchone()
+        woke = wait_ops.wake_from_deliveries(conn, session_id)
     if woke is not None:
         logger.info(
             "woken at once by a %s delivered while suspending",
-            woke["kind"],
+            woke.kind,
             extra={"action": "early_delivery"},
         )
         enqueue_after_commit(

@@ -38,7 +38,7 @@ from resumable._internal.stop_signals import StopSignals
 from resumable.agent import AgentRegistry
 from resumable.broker.messages import SESSION_ACTOR, enqueue_after_commit
 from resumable.broker.redis import WakingRedisBroker, build_broker
-from resumable.models import agent_queries, step_queries
+from resumable.models import agent_queries, step_ops
 from resumable.models.database import Database
 from resumable.queue.claims import Claims, WorkerIdentity
 from resumable.queue.database_threads import threads_for_pool
@@ -159,13 +159,8 @@ def announce_agents(runtime: WorkerRuntime) -> list[str]:
     unserved = runtime.heartbeat.announce()  # before the catalog: it asks what was known
     with runtime.db.connection() as conn:
         for agent in runtime.registry:
-            conn.execute(
-                agent_queries.REGISTER_AGENT,
-                {
-                    "name": agent.name,
-                    "steps": json.dumps(agent.step_names),
-                    "checks": json.dumps(agent.check_names),
-                },
+            agent_queries.register_agent(
+                conn, agent.name, steps=agent.step_names, checks=agent.check_names
             )
     announce_versions(runtime.db, runtime.registry)
     return unserved
@@ -178,31 +173,29 @@ def enqueue_waiting(runtime: WorkerRuntime, agents: list[str]) -> int:
         return 0
     identity = runtime.identity
     with runtime.db.connection() as conn:
-        rows = conn.execute(
-            step_queries.CLAIMABLE_OF_AGENTS,
-            {
-                "agents": agents,
-                "limit": _WAITING_BATCH,
-                "versions": json.dumps(identity.versions),
-                "takes_over": identity.takes_over,
-                "worker": identity.worker_id,
-            },
-        ).fetchall()
+        waiting = step_ops.claimable_of_agents(
+            conn,
+            agents,
+            versions=json.dumps(identity.versions),
+            takes_over=identity.takes_over,
+            worker=identity.worker_id,
+            limit=_WAITING_BATCH,
+        )
     # One Redis round trip per few hundred (a backlog of thousands is common).
     sent = enqueue_after_commit(
         runtime.broker,
         runtime.settings,
-        [str(row["id"]) for row in rows],
+        [str(session_id) for session_id in waiting],
         why="sessions that waited for a worker",
     )
-    if rows and sent:
+    if waiting and sent:
         logger.info(
             "enqueued %d session(s) that waited for a worker loading %s",
-            len(rows),
+            len(waiting),
             ", ".join(agents),
             extra={"action": "enqueued_waiting"},
         )
-    return len(rows)
+    return len(waiting)
 
 
 def watch_vitals(

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from resumable._internal.call_keys import divergence_message
 from resumable._internal.redaction import Redactor
 from resumable.context import idempotency_key, tool_request
 from resumable.errors import InvalidArgumentError, ReplayDivergedError
@@ -192,15 +193,16 @@ class ToolCalls:
         key = idempotency_key(self._session_id, self._seq, self._step, index, tool, request)
         cached = self._records.calls.get((self._seq, index))
         if cached is not None and cached.key != key:
-            what = "another tool" if cached.tool != tool else "other arguments"
+            now = self._redactor.redact({"args": list(args), "kwargs": kwargs})
             raise ReplayDivergedError(
                 {
                     "kind": "tool_call_diverged",
                     "step": self._step,
                     "step_seq": self._seq,
                     "call_index": index,
-                    "message": f"step {self._step!r} call #{index} asks for {what} than "
-                    f"recorded: recorded {cached.tool!r}, now {tool!r}",
+                    "message": divergence_message(
+                        self._step, index, cached.tool, tool, cached.request, now
+                    ),
                 }
             )
         if cached is not None and cached.status == "completed":

@@ -139,7 +139,12 @@ def test_other_arguments_or_fewer_calls_on_a_rerun_diverge() -> None:
             ctx.tool("note", lambda n: n, n)
         return Complete()
 
-    with pytest.raises(ReplayDivergedError, match=r"call #0 asks for other arguments"):
+    # The message names what changed (the first positional argument), not the tool twice.
+    with pytest.raises(
+        ReplayDivergedError,
+        match=r"call #0 of tool 'pay' asks for other arguments than recorded "
+        r"\(changed: args\[0\]\)",
+    ):
         run_step(agent, "pay").rerun()
     with pytest.raises(ReplayDivergedError, match=r"made 1 call\(s\) on replay, but 1 more"):
         run_step(agent, "several").rerun()
