@@ -32,9 +32,7 @@ from openai import AsyncOpenAI
 
 from examples import research_agent
 from examples.research_agent import TOOLS
-from resumable import Agent, Complete, StepContext
-from resumable.errors import PermanentError, TransientError
-from resumable.retries import RetryPolicy
+from resumable import Agent, Complete, PermanentError, RetryPolicy, StepContext, TransientError
 
 async_research = Agent(
     "async_research",

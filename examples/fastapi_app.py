@@ -28,11 +28,22 @@ import uuid
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from resumable import Agent, AgentRegistry, AsyncClient, Complete, Settings, StepContext, Wait
+from resumable import (
+    Agent,
+    AgentRegistry,
+    AsyncClient,
+    Complete,
+    ResumableError,
+    Settings,
+    StepContext,
+    Wait,
+)
 from resumable.settings import load_settings
 from resumable.webhooks.app import create_app, running
+from resumable.webhooks.errors import resumable_error_response
 
 checkout = Agent("checkout")
 
@@ -76,6 +87,15 @@ def create_shop(settings: Settings | None = None) -> FastAPI:
 
     shop = FastAPI(title="shop", lifespan=lifespan)
     shop.mount("/resumable", receiver, name="resumable")
+
+    @shop.exception_handler(ResumableError)
+    async def resumable_error(request: Request, exc: ResumableError) -> JSONResponse:
+        # The receiver's own answers for the shop's routes: an order id sent
+        # again with another amount is a 409 idempotency_key_reused, not a 500.
+        answer = resumable_error_response(exc)
+        if answer is None:  # not the caller's fault
+            raise exc
+        return answer
 
     @shop.post("/orders", status_code=201)
     async def place_order(order: Order, request: Request) -> OrderPlaced:

@@ -37,9 +37,16 @@ from typing import Any
 
 import httpx
 
-from resumable import Agent, Complete, Signal, StepContext, Wait
-from resumable.errors import PermanentError, TransientError
-from resumable.retries import RetryPolicy
+from resumable import (
+    Agent,
+    Complete,
+    PermanentError,
+    RetryPolicy,
+    Signal,
+    StepContext,
+    TransientError,
+    Wait,
+)
 
 research = Agent(
     "research",

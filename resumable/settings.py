@@ -26,7 +26,8 @@ _DAY = 86_400.0
 
 
 class Settings(BaseSettings):
-    """Every knob resumable reads. Each field documents itself; docs/configuration.md is generated from them.
+    """Every knob resumable reads. Each field documents itself;
+    docs/configuration.md is generated from them.
 
     Every knob is checked when a process starts (numbers within bounds, URLs
     and secrets well formed), so a typo fails at once, naming the variable,

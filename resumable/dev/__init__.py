@@ -190,7 +190,12 @@ def _print_banner(
         f"  API token  {escape(token_line)}",
         f"  database   {escape(database)}",
         f"  redis      {escape(redis)}",
-        f"  agents     {escape(', '.join(agents))}",
+        f"  agents     {escape(', '.join(agents))}"
+        + (
+            "  (none named: the demo agent; pass --agents MODULE or set RESUMABLE_AGENTS)"
+            if agents == DEMO_AGENTS
+            else ""
+        ),
         "Press Ctrl-C to stop everything.",
     ]
     for line in lines:

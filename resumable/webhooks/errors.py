@@ -124,11 +124,23 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, code, str(exc.detail), headers)
 
 
-async def _package_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ResumableError)
+def resumable_error_response(exc: ResumableError) -> JSONResponse | None:
+    """The HTTP API's answer to a package error that is the caller's fault (a
+    reused idempotency key: 409 ``idempotency_key_reused``; an unknown agent:
+    422; ...), or None for one that is not. An application that calls the
+    ``Client`` from its own routes maps their errors with it, so its callers
+    get the API's 4xx instead of a 500 (``examples/fastapi_app.py``)."""
     for kind, status in _CLIENT_ERRORS.items():
         if isinstance(exc, kind):
             return error_response(status, _HTTP_CODE_OF.get(kind, exc.code), exc.message)
+    return None
+
+
+async def _package_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ResumableError)
+    answer = resumable_error_response(exc)
+    if answer is not None:
+        return answer
     return await _unexpected(request, exc)
 
 

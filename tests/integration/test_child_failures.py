@@ -141,7 +141,9 @@ def test_a_failure_the_parent_leaves_to_operators_stays_open_and_pages(
     )
     child = _failed_child(client, parent, 2)
     wait_until(lambda: str(child) in _alerted(alerts), what="the child's alert")
-    assert _alert_statuses(db, child) == ["sent"]
+    # The scheduler marks the alert sent once the receiver's answer is back,
+    # a moment after the receiver has it.
+    wait_until(lambda: _alert_statuses(db, child) == ["sent"], what="the alert marked sent")
     [letter] = [d for d in client.dead_letters().items if d.session_id == child]
     assert letter.status == "open"
     assert client.get(parent).status == "suspended"  # it waits for an operator's retry
@@ -167,4 +169,4 @@ def test_a_held_alert_goes_out_once_the_parent_stops_waiting_without_it(
     wait_until(lambda: str(child) in _alerted(alerts), what="the child's alert")
     [letter] = [d for d in client.dead_letters().items if d.session_id == child]
     assert letter.status == "open"
-    assert _alert_statuses(db, child) == ["sent"]
+    wait_until(lambda: _alert_statuses(db, child) == ["sent"], what="the alert marked sent")

@@ -68,6 +68,12 @@ def test_a_fastapi_app_starts_sessions_and_serves_the_mounted_receiver(
         assert placed.json()["status_url"] == f"{PUBLIC_URL}/v1/sessions/{session_id}"
         again = http.post("/orders", json={"order_id": "o-1", "amount": 500})
         assert again.json()["session_id"] == session_id  # idempotent on the order id
+        # The same order id for another amount: the receiver's 409, not a 500.
+        reused = http.post("/orders", json={"order_id": "o-1", "amount": 900})
+        assert (reused.status_code, reused.json()["error"]["code"]) == (
+            409,
+            "idempotency_key_reused",
+        ), reused.text
         assert http.post("/orders", json={"order_id": "o 1", "amount": 0}).status_code == 422
 
         wait_until(lambda: _session(http, session_id)["status"] == "suspended", what="payment")
