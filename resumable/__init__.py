@@ -11,6 +11,7 @@ from resumable.errors import (
     AgentDefinitionError,
     CheckpointNotFoundError,
     ConfigurationError,
+    ConfirmationRequiredError,
     DeadLetterNotFoundError,
     DeadLetterStateError,
     IdempotencyConflictError,
@@ -35,6 +36,7 @@ from resumable.errors import (
 from resumable.models.status import SessionStatus
 from resumable.retries import RetryPolicy
 from resumable.schemas import (
+    AcceptPreview,
     Checkpoint,
     CheckpointState,
     DeadLetter,
@@ -75,6 +77,7 @@ __all__ = [
     "Settings",
     "load_settings",
     # What the clients return (resumable.schemas, shared with the HTTP API)
+    "AcceptPreview",
     "Checkpoint",
     "CheckpointState",
     "DeadLetter",
@@ -88,6 +91,7 @@ __all__ = [
     # Errors
     "AgentDefinitionError",
     "CheckpointNotFoundError",
+    "ConfirmationRequiredError",
     "CoordinationError",
     "ConfigurationError",
     "DeadLetterNotFoundError",

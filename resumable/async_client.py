@@ -37,6 +37,7 @@ from resumable.coordination.records import SharedDocument, SharedVersion
 from resumable.models.agent_queries import UnservedAgent
 from resumable.models.step_queries import HungSession
 from resumable.schemas import (
+    AcceptPreview,
     Checkpoint,
     CheckpointState,
     DeadLetter,
@@ -204,6 +205,21 @@ class AsyncClient:
         self, session_id: uuid.UUID | str, *, actor: str, reason: str | None = None
     ) -> Session:
         return await self._run(self.client.cancel, session_id, actor=actor, reason=reason)
+
+    async def preview_accept(self, session_id: uuid.UUID | str) -> AcceptPreview:
+        return await self._run(self.client.preview_accept, session_id)
+
+    async def accept(
+        self,
+        session_id: uuid.UUID | str,
+        *,
+        reason: str,
+        confirm: list[str] | None = None,
+        actor: str = "python",
+    ) -> Session:
+        return await self._run(
+            self.client.accept, session_id, reason=reason, confirm=confirm, actor=actor
+        )
 
     async def signal(
         self,

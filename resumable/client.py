@@ -50,6 +50,7 @@ from resumable.models.status import SessionStatus
 from resumable.models.step_queries import HungSession
 from resumable.models.tables import SessionRow
 from resumable.schemas import (
+    AcceptPreview,
     Checkpoint,
     CheckpointState,
     DeadLetter,
@@ -60,6 +61,7 @@ from resumable.schemas import (
     Session,
 )
 from resumable.services import arguments
+from resumable.services.blocked import BlockedSessions
 from resumable.services.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.services.inbox import Inbox, Verdict
 from resumable.services.time_travel import TimeTravel
@@ -304,6 +306,42 @@ class Client:
             with contextlib.suppress(SessionStateError):  # it finished meanwhile
                 self.cancel(child, actor=actor, reason=f"parent {sid} cancelled")
         children.session_finished(self.db, self.broker, self.settings, sid)
+        return self.get(sid)
+
+    def preview_accept(self, session_id: uuid.UUID | str) -> AcceptPreview:
+        """What accepting a blocked session's new tool calls would do, changing
+        nothing: the calls that run again (`new_calls`, with their new
+        arguments and keys), the recorded calls superseded whose effects stay
+        (`superseded`), and what `accept` must be passed as `confirm`.
+        SessionStateError if it is not blocked by a tool-call divergence."""
+        return self._blocked().preview_accept(_as_uuid(session_id))
+
+    def accept(
+        self,
+        session_id: uuid.UUID | str,
+        *,
+        reason: str,
+        confirm: list[str] | None = None,
+        actor: str = "python",
+    ) -> Session:
+        """Accept a blocked session's new tool calls: the recorded calls of the
+        diverged step from the divergence point on are superseded (their
+        effects stay) and the step runs again; the `Session`, now pending.
+        `confirm`: the idempotency keys of the calls it supersedes, exactly
+        (``preview_accept(id).confirm``); without it an accept that makes a
+        call again raises ConfirmationRequiredError (its ``preview`` says
+        what it would do) and nothing changes."""
+        sid = _as_uuid(session_id)
+        arguments.storable(actor, "actor")
+        arguments.storable(reason, "reason")
+        if not reason.strip():
+            raise InvalidArgumentError("reason must not be blank")
+        if confirm is not None:
+            if isinstance(confirm, str) or not isinstance(confirm, list | tuple | set | frozenset):
+                raise InvalidArgumentError("confirm is a list of idempotency keys")
+            for key in confirm:
+                arguments.storable(key, "a key in confirm")
+        self._blocked().accept(sid, actor=actor, reason=reason, confirm=confirm)
         return self.get(sid)
 
     def signal(
@@ -629,6 +667,9 @@ class Client:
 
     def _dead_letters(self) -> DeadLetters:
         return DeadLetters(self.settings, self.db, self.broker)
+
+    def _blocked(self) -> BlockedSessions:
+        return BlockedSessions(self.settings, self.db, self.broker)
 
     def count_by_status(self) -> dict[str, int]:
         with self.db.connection() as conn:

@@ -153,6 +153,19 @@ class SessionStateError(ResumableError):
     code = "invalid_session_state"
 
 
+class ConfirmationRequiredError(SessionStateError):
+    """Accepting a blocked session's new tool calls would make a call again
+    whose recorded effect stays in effect: the acceptance must name the
+    recorded calls it supersedes (their idempotency keys, as its preview
+    lists them). Nothing was changed. ``preview`` is that preview."""
+
+    code = "confirmation_required"
+
+    def __init__(self, message: str | None = None, *, preview: object = None) -> None:
+        super().__init__(message)
+        self.preview = preview
+
+
 class InvalidCursorError(InvalidArgumentError):
     """The pagination cursor is not one this API handed out."""
 

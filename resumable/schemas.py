@@ -387,6 +387,138 @@ class ToolCall(Record):
         )
 
 
+class SupersededEffect(Record):
+    """A recorded tool call that accepting a blocked session supersedes: it is
+    no longer replayed, and its effect (it happened, or may have: `started`,
+    `failed`) stays in the outside world. Accepting undoes nothing."""
+
+    idempotency_key: str = Field(description="The key it was made under (name it in `confirm`).")
+    seq: int = Field(description="The checkpoint of the step that made the call.")
+    step: str
+    call_index: int = Field(ge=0, description="Its position among the step's calls.")
+    tool: str
+    status: ToolCallStatus
+    request: JsonValue = Field(description="Its arguments, redacted as recorded.")
+    result: str | None = Field(
+        description="What it answered (or its error), as recorded, cut to 200 characters."
+    )
+    compensation: str | None = Field(
+        description="Its compensation, if any: it still runs if the session later fails."
+    )
+
+
+class ArgumentChange(Record):
+    """One argument a replayed call asks for differently than recorded."""
+
+    path: str = Field(
+        description="Where: a keyword argument by name (`currency`), a positional one as "
+        "`args[1]`, and below either `.key` or `[index]` (`args[1].nights`)."
+    )
+    change: Literal["changed", "added", "removed"]
+    recorded: JsonValue = Field(description="The recorded value (null when `added`).")
+    requested: JsonValue = Field(description="The value asked for now (null when `removed`).")
+
+
+class NewCall(Record):
+    """A call an accepted step makes in place of a recorded one."""
+
+    call_index: int = Field(ge=0, description="Its position among the step's calls.")
+    tool: str
+    request: JsonValue = Field(description="Its new arguments, redacted as the block recorded.")
+    idempotency_key: str | None = Field(
+        description="The key it will be made under, derived as the worker derives it (if the "
+        "step asks for the same call when it runs again); null when it cannot be known "
+        "before then: the key is derived from the unredacted arguments, and the block "
+        "recorded some of them redacted."
+    )
+    replaces: str = Field(description="The idempotency key of the recorded call it replaces.")
+    changes: list[ArgumentChange] = Field(
+        description="How its arguments differ from the recorded call's (at most 50)."
+    )
+
+
+class AcceptPreview(Record):
+    """What accepting a blocked session's new behaviour would do; nothing is
+    changed by reading it. The calls it makes again are `new_calls`; the
+    recorded calls it supersedes, whose effects stay, are `superseded`."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "session_id": "3f1c9b7e-8d2a-4c51-9a0e-6b7f2d9c1e45",
+                    "kind": "tool_call_diverged",
+                    "step": "refund",
+                    "seq": 1,
+                    "call_index": 0,
+                    "new_calls": [
+                        {
+                            "call_index": 0,
+                            "tool": "refund",
+                            "request": {"args": [], "kwargs": {"amount": 40, "currency": "EUR"}},
+                            "idempotency_key": "rsm_9d2f...",
+                            "replaces": "rsm_4b1a...",
+                            "changes": [
+                                {
+                                    "path": "currency",
+                                    "change": "changed",
+                                    "recorded": "USD",
+                                    "requested": "EUR",
+                                }
+                            ],
+                        }
+                    ],
+                    "superseded": [
+                        {
+                            "idempotency_key": "rsm_4b1a...",
+                            "seq": 1,
+                            "step": "refund",
+                            "call_index": 0,
+                            "tool": "refund",
+                            "status": "completed",
+                            "request": {"args": [], "kwargs": {"amount": 40, "currency": "USD"}},
+                            "result": '{"refund_id": "re_1"}',
+                            "compensation": None,
+                        }
+                    ],
+                    "confirmation_required": True,
+                    "confirm": ["rsm_4b1a..."],
+                    "summary": [
+                        "argument `currency` changed from `USD` to `EUR` in call `refund` #0",
+                    ],
+                }
+            ]
+        }
+    )
+
+    session_id: uuid.UUID
+    kind: Literal["tool_call_diverged", "tool_calls_missing"] = Field(
+        description="Why the session is blocked (the only two kinds an accept takes)."
+    )
+    step: str = Field(description="The step that diverged; it runs again when accepted.")
+    seq: int = Field(description="The checkpoint that step commits.")
+    call_index: int = Field(ge=0, description="The first of its calls that diverged.")
+    new_calls: list[NewCall] = Field(
+        description="The calls that run again, with their new arguments and keys: the one at "
+        "the divergence point (`tool_call_diverged`); none for `tool_calls_missing`. Calls "
+        "the step makes after it are made as it asks for them: one it asks for with the "
+        "same arguments as a superseded one goes out again under that one's key."
+    )
+    superseded: list[SupersededEffect] = Field(
+        description="The recorded calls of the step from the divergence point on: no longer "
+        "replayed, their effects stay."
+    )
+    confirmation_required: bool = Field(
+        description="True when the accept makes a call again in place of a recorded one "
+        "(`new_calls` and `superseded` are not empty): it is refused (409 "
+        "`confirmation_required`) unless `confirm` names every superseded call."
+    )
+    confirm: list[str] = Field(
+        description="What to send as `confirm`: the idempotency keys of the superseded calls."
+    )
+    summary: list[str] = Field(description="The same, in sentences for a person.")
+
+
 DeadLetterStatus = Literal["open", "retried", "discarded"]
 
 

@@ -25,9 +25,10 @@ from resumable.cli.json_args import (
     parse_patch,
     parse_text,
 )
-from resumable.cli.support import ErrorGroup, connected, console, optional_agents
+from resumable.cli.support import ErrorGroup, connected, console, fail, optional_agents
 from resumable.client import HUNG_AFTER_SECONDS
 from resumable.errors import (
+    ConfirmationRequiredError,
     IdempotencyConflictError,
     ResumableError,
     SessionStateError,
@@ -36,7 +37,7 @@ from resumable.errors import (
 from resumable.models import agent_queries
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
-from resumable.schemas import Checkpoint, Event, Page
+from resumable.schemas import AcceptPreview, Checkpoint, Event, Page
 from resumable.services import arguments
 from resumable.settings import Settings
 
@@ -423,10 +424,82 @@ def sessions_resume(settings: Settings, session_id: str, reason: str, by: str | 
 @click.argument("session_id")
 @_REASON
 @_BY
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Confirm: make the calls listed again while the recorded effects listed stay.",
+)
 @click.pass_obj
-def sessions_accept(settings: Settings, session_id: str, reason: str, by: str | None) -> None:
-    """Accept a blocked session's new tool calls: the recorded ones are superseded."""
-    _blocked_action(settings, "accept", session_id, reason, by)
+def sessions_accept(
+    settings: Settings, session_id: str, reason: str, by: str | None, yes: bool
+) -> None:
+    """Accept a blocked session's new tool calls: the recorded ones are superseded.
+
+    Prints first which calls run again (with their new arguments and keys)
+    and which recorded effects stay. When a call runs again, nothing is done
+    without --yes (exit status 1); --yes confirms exactly the calls listed."""
+    from resumable.services.blocked import BlockedSessions
+
+    parse_text(reason, "--reason")
+    if not reason.strip():
+        raise click.UsageError("--reason must not be empty")
+    who = actor(by)
+    with connected(settings, broker=True) as c:
+        sid = resolve_session(c.db, session_id)
+        blocked = BlockedSessions(settings, c.db, c.client.broker)
+        preview = blocked.preview_accept(sid)
+        _print_preview(preview)
+        if preview.confirmation_required and not yes:
+            again = ", ".join(f"`{call.tool}` #{call.call_index}" for call in preview.new_calls)
+            fail(
+                f"accepting makes {again} again while the recorded effects listed stay; "
+                "nothing was changed: re-run with --yes to confirm "
+                f"[{ConfirmationRequiredError.code}]"
+            )
+        # The keys shown: if the record changed meanwhile, the accept is refused.
+        outcome = blocked.accept(sid, actor=who, reason=reason, confirm=preview.confirm)
+    superseded = (
+        f", {len(outcome.superseded)} recorded call(s) superseded" if outcome.superseded else ""
+    )
+    console.print(
+        f"accept: session {sid} is {outcome.status}{superseded}", highlight=False, soft_wrap=True
+    )
+
+
+def _print_preview(preview: AcceptPreview) -> None:
+    """What an accept does, as plain text (values are data, never markup)."""
+
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    say(
+        f"accept session {preview.session_id}: step {preview.step!r} (checkpoint "
+        f"{preview.seq}) is blocked by {preview.kind} at call #{preview.call_index}"
+    )
+    say("calls that run again:" if preview.new_calls else "calls that run again: none")
+    for call in preview.new_calls:
+        key = call.idempotency_key or "a new key (known only when the step runs)"
+        say(f"  {call.tool} #{call.call_index}  key {key}  (replaces {call.replaces})")
+        say(f"    arguments {_compact(call.request)}")
+    say(
+        "recorded effects that stay (superseded, not undone):"
+        if preview.superseded
+        else "recorded effects that stay: none"
+    )
+    for effect in preview.superseded:
+        say(
+            f"  {effect.tool} #{effect.call_index}  {effect.status.value}  key "
+            f"{effect.idempotency_key}"
+        )
+        say(f"    request {_compact(effect.request)}")
+        if effect.result is not None:
+            say(f"    result {effect.result}")
+    for line in preview.summary:
+        say(f"- {line}")
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 @sessions.command("fail")

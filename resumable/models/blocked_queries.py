@@ -65,6 +65,20 @@ SELECT id FROM s
 
 # The reason a session is blocked (no row: no such session).
 BLOCKED_REASON = "SELECT status, blocked_reason FROM sessions WHERE id = %(id)s"
+# The same, holding the session's row until the transaction ends: an accept
+# checks its confirmation against the record it then changes.
+LOCK_BLOCKED_REASON = BLOCKED_REASON + " FOR UPDATE"
+
+# The recorded calls an accept would supersede (those of the diverged step
+# from the divergence point on), with what they asked and answered.
+RECORDED_FROM = """
+SELECT idempotency_key, step_seq, step, call_index, tool, status, request, response, error,
+       compensation
+FROM tool_execution_cache
+WHERE session_id = %(id)s AND step_seq = %(step_seq)s AND call_index >= %(call_index)s
+  AND superseded_at IS NULL
+ORDER BY call_index, created_at
+"""
 
 # Resume a blocked session: back to where it was parked from (a compensating
 # session continues its saga, any other runs its step again).
@@ -173,9 +187,37 @@ class BlockedReason:
     blocked_reason: dict[str, Any] | None
 
 
-def blocked_reason(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> BlockedReason | None:
-    """The session's status and why it is blocked; None if there is no such session."""
-    return rows.one(conn, BlockedReason, BLOCKED_REASON, {"id": session_id})
+def blocked_reason(
+    conn: psycopg.Connection[Any], session_id: uuid.UUID, *, lock: bool = False
+) -> BlockedReason | None:
+    """The session's status and why it is blocked; None if there is no such
+    session. `lock`: hold its row until the transaction ends."""
+    query = LOCK_BLOCKED_REASON if lock else BLOCKED_REASON
+    return rows.one(conn, BlockedReason, query, {"id": session_id})
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """A row of RECORDED_FROM: a live recorded call an accept would supersede."""
+
+    idempotency_key: str
+    step_seq: int
+    step: str
+    call_index: int
+    tool: str
+    status: str
+    request: Any
+    response: Any
+    error: dict[str, Any] | None
+    compensation: str | None
+
+
+def recorded_from(
+    conn: psycopg.Connection[Any], session_id: uuid.UUID, *, step_seq: int, call_index: int
+) -> list[RecordedCall]:
+    """The step's live recorded calls from position `call_index` on, in order."""
+    params = {"id": session_id, "step_seq": step_seq, "call_index": call_index}
+    return rows.every(conn, RecordedCall, RECORDED_FROM, params)
 
 
 def resume(

@@ -203,6 +203,39 @@ class BlockedSessionAction(_Body):
     reason: NonBlankReason = Field(description="Why (kept in the audit log with the actor).")
 
 
+# An idempotency key as the worker derives them ("rsm_" and 64 hex digits), and
+# how many an accept may name (a step's calls from its divergence point on):
+# the longest list still fits in the smallest body limit worth running with.
+ToolCallKey = Annotated[StrictStr, Field(pattern=NAME_PATTERN)]
+MAX_CONFIRMED_CALLS = 1_000
+
+
+class AcceptBlockedSession(BlockedSessionAction):
+    """Why an operator accepts a blocked session's new tool calls, and the
+    recorded calls it confirms superseding."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "reason": "EUR is the right currency",
+                    "confirm": [
+                        "rsm_4b1a7c0e9f2d3a5b6c7d8e9f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d3"
+                    ],
+                }
+            ]
+        }
+    )
+
+    confirm: list[ToolCallKey] | None = Field(
+        default=None,
+        max_length=MAX_CONFIRMED_CALLS,
+        description="The idempotency keys of the recorded calls this accept supersedes, all "
+        "of them and no other (`confirm` of `GET .../accept`). Required when a call runs "
+        "again (409 `confirmation_required` without it); when given, always checked.",
+    )
+
+
 class ForkSession(_Body):
     model_config = ConfigDict(json_schema_extra={"examples": [{"at": 1}]})
 

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from resumable.models.status import SessionStatus
-from resumable.schemas import DeadLetter, Event, JsonObject, Record, Session
+from resumable.schemas import AcceptPreview, DeadLetter, Event, JsonObject, Record, Session
 
 
 class ErrorDetail(Record):
@@ -18,6 +18,11 @@ class ErrorDetail(Record):
         description="Stable and machine-readable, e.g. `session_not_found`; see each response.",
     )
     message: str = Field(description="For people; may change.")
+    preview: AcceptPreview | None = Field(
+        default=None,
+        description="With `confirmation_required` only: what the accept would do (as "
+        "`GET /v1/sessions/{session_id}/accept` answers).",
+    )
 
 
 class ErrorResponse(Record):

@@ -10,10 +10,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from resumable import tracing
-from resumable.errors import SessionNotFoundError, UnknownAgentError
+from resumable.errors import ConfirmationRequiredError, SessionNotFoundError, UnknownAgentError
 from resumable.models import agent_queries
 from resumable.models.status import SessionStatus
-from resumable.schemas import Event, Page, Session
+from resumable.schemas import AcceptPreview, Event, Page, Session
 from resumable.services.blocked import BlockedSessions
 from resumable.webhooks.auth import request_actor
 from resumable.webhooks.bodies import json_body
@@ -36,6 +36,7 @@ from resumable.webhooks.operations import (
 from resumable.webhooks.params import SESSION_ID, TOPIC, number_cursor
 from resumable.webhooks.request_models import (
     MAX_ID,
+    AcceptBlockedSession,
     BlockedSessionAction,
     CancelSession,
     CreateSession,
@@ -44,7 +45,12 @@ from resumable.webhooks.request_models import (
     parse_body,
     parse_query,
 )
-from resumable.webhooks.response_models import BlockedSessionOutcome, SupersededCall
+from resumable.webhooks.response_models import (
+    BlockedSessionOutcome,
+    ErrorDetail,
+    ErrorResponse,
+    SupersededCall,
+)
 from resumable.webhooks.state import WebState, web_state
 
 TAG = "sessions"
@@ -258,7 +264,11 @@ _BLOCKED_ACTIONS = {
         "Accept a blocked session's new tool calls",
         "The recorded calls of the diverged step from the divergence point on are "
         "superseded (kept and audited, no longer replayed); the step runs with the calls "
-        "it now makes. Only for a `tool_call_diverged` block.",
+        "it now makes. Their effects stay: when a call runs again (`tool_call_diverged`), "
+        "`confirm` must name every superseded call by idempotency key, as "
+        "`GET /v1/sessions/{session_id}/accept` lists them, or nothing is done (409 "
+        "`confirmation_required`, with that preview in the error). Only for a "
+        "`tool_call_diverged` or `tool_calls_missing` block.",
     ),
     "fail": (
         "failSession",
@@ -270,6 +280,7 @@ _BLOCKED_ACTIONS = {
 
 def _blocked_operation(action: str) -> Operation:
     operation_id, summary, description = _BLOCKED_ACTIONS[action]
+    accept = action == "accept"
     return Operation(
         "POST",
         f"/v1/sessions/{{session_id}}/{action}",
@@ -279,7 +290,7 @@ def _blocked_operation(action: str) -> Operation:
         description=description + " The reason and the actor go to the audit log.",
         path_params=(SESSION_ID,),
         headers=(ACTOR,),
-        body=BlockedSessionAction,
+        body=AcceptBlockedSession if accept else BlockedSessionAction,
         body_required=True,
         answers=(
             Answer(200, "Done.", BlockedSessionOutcome),
@@ -287,8 +298,17 @@ def _blocked_operation(action: str) -> Operation:
             Answer(
                 409,
                 "The session is not blocked"
-                + (", or its block is not a tool-call divergence." if action == "accept" else "."),
-                codes=("invalid_session_state",),
+                + (
+                    ", or its block is not a tool-call divergence (`invalid_session_state`); "
+                    "or the accept makes a call again and `confirm` does not name exactly the "
+                    "recorded calls it supersedes (`confirmation_required`: `error.preview` "
+                    "lists them). Nothing was changed."
+                    if accept
+                    else "."
+                ),
+                codes=("invalid_session_state", "confirmation_required")
+                if accept
+                else ("invalid_session_state",),
             ),
         ),
     )
@@ -299,10 +319,25 @@ def _blocked_endpoint(action: str) -> Callable[[Request], Awaitable[Response]]:
         state = web_state(request)
         actor = request_actor(request)
         session_id = SESSION_ID(request)
-        body = parse_body(BlockedSessionAction, await json_body(request))
         blocked = BlockedSessions(state.settings, state.db, state.broker)
-        act = {"resume": blocked.resume, "accept": blocked.accept, "fail": blocked.fail}[action]
-        outcome = await database_call(act, session_id, actor=actor, reason=body.reason)
+        if action == "accept":
+            body = parse_body(AcceptBlockedSession, await json_body(request))
+            try:
+                outcome = await database_call(
+                    blocked.accept,
+                    session_id,
+                    actor=actor,
+                    reason=body.reason,
+                    confirm=body.confirm,
+                )
+            except ConfirmationRequiredError as exc:
+                preview = exc.preview if isinstance(exc.preview, AcceptPreview) else None
+                detail = ErrorDetail(code=exc.code, message=exc.message, preview=preview)
+                return json_answer(ErrorResponse(error=detail), 409)
+        else:
+            plain = parse_body(BlockedSessionAction, await json_body(request))
+            act = {"resume": blocked.resume, "fail": blocked.fail}[action]
+            outcome = await database_call(act, session_id, actor=actor, reason=plain.reason)
         return json_answer(
             BlockedSessionOutcome(
                 session_id=outcome.session_id,
@@ -315,6 +350,36 @@ def _blocked_endpoint(action: str) -> Callable[[Request], Awaitable[Response]]:
 
     endpoint.__name__ = f"{action}_session"
     return endpoint
+
+
+PREVIEW_ACCEPT = Operation(
+    "GET",
+    "/v1/sessions/{session_id}/accept",
+    "previewAcceptSession",
+    "What accepting a blocked session's new tool calls would do",
+    TAG,
+    description="Changes nothing. The calls that run again, with their new arguments "
+    "(and the argument that changed) and the idempotency key each will be made under; the "
+    "recorded calls superseded, whose effects stay; and `confirm`, what `POST` to this "
+    "path must send to accept.",
+    path_params=(SESSION_ID,),
+    answers=(
+        Answer(200, "What the accept would do.", AcceptPreview),
+        _NOT_FOUND,
+        Answer(
+            409,
+            "The session is not blocked, or its block is not a tool-call divergence.",
+            codes=("invalid_session_state",),
+        ),
+    ),
+)
+
+
+async def preview_accept(request: Request) -> Response:
+    state = web_state(request)
+    session_id = SESSION_ID(request)
+    blocked = BlockedSessions(state.settings, state.db, state.broker)
+    return json_answer(await database_call(blocked.preview_accept, session_id))
 
 
 SIGNAL = Operation(
@@ -371,6 +436,9 @@ routes = [
     ApiRoute(GET, get_session),
     ApiRoute(EVENTS, session_events),
     ApiRoute(CANCEL, cancel_session),
-    *(ApiRoute(_blocked_operation(a), _blocked_endpoint(a)) for a in _BLOCKED_ACTIONS),
+    ApiRoute(_blocked_operation("resume"), _blocked_endpoint("resume")),
+    ApiRoute(PREVIEW_ACCEPT, preview_accept),  # the accept's preview, before it
+    ApiRoute(_blocked_operation("accept"), _blocked_endpoint("accept")),
+    ApiRoute(_blocked_operation("fail"), _blocked_endpoint("fail")),
     ApiRoute(SIGNAL, post_signal),
 ]

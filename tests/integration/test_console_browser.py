@@ -18,6 +18,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 from resumable.client import Client
 from resumable.models.database import Database
 from tests.conftest import API_TOKEN, START_TIMEOUT, LocalDeployment, wait_until
+from tests.fake_api import FakeAPI
 from tests.integration.console_agents import (
     HTTP_URL,
     IMAGE,
@@ -298,3 +299,64 @@ def test_an_action_without_the_csrf_token_is_refused_and_changes_nothing(
     assert "cancelled" in tab.text("#notice")
     assert client.get(session).status == "cancelled"
     assert not tab.dialogs
+
+
+def test_accepting_a_blocked_session_shows_what_runs_again_and_confirms_it(
+    tab: Tab, client: Client, db: Database, deployment: LocalDeployment
+) -> None:
+    """Issue 41: the accept button leads to what accepting does (the booking
+    that runs again, with its new nights and key; the recorded one, which
+    stays); a confirmation that no longer names the recorded call is refused
+    and changes nothing; the page's own confirmation accepts, and the new
+    booking is made once."""
+    with FakeAPI() as api:
+        v1 = deployment.worker("tests.deploy_agents_v1")
+        session = client.start("trip", {"api": api.url, "payments_down": True})
+        wait_until(
+            lambda: api.total_calls() == 1 and client.get(session).status == "retrying",
+            what="the hotel booked, the step retrying",
+        )
+        v1.stop()
+        deployment.worker("tests.deploy_agents_v2")  # books 3 nights instead of 2
+        wait_until(lambda: client.get(session).status == "blocked", what="blocked")
+        [recorded_key] = api.calls
+        new_key = client.preview_accept(session).new_calls[0].idempotency_key
+        assert new_key
+
+        tab.go(f"/ui/sessions/{session}")
+        tab.log_in()
+        tab.page.wait_for_url(f"**/ui/sessions/{session}")
+        tab.page.click("#accept-form button")
+        tab.page.wait_for_url(f"**/ui/sessions/{session}/accept**")
+        again = tab.text("#new-calls")
+        assert "hotel #0" in again and "args[1].nights: 2 → 3" in again and new_key in again
+        stays = tab.text("#effects")
+        assert recorded_key in stays and "completed" in stays and '"nights": 2' in stays
+        assert "changed from `2` to `3` in call `hotel` #0" in tab.text("#summary")
+        assert "hotel #0 again" in tab.text("#accept-confirm button")
+        tab.shot("accept-preview")
+        assert client.get(session).status == "blocked"  # reading it changed nothing
+
+        # A confirmation that does not name the recorded call: refused, unchanged.
+        tab.page.fill("#accept-confirm input[name=reason]", "3 nights is right")
+        tab.page.evaluate(
+            "document.querySelector('#accept-confirm input[name=confirm]').value = 'rsm_other'"
+        )
+        with tab.page.expect_response(f"**/ui/sessions/{session}/accept") as answer:
+            tab.page.click("#accept-confirm button")
+        assert answer.value.status == 409
+        assert "does not name exactly" in tab.text("#error")
+        assert recorded_key in tab.text("#effects")  # the preview again, to confirm from
+        assert tab.page.input_value("#accept-confirm input[name=reason]") == "3 nights is right"
+        assert client.get(session).status == "blocked" and api.total_calls() == 1
+        assert "divergence_accepted" not in [e.type for e in client.events(session)]
+
+        tab.page.click("#accept-confirm button")
+        tab.page.wait_for_url(f"**/ui/sessions/{session}?done=blocked_accepted")
+        assert "accepted" in tab.text("#notice")
+        wait_until(lambda: client.get(session).status == "completed", what="completed")
+        assert [body["nights"] for _, body in api.order] == [2, 3]
+        assert dict(api.calls) == {recorded_key: 1, new_key: 1}
+        [accepted] = [e for e in client.events(session) if e.type == "divergence_accepted"]
+        assert accepted.payload["by"] == "console:Ada"
+        assert not tab.dialogs

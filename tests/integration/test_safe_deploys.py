@@ -181,8 +181,13 @@ def test_changed_arguments_mid_retry_block_and_accept_makes_one_new_call(
         assert (shown["status"], shown["blocked_reason"]) == ("blocked", reason)
         metrics = http.get("/metrics", headers=AUTH).text
         assert 'resumable_sessions{agent="trip",status="blocked"} 1.0' in metrics
+        # The accept makes the hotel call again: it names the recorded call it
+        # supersedes (tests/integration/test_accept_confirmation.py refuses it without).
+        preview = http.get(f"/v1/sessions/{sid}/accept", headers=AUTH).json()
         answer = http.post(
-            f"/v1/sessions/{sid}/accept", json={"reason": "3 nights is right"}, headers=AUTH
+            f"/v1/sessions/{sid}/accept",
+            json={"reason": "3 nights is right", "confirm": preview["confirm"]},
+            headers=AUTH,
         )
         assert answer.status_code == 200, answer.text
         assert answer.json()["status"] == "pending"

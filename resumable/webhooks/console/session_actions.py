@@ -26,7 +26,11 @@ from resumable.services.inbox import Verdict
 from resumable.services.time_travel import TimeTravel
 from resumable.webhooks.console.errors import status_of
 from resumable.webhooks.console.forms import Form, FormError, action_form
-from resumable.webhooks.console.session_pages import path_session_id, render_session
+from resumable.webhooks.console.session_pages import (
+    path_session_id,
+    render_accept,
+    render_session,
+)
 from resumable.webhooks.console.state import operator, web_state
 from resumable.webhooks.database_calls import database_call
 from resumable.webhooks.request_models import MAX_SEQ
@@ -36,13 +40,22 @@ TOPIC = re.compile(r"[A-Za-z0-9_.:\-]{1,100}")
 MAX_KEY_BYTES = 256
 
 Act = Callable[[Form, str, uuid.UUID], str]
+# The page of a refused action: (request, session id, status, error, what was typed).
+Refused = Callable[[Request, uuid.UUID, int, str, dict[str, str]], Awaitable[Response]]
+# Keys of the recorded calls an accept confirms, space-separated (68 characters each).
+MAX_CONFIRM_CHARS = 200_000
 
 
 async def _act(
-    request: Request, name: str, session_of: Callable[[], uuid.UUID], act: Act
+    request: Request,
+    name: str,
+    session_of: Callable[[], uuid.UUID],
+    act: Act,
+    refused: Refused | None = None,
 ) -> Response:
     """Check the CSRF token, then run `act(form, actor, session_id)`, which
-    returns where to go next; on a refusal, the session page with the error."""
+    returns where to go next; on a refusal, the session page with the error
+    (or the page `refused` renders)."""
     form: Form | None = None
     try:
         form = await action_form(request)  # CsrfError: a 403 page, nothing done
@@ -54,6 +67,8 @@ async def _act(
             raise
         typed = {k: v for k, v in (form.fields if form else {}).items() if k != "csrf"}
         session_id = await database_call(session_of)
+        if refused is not None:
+            return await refused(request, session_id, status, exc.message, typed)
         return await render_session(
             request, session_id, status=status, error=exc.message, failed=name, form=typed
         )
@@ -143,7 +158,12 @@ async def retry_dead_letter(request: Request) -> Response:
 
 
 def _blocked(action: BlockedAction) -> Callable[[Request], Awaitable[Response]]:
-    """Resume, accept or fail a blocked session (the CLI's and the API's rules)."""
+    """Resume, accept or fail a blocked session (the CLI's and the API's rules).
+
+    Accept is posted from its preview page (``GET .../accept``), whose form
+    carries the keys of the recorded calls it showed as superseded (`confirm`,
+    space-separated): the service refuses it unless they are exactly the
+    calls it supersedes, and the preview page comes back with why."""
 
     async def endpoint(request: Request) -> Response:
         state = web_state(request)
@@ -151,12 +171,27 @@ def _blocked(action: BlockedAction) -> Callable[[Request], Awaitable[Response]]:
         def act(form: Form, actor: str, session_id: uuid.UUID) -> str:
             reason = form.text("reason", "The reason", required=True)
             sessions = BlockedSessions(state.settings, state.db, state.broker)
-            getattr(sessions, action)(session_id, actor=actor, reason=reason)
+            if action == "accept":
+                typed = form.text("confirm", "The confirmation", max_length=MAX_CONFIRM_CHARS)
+                confirm = None if "confirm" not in form.fields else (typed or "").split()
+                sessions.accept(session_id, actor=actor, reason=reason, confirm=confirm)
+            else:
+                getattr(sessions, action)(session_id, actor=actor, reason=reason)
             return _page(session_id, BLOCKED_NOTICES[action])
 
-        return await _act(request, action, lambda: path_session_id(request), act)
+        refused = _refused_accept if action == "accept" else None
+        return await _act(request, action, lambda: path_session_id(request), act, refused)
 
     return endpoint
+
+
+async def _refused_accept(
+    request: Request, session_id: uuid.UUID, status: int, error: str, typed: dict[str, str]
+) -> Response:
+    """A refused accept: its preview again (as it is now), with why."""
+    return await render_accept(
+        request, session_id, status=status, error=error, reason=typed.get("reason", "")
+    )
 
 
 BlockedAction = Literal["resume", "accept", "fail"]

@@ -1,5 +1,5 @@
-"""The sessions list and the session page (reads only; actions are in
-``session_actions.py``)."""
+"""The sessions list, the session page and the preview of accepting a
+blocked session's new calls (reads only; actions are in ``session_actions.py``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from resumable.errors import ResumableError, SessionNotFoundError
 from resumable.models.status import SessionStatus
+from resumable.services.blocked import BlockedSessions
 from resumable.webhooks.console import queries
 from resumable.webhooks.console.errors import status_of
 from resumable.webhooks.console.forms import Form, FormError
@@ -45,7 +46,7 @@ NOTICES = {
     "forked": "This session was forked from a checkpoint of another one and is queued.",
     "blocked_resumed": "The blocked session was queued to run again on the code deployed now.",
     "blocked_accepted": "The new behaviour was accepted: the recorded calls from the divergence"
-    " on are superseded and the session is queued.",
+    " on are superseded (their effects stay) and the session is queued.",
     "blocked_failed": "The blocked session was failed: its saga compensates what it did.",
 }
 
@@ -163,7 +164,36 @@ async def show_session(request: Request) -> Response:
     return await render_session(request, path_session_id(request))
 
 
+async def render_accept(
+    request: Request,
+    session_id: uuid.UUID,
+    *,
+    status: int = 200,
+    error: str | None = None,
+    reason: str = "",
+) -> Response:
+    """What accepting the blocked session's new calls does, and the form that
+    confirms it (the preview's keys, so it confirms what was shown). A
+    session that cannot be accepted: its page, with why."""
+    state = web_state(request)
+    blocked = BlockedSessions(state.settings, state.db, state.broker)
+    try:
+        preview = await database_call(blocked.preview_accept, session_id)
+    except ResumableError as exc:
+        if status_of(exc) in (404, 500):
+            raise
+        return await render_session(
+            request, session_id, status=status_of(exc), error=error or exc.message
+        )
+    return page(request, "accept.html", status, preview=preview, error=error, reason=reason)
+
+
+async def show_accept(request: Request) -> Response:
+    return await render_accept(request, path_session_id(request))
+
+
 routes = [
     Route("/ui/sessions", list_sessions, methods=["GET"]),
     Route("/ui/sessions/{session_id}", show_session, methods=["GET"]),
+    Route("/ui/sessions/{session_id}/accept", show_accept, methods=["GET"]),
 ]
