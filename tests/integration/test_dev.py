@@ -211,7 +211,8 @@ def test_a_child_that_exits_stops_the_others_and_dev_fails(dev: DevProcess) -> N
     assert _running(descendants) == []
     assert EmbeddedServices(dev.home).running_pids() == []
     assert _running(servers) == []
-    assert "scheduler exited unexpectedly (status 0); stopped the others" in dev.output()
+    output = dev.output()
+    assert "scheduler exited unexpectedly (status 0); stopped the others" in output, output
 
 
 def test_a_sigkilled_worker_is_restarted_and_the_others_keep_running(dev: DevProcess) -> None:
