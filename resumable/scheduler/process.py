@@ -1,5 +1,11 @@
-"""``resumable scheduler``: an APScheduler 3 BlockingScheduler running the
-poller's jobs every interval.
+"""``resumable scheduler``: an APScheduler 3 BackgroundScheduler running the
+poller's jobs every interval, while the main thread waits for a stop signal.
+
+The signal handler only records the signal (``StopSignals``); the main
+thread then says so and shuts the scheduler down. A handler that logged or
+shut APScheduler down itself ran in the middle of whatever the main thread
+was doing: inside a write to stderr, its own log line raised "reentrant
+call" and the process exited 1 instead of 0 (seen in test_dev under load).
 
 The job store is in memory and per process (two processes sharing an
 APScheduler SQL job store both run every job); safety against several
@@ -14,15 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import threading
 from datetime import UTC, datetime
 from functools import partial
-from types import FrameType
 
-from apscheduler.events import EVENT_SCHEDULER_STARTED
 from apscheduler.schedulers import SchedulerNotRunningError
-from apscheduler.schedulers.blocking import BlockingScheduler
+from apscheduler.schedulers.background import BackgroundScheduler
 
 from resumable._internal.reachability import (
     PROBE_TIMEOUT,
@@ -93,7 +96,7 @@ def run_scheduler(
     for name in ("apscheduler.scheduler", "apscheduler.executors.default"):
         logging.getLogger(name).addFilter(noise)
 
-    scheduler = BlockingScheduler(timezone=UTC)
+    scheduler = BackgroundScheduler(timezone=UTC)
     for job in poller.jobs:
         scheduler.add_job(
             outages.guard(job),
@@ -106,39 +109,21 @@ def run_scheduler(
             misfire_grace_time=max(1, int(interval * 5)),
         )
 
-    stopping = threading.Event()
-
     signals = StopSignals()
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        # APScheduler's blocking loop can only be stopped from here. A second
-        # signal interrupts the first one's shutdown, holding the locks it
-        # would take again: it only counts (see _internal/stop_signals.py).
-        repeated = signals.first is not None
-        signals.handle(signum, frame)
-        if repeated:
-            return
-        logger.info("received %s; stopping", signal.Signals(signum).name)
-        stopping.set()
-        # Not running yet when the signal came as it was starting (a loaded
-        # machine): it stops as soon as it has started, not as "a bug".
+    signals.install()
+    freeze_startup_heap()
+    try:
+        if signals.first is None:  # a signal during start-up: not started at all
+            scheduler.start()
+            logger.info(
+                "scheduler started: every %.2f s", interval, extra={"action": "scheduler_started"}
+            )
+        signals.wait(threading.Event())  # until SIGTERM or SIGINT
+        logger.info("received %s; stopping", signals.first)
+    finally:
+        # Jobs in flight finish on their threads; none starts after this.
         with contextlib.suppress(SchedulerNotRunningError):
             scheduler.shutdown(wait=False)
-
-    def _stop_if_asked(_event: object) -> None:
-        if stopping.is_set():
-            with contextlib.suppress(SchedulerNotRunningError):
-                scheduler.shutdown(wait=False)
-
-    scheduler.add_listener(_stop_if_asked, EVENT_SCHEDULER_STARTED)
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    freeze_startup_heap()
-    logger.info("scheduler started: every %.2f s", interval, extra={"action": "scheduler_started"})
-    try:
-        scheduler.start()
-    finally:
         broker.close()
         db.close()
         logger.info("scheduler stopped", extra={"action": "scheduler_stopped"})
