@@ -34,6 +34,7 @@ from resumable.models import migrate
 from resumable.models.database import Database
 from resumable.settings import Settings
 from resumable.webhooks.app import create_app
+from tests.tables import RUNTIME_TABLES
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_HOME = Path(os.environ.get("RESUMABLE_TEST_HOME", ROOT / ".resumable" / "test"))
@@ -147,12 +148,7 @@ def settings(urls: ServiceURLs) -> Settings:
 def truncate_all(database: Database) -> None:
     """Empty every table the runtime writes (not the schema's version)."""
     with database.connection() as conn:
-        conn.execute(
-            "TRUNCATE sessions, checkpoints, audit_events, tool_execution_cache, callbacks, "
-            "deliveries, agents, agent_versions, workers, dead_letters, alerts, "
-            "archived_sessions, finished_session_counts, session_conditions, "
-            "shared_documents, shared_versions, coordination_locks CASCADE"
-        )
+        conn.execute(f"TRUNCATE {', '.join(RUNTIME_TABLES)} CASCADE")
 
 
 @pytest.fixture

@@ -83,7 +83,7 @@ def _diff(before: Any, after: Any, path: str) -> Iterator[tuple[str, Change, Any
         yield path, "added", None, after
     elif after is _ABSENT:
         yield path, "removed", before, None
-    elif _canonical(before) != _canonical(after):
+    elif canonical_json(before) != canonical_json(after):
         yield path, "changed", before, after
 
 
@@ -93,7 +93,8 @@ def _key_path(path: str, key: str) -> str:
     return f"{path}.{key}" if _NAME.fullmatch(key) else f"{path}[{json.dumps(key)}]"
 
 
-def _canonical(value: Any) -> str:
+def canonical_json(value: Any) -> str:
+    """`value` as compact JSON with sorted keys: equal values, equal text."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 

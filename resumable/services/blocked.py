@@ -21,7 +21,6 @@ on a session that is not blocked is refused and changes nothing.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Iterable, Iterator
@@ -274,7 +273,9 @@ def _effect(call: RecordedCall) -> SupersededEffect:
         tool=call.tool,
         status=ToolCallStatus(call.status),
         request=call.request,
-        result=None if outcome is None else _cut(_json(outcome), MAX_RESULT_CHARS),
+        result=None
+        if outcome is None
+        else _cut(call_keys.canonical_json(outcome), MAX_RESULT_CHARS),
         compensation=call.compensation,
     )
 
@@ -358,16 +359,12 @@ def _summary(
     return lines
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _shown(value: Any) -> str:
-    text = value if isinstance(value, str) else _json(value)
+    text = value if isinstance(value, str) else call_keys.canonical_json(value)
     return f"`{_cut(text, _MAX_VALUE_CHARS)}`"
 
 

@@ -192,8 +192,8 @@ class ToolCalls:
         request = tool_request(tool, args, kwargs)
         key = idempotency_key(self._session_id, self._seq, self._step, index, tool, request)
         cached = self._records.calls.get((self._seq, index))
+        redacted = self._redactor.redact({"args": list(args), "kwargs": kwargs})
         if cached is not None and cached.key != key:
-            now = self._redactor.redact({"args": list(args), "kwargs": kwargs})
             raise ReplayDivergedError(
                 {
                     "kind": "tool_call_diverged",
@@ -201,13 +201,12 @@ class ToolCalls:
                     "step_seq": self._seq,
                     "call_index": index,
                     "message": divergence_message(
-                        self._step, index, cached.tool, tool, cached.request, now
+                        self._step, index, cached.tool, tool, cached.request, redacted
                     ),
                 }
             )
         if cached is not None and cached.status == "completed":
             return cached, True
-        redacted = self._redactor.redact({"args": list(args), "kwargs": kwargs})
         cached = Cached(
             key, tool, self._step, self._seq, index, compensate, stored(redacted, "request")
         )

@@ -58,20 +58,8 @@ from tests.faults.callbacks import CallbackSender
 from tests.faults.fleet import Fleet
 from tests.faults.ledger import Ledger
 from tests.faults.matrix import FAULTS, Matrix, PhaseResult
+from tests.tables import RUNTIME_TABLES
 
-TABLES = [
-    "sessions",
-    "checkpoints",
-    "audit_events",
-    "tool_execution_cache",
-    "callbacks",
-    "deliveries",
-    "agents",
-    "workers",
-    "dead_letters",
-    "alerts",
-    "coordination_locks",
-]
 SECRET = "whsec_" + "ZmF1bHQtbWF0cml4LXNlY3JldC0wMTIzNDU2Nzg5YWI="
 TOKEN = "fault-matrix-token-0123456789"
 
@@ -129,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     with DisposableRedis(args.home / "valkey") as own_redis:
         os.environ["REDIS_URL"] = own_redis.url  # the matrix's own, to kill and start again
         with bench_services(args.home) as services:
-            reset_data(services.pg_url, own_redis.url, TABLES)
+            reset_data(services.pg_url, own_redis.url, RUNTIME_TABLES)
             for line in context_lines(services.where.replace("embedded Valkey", own_redis.url)):
                 print(line)
             results = run(args, services, own_redis)

@@ -64,22 +64,10 @@ from benchmarks.harness.report import percentile
 from resumable.dev.processes import Process
 from tests.faults.chaos_agent import AGENT_NAME, ASYNC_AGENT_NAME, INCREMENTAL_AGENT_NAME
 from tests.faults.ledger import Ledger
+from tests.tables import RUNTIME_TABLES
 
 # The run's own polling connection, spared when every other one is terminated.
 OBSERVER = "chaos-observer"
-
-TABLES = [
-    "sessions",
-    "checkpoints",
-    "audit_events",
-    "tool_execution_cache",
-    "callbacks",
-    "deliveries",
-    "agents",
-    "workers",
-    "dead_letters",
-    "alerts",
-]
 
 
 # -- the deployment ------------------------------------------------------------------------
@@ -462,7 +450,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with bench_services(args.home) as services:
-        reset_data(services.pg_url, services.redis_url, TABLES)
+        reset_data(services.pg_url, services.redis_url, RUNTIME_TABLES)
         log_dir = log_dir_for(args.home)
         print(
             f"chaos: {args.sessions} sessions x {args.steps} steps on {args.workers} workers,"
