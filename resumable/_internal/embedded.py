@@ -41,8 +41,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import redis
-
 from resumable._internal.home import HomeNotUsableError, make_home
 from resumable._internal.procfs import pid_alive, start_time
 from resumable.errors import EmbeddedServiceError
@@ -339,6 +337,8 @@ def _traversal_granted_sparingly() -> Iterator[None]:
 
 
 def _redis_answers(url: str) -> bool:
+    import redis  # only when the embedded server is in use: 0.15 s to import
+
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
         try:

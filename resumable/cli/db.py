@@ -6,7 +6,7 @@ import click
 
 from resumable._internal.embedded import service_urls
 from resumable._internal.reachability import probe_database
-from resumable.cli.support import ErrorGroup, console
+from resumable.cli.failures import ErrorGroup, console
 from resumable.errors import ConfigurationError
 from resumable.models import migrate
 from resumable.settings import Settings

@@ -14,10 +14,11 @@ import click
 from rich.progress import Progress
 from rich.table import Table
 
+from resumable.cli.failures import ErrorGroup, console
 from resumable.cli.ids import resolve_dead_letter
 from resumable.cli.json_args import DATE_TIME, STORED_TEXT, RateRange, parse_patch, parse_text
 from resumable.cli.sessions import actor
-from resumable.cli.support import ErrorGroup, connected, console
+from resumable.cli.support import connected
 from resumable.client import dead_letter_cursor
 from resumable.errors import ResumableError
 from resumable.schemas import DeadLetter, Page

@@ -3,6 +3,7 @@ per command group."""
 
 from __future__ import annotations
 
+import importlib
 import signal
 import sys
 from types import FrameType
@@ -10,18 +11,50 @@ from types import FrameType
 import click
 
 from resumable._internal.logs import configure_logging
-from resumable.cli import db, processes, services, sessions
-from resumable.cli.dlq import dlq
-from resumable.cli.shared import shared
-from resumable.cli.support import ErrorGroup
+from resumable.cli.failures import ErrorGroup
 from resumable.settings import load_settings
 from resumable.tracing import configure_tracing
+
+# Each command, and where it is defined: a command's module (and what it
+# imports: the broker, the web app, Alembic) loads only when that command
+# runs, so `resumable sessions list` does not pay for `resumable web`.
+COMMANDS = {
+    "db": "resumable.cli.db:db",
+    "worker": "resumable.cli.processes:worker",
+    "web": "resumable.cli.processes:web",
+    "scheduler": "resumable.cli.processes:scheduler",
+    "dev": "resumable.cli.processes:dev",
+    "demo": "resumable.cli.processes:demo",
+    "enqueue": "resumable.cli.sessions:enqueue",
+    "sessions": "resumable.cli.sessions:sessions",
+    "reconcile": "resumable.cli.sessions:reconcile",
+    "dlq": "resumable.cli.dlq:dlq",
+    "shared": "resumable.cli.shared:shared",
+    "services": "resumable.cli.services:services",
+}
 
 # Commands that run until stopped; the others export their spans as they exit.
 LONG_RUNNING_COMMANDS = frozenset({"web", "worker", "scheduler", "dev", "demo"})
 
 
-@click.group(cls=ErrorGroup)
+class LazyGroup(ErrorGroup):
+    """The root group: lists its commands by name and imports one only when
+    asked for it (click's documented pattern for a large CLI)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        where = COMMANDS.get(cmd_name)
+        if where is None:
+            return None
+        module, name = where.split(":")
+        command = getattr(importlib.import_module(module), name)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=LazyGroup)
 @click.option(
     "--log-level",
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
@@ -49,20 +82,3 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     as on Ctrl-C: its embedded servers are released (stopped, if it started
     them and no one else uses them), not left running as after a SIGKILL."""
     sys.exit(128 + signum)
-
-
-for command in (
-    db.db,
-    processes.worker,
-    processes.web,
-    processes.scheduler,
-    processes.dev,
-    processes.demo,
-    sessions.enqueue,
-    sessions.sessions,
-    sessions.reconcile,
-    dlq,
-    shared,
-    services.services,
-):
-    main.add_command(command)

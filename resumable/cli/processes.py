@@ -10,7 +10,8 @@ from collections.abc import Callable
 import click
 
 from resumable.agent import AgentRegistry
-from resumable.cli.support import console, fail, load_agents, optional_agents, process_urls
+from resumable.cli.failures import console, fail
+from resumable.cli.support import load_agents, optional_agents, process_urls
 from resumable.settings import Settings
 
 

@@ -35,17 +35,25 @@ argument, 1 for any other error, always as one line on stderr).
 
 
 def commands(group: click.Group, ctx: click.Context) -> Iterator[tuple[click.Context, int]]:
-    """`group` and every command under it, depth first in the order they were
-    added, with its context (for its full name and usage) and its heading
+    """`group` and every command under it, depth first in the order ``--help``
+    lists them, with its context (for its full name and usage) and its heading
     level: the root and its commands 2, a group's commands 3."""
     level = 2 if ctx.parent is None else 3
     if ctx.parent is None:
         yield ctx, level
-    for name, command in group.commands.items():
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None
         sub = click.Context(command, info_name=name, parent=ctx)
         yield sub, level
         if isinstance(command, click.Group):
             yield from commands(command, sub)
+
+
+def _subcommand(group: click.Group, ctx: click.Context, name: str) -> click.Command:
+    command = group.get_command(ctx, name)
+    assert command is not None
+    return command
 
 
 def _escape(text: str) -> str:
@@ -137,8 +145,8 @@ def section(ctx: click.Context, depth: int) -> str:
     if isinstance(command, click.Group):
         rows = [
             f"| [`{name} {sub}`](#{slug(f'{name} {sub}')}) | "
-            f"{_escape(command.commands[sub].get_short_help_str(limit=200))} |\n"
-            for sub in command.commands
+            f"{_escape(_subcommand(command, ctx, sub).get_short_help_str(limit=200))} |\n"
+            for sub in command.list_commands(ctx)
         ]
         parts.append("\n| command | what it does |\n|---|---|\n" + "".join(rows))
     arguments = [p for p in command.params if isinstance(p, click.Argument)]

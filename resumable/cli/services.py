@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from resumable._internal.embedded import EmbeddedServices, reap_orphans
-from resumable.cli.support import ErrorGroup, console
+from resumable.cli.failures import ErrorGroup, console
 from resumable.errors import EmbeddedServiceError
 from resumable.settings import Settings
 

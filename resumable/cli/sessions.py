@@ -16,6 +16,7 @@ import click
 from rich.table import Table
 
 from resumable.agent import AgentRegistry
+from resumable.cli.failures import ErrorGroup, console, fail
 from resumable.cli.ids import resolve_session
 from resumable.cli.json_args import (
     STORED_TEXT,
@@ -25,7 +26,7 @@ from resumable.cli.json_args import (
     parse_patch,
     parse_text,
 )
-from resumable.cli.support import ErrorGroup, connected, console, fail, optional_agents
+from resumable.cli.support import connected, optional_agents
 from resumable.client import HUNG_AFTER_SECONDS
 from resumable.errors import (
     ConfirmationRequiredError,

@@ -7,7 +7,8 @@ import json
 
 import click
 
-from resumable.cli.support import ErrorGroup, connected
+from resumable.cli.failures import ErrorGroup
+from resumable.cli.support import connected
 from resumable.coordination.shared import MAX_PAGE, MAX_VERSION, CoordinationError
 from resumable.settings import Settings
 

@@ -78,6 +78,7 @@ class EventLoopThread:
         self._steps: concurrent.futures.ThreadPoolExecutor | None = None
         self._database: DatabaseThreads | None = None
         self._last_tick = time.monotonic()
+        self._late_tick = 0.0  # the latest tick's lateness, if the watchdog has not read it
         self._stop = threading.Event()
         #: Times the watchdog found a blocking call holding the loop (for tests
         #: and metrics); a busy or a starved loop is not one.
@@ -166,7 +167,11 @@ class EventLoopThread:
     # -- the watchdog -----------------------------------------------------------------
 
     def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._last_tick = time.monotonic()
+        now = time.monotonic()
+        # Its own lateness, for a stall the watchdog could not see: a C call
+        # that held the GIL, after which this thread got it back first.
+        self._late_tick = max(self._late_tick, now - self._last_tick - _TICK_SECONDS)
+        self._last_tick = now
         if not self._stop.is_set():
             loop.call_later(_TICK_SECONDS, self._tick, loop)
 
@@ -179,7 +184,10 @@ class EventLoopThread:
         while not self._stop.wait(_TICK_SECONDS) and thread.is_alive():
             before, now = now, self._sample(loop, clock)
             lag = now.at - now.ticked
+            late_tick, self._late_tick = self._late_tick, 0.0
             if lag < min(self._lag_warning, 2 * _TICK_SECONDS):
+                if spell is None and _held_unseen(before, now, late_tick, self._lag_warning):
+                    self._blame(_Spell(None), late_tick)
                 spell = None  # the loop ticks
                 continue
             spell = spell or _Spell(before.task)
@@ -205,7 +213,9 @@ class EventLoopThread:
         spell.reported = lag
         self.stalls += 1
         task = spell.holder
-        what = (self._describe_task(task) if task is not None else None) or "unknown code"
+        what = (self._describe_task(task) if task is not None else None) or (
+            "a call that held the GIL throughout (the watchdog could not see which step)"
+        )
         logger.warning(
             "the event loop has been blocked for %.1f s by %s: a blocking call inside "
             "an async step stalls every async session of this worker (use an async "
@@ -359,6 +369,17 @@ class _Spell:
         if awake >= 0.5 * self.wall and self.cpu < _STARVED_CPU_SHARE * awake:
             return "starved"
         return "busy" if self.switches else None
+
+
+def _held_unseen(before: _Sample, now: _Sample, late_tick: float, warning: float) -> bool:
+    """Whether the loop stalled for `late_tick` seconds between two of the
+    watchdog's looks that both found it ticking: the watchdog was kept from
+    the GIL for the whole stall, and the loop's thread got it back first. Its
+    CPU time tells a call that held the GIL (it computed all along) from a
+    paused or starved process (it did not)."""
+    if late_tick < warning or now.cpu is None or before.cpu is None:
+        return False
+    return now.cpu - before.cpu >= _STARVED_CPU_SHARE * late_tick
 
 
 def _cpu_clock(ident: int) -> int | None:

@@ -349,3 +349,12 @@ def test_concurrent_upgrades_from_two_processes(
     assert _table_names(url) == _model_tables() | {"alembic_version"}
     snapshot = _catalog_snapshot(url)
     assert [row[0] for row in snapshot["version_row"]] == [_head()]
+
+
+def test_the_revisions_read_from_the_files_are_alembics() -> None:
+    """Every command checks the database's revision against this code's, and
+    reads them from the migration files' headers to spare itself Alembic."""
+    scripts = ScriptDirectory.from_config(migrate.alembic_config("postgresql://"))
+    head, known = migrate.known_revisions()
+    assert head == _head()
+    assert known == {script.revision for script in scripts.walk_revisions()}

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from resumable.cli.support import ErrorGroup, describe
+from resumable.cli.failures import ErrorGroup, describe
 from resumable.errors import SessionNotFoundError
 
 
@@ -77,9 +77,9 @@ def test_an_unknown_relation_says_to_migrate() -> None:
 @pytest.mark.parametrize(
     ("args", "line"),
     [
-        ([], "error: missing command: one of db, demo, dev, dlq, enqueue, reconcile, scheduler, "
-         "services, sessions, shared, web, worker (see `resumable --help`)"),
-        (["dlq"], "error: missing command: one of discard, drain, list, retry, show "
+        ([], "error: missing command: one of db, worker, web, scheduler, dev, demo, enqueue, "
+         "sessions, reconcile, dlq, shared, services (see `resumable --help`)"),
+        (["dlq"], "error: missing command: one of list, show, retry, discard, drain "
          "(see `resumable dlq --help`)"),
     ],
 )  # fmt: skip

@@ -187,12 +187,15 @@ def _check_command(line: str) -> list[str]:
         if isinstance(command, click.Group) and not token.startswith("-"):
             if any(name.isupper() or name == "..." for name in names):
                 return problems  # a placeholder: `resumable COMMAND --help`
-            missing = [name for name in names if name not in command.commands]
+            context = click.Context(command)
+            missing = [name for name in names if command.get_command(context, name) is None]
             if missing:
                 return [f"`resumable {line}`: no command {missing}"]
             if len(names) > 1:  # `shared show|history NAME`: each must take the rest
                 return [p for name in names for p in _check_command(_replace(line, token, name))]
-            command = command.commands[names[0]]
+            found = command.get_command(context, names[0])
+            assert found is not None
+            command = found
             continue
         for name in names:
             if name.startswith("--"):
