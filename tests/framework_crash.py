@@ -1,0 +1,63 @@
+"""The crash scenario both framework integrations are tested with, on real
+worker processes: SIGKILL one during a model request, approve the refund
+through a signal, SIGKILL the next during the refund tool (after its effect,
+before its record), and let a third finish."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from resumable.client import Client
+from tests.conftest import LocalDeployment, wait_until
+from tests.framework_fake_openai import FakeOpenAI
+
+
+def status(client: Client, session_id: uuid.UUID) -> str:
+    return str(client.get(session_id).status)
+
+
+def crash_twice(
+    client: Client, deployment: LocalDeployment, tmp_path: Path, module: str, agent: str
+) -> dict[str, Any]:
+    """Run `agent` (of `module`)'s refund session through two SIGKILLs; what
+    each counter saw."""
+    with FakeOpenAI() as api:
+        env = {"FAKE_OPENAI_URL": api.url}
+        api.hold_at = 2  # the request after the lookup turn was committed
+        first = deployment.worker(module, **env)
+        deps = {"api": api.url, "gate": str(tmp_path)}
+        session_id = client.start(agent, {"prompt": "refund o1", "deps": deps})
+        assert api.held.wait(30), "the second model request never arrived"
+        first.kill()
+        api.release.set()
+
+        (tmp_path / "hold-tool").touch()
+        second = deployment.worker(module, **env)
+        wait_until(lambda: status(client, session_id) == "suspended", what="the approval wait")
+        pending = (client.get(session_id).state or {})["pending"]
+        client.signal(session_id, "approval", {"approved": True})
+        wait_until((tmp_path / "entered-tool-refund").exists, what="the refund tool")
+        second.kill()
+        (tmp_path / "hold-tool").unlink()
+
+        deployment.worker(module, **env)
+        wait_until(lambda: status(client, session_id) == "completed", what="completion")
+        session = client.get(session_id)
+        seen = {
+            "turns": dict(api.turns),
+            "calls": dict(api.calls),
+            "effects": [path for path, _ in api.order],
+        }
+        # An uncrashed run of the same agent, for its output.
+        clean_id = client.start(agent, {"prompt": "refund o1", "deps": {"api": api.url}})
+        client.signal(clean_id, "approval", {"approved": True})
+        wait_until(lambda: status(client, clean_id) == "completed", what="the clean run")
+        return {
+            "pending": pending,
+            "result": session.result,
+            "clean": client.get(clean_id).result,
+            **seen,
+            "events": [e.type for e in client.events(session_id)],
+        }
