@@ -3,8 +3,9 @@ key and for testing it.
 
 ``POST {base}/chat/completions`` answers like OpenAI's Chat Completions API,
 following a fixed script: the first turn asks for the ``fetch_url`` tool on a
-page this server also serves (``GET /pages/{slug}``); after a tool result it
-writes a report; after reviewer feedback it writes a revised one. It counts
+page this server also serves (``GET /pages/{slug}``); after a tool result (the
+page as JSON ``{"status", "text"}``, or as plain text) it writes a report; after
+reviewer feedback it writes a revised one. It counts
 every request, so a test can tell whether a recovered agent called it again.
 
 ``page_gate`` lets a test hold a page fetch in flight (to kill the worker in
@@ -29,6 +30,21 @@ _PAGE = """A suspend-and-resume job queue keeps an agent's state in a database a
 every step. When the agent waits for a human it holds no worker; when a worker
 dies, another resumes the session from its last checkpoint, and side effects
 recorded with an idempotency key are not repeated."""
+
+
+def _tool_text(content: Any) -> str:
+    """The page text in a tool result: the research agents send ``{"status",
+    "text"}`` as JSON, the OpenAI Agents SDK example the page itself. (Reading
+    every tool result as JSON raised on the SDK's plain text, and the server
+    hung up without an answer: the SDK saw a connection error.)"""
+    if isinstance(content, list):  # content parts
+        content = "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    text = str(content or "")
+    try:
+        page = json.loads(text)
+    except ValueError:
+        return text
+    return str(page.get("text", "")) if isinstance(page, dict) else text
 
 
 class FakeLLM(FakeServer):
@@ -61,8 +77,8 @@ class FakeLLM(FakeServer):
         last = messages[-1] if messages else {}
         seen_tool = any(m.get("role") == "tool" for m in messages)
         if last.get("role") == "tool":
-            page = json.loads(last.get("content") or "{}")
-            first_line = str(page.get("text", "")).splitlines()[0] if page.get("text") else ""
+            text = _tool_text(last.get("content"))
+            first_line = text.splitlines()[0] if text else ""
             return {"role": "assistant", "content": f"Report: {first_line}"}
         if seen_tool:
             feedback = str(last.get("content", ""))

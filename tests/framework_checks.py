@@ -35,3 +35,19 @@ def without_clock(value: Any) -> Any:
     if isinstance(value, list):
         return [without_clock(v) for v in value]
     return value
+
+
+def assert_the_paused_worker_was_fenced(seen: dict[str, Any]) -> None:
+    """After a worker paused in the second model request past its lease: that
+    request was sent twice (the paused one and the takeover's), every other
+    once; each effect once; the output the uncrashed run's; the paused
+    worker's late record was refused and the finished session untouched."""
+    assert seen["turns"] == {0: 1, 1: 2, 2: 1}
+    assert seen["effects"] == ["/lookup", "/refund"]
+    assert sorted(seen["calls"].values()) == [1, 1]
+    crashed, clean = seen["result"], seen["clean"]
+    assert crashed.startswith("Done: refunded 30 as ")
+    assert crashed.rsplit(" ", 1)[0] == clean.rsplit(" ", 1)[0]
+    assert seen["unchanged"], "the paused worker changed the finished session"
+    assert "lease lost" in seen["zombie"] or "not committed" in seen["zombie"]
+    assert seen["events"].count("lease_recovered") == 1

@@ -61,3 +61,51 @@ def crash_twice(
             **seen,
             "events": [e.type for e in client.events(session_id)],
         }
+
+
+def pause_past_lease(
+    client: Client, deployment: LocalDeployment, module: str, agent: str
+) -> dict[str, Any]:
+    """SIGSTOP a worker while its second model request is in flight, keep it
+    stopped past its lease while another worker takes the session over and
+    finishes it (the refund approved through a signal), then SIGCONT it and
+    wait until it reaches its next write; what each counter saw."""
+    with FakeOpenAI() as api:
+        env = {"FAKE_OPENAI_URL": api.url}
+        api.hold_at = 2  # the request after the lookup turn was committed
+        zombie = deployment.worker(module, **env)
+        session_id = client.start(agent, {"prompt": "refund o1", "deps": {"api": api.url}})
+        assert api.held.wait(30), "the second model request never arrived"
+        zombie.pause()
+        api.release.set()  # its answer waits in the paused worker's socket
+
+        deployment.worker(module, **env)  # takes over once the lease has expired
+        wait_until(lambda: status(client, session_id) == "suspended", what="the takeover")
+        client.signal(session_id, "approval", {"approved": True})
+        wait_until(lambda: status(client, session_id) == "completed", what="completion")
+        finished = client.get(session_id)
+
+        zombie.resume()
+        wait_until(
+            lambda: "lease lost" in zombie.output() or "not committed" in zombie.output(),
+            timeout=20,
+            what="the paused worker's next write",
+        )
+        after = client.get(session_id)
+        seen = {
+            "turns": dict(api.turns),
+            "calls": dict(api.calls),
+            "effects": [path for path, _ in api.order],
+        }
+        clean_id = client.start(agent, {"prompt": "refund o1", "deps": {"api": api.url}})
+        client.signal(clean_id, "approval", {"approved": True})
+        wait_until(lambda: status(client, clean_id) == "completed", what="the clean run")
+        return {
+            **seen,
+            "result": finished.result,
+            "clean": client.get(clean_id).result,
+            "unchanged": (after.status, after.seq, after.result)
+            == (finished.status, finished.seq, finished.result),
+            "zombie": zombie.output(),
+            "events": [e.type for e in client.events(session_id)],
+        }

@@ -75,3 +75,31 @@ def _deps(stored: Any) -> Deps:
 
 pydantic_refunds = durable(support, name="pydantic_refunds", deps=_deps)
 pydantic_refunds_sync = durable(support, name="pydantic_refunds_sync", deps=_deps, sync=True)
+
+
+def _two_refunds_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """Ask for two refunds at once (two approvals pending), then list what
+    each refund call answered."""
+    returns = [
+        str(part.content)
+        for message in messages
+        for part in message.parts
+        if isinstance(part, ToolReturnPart)
+    ]
+    if not returns:
+        return ModelResponse(
+            parts=[
+                ToolCallPart("refund", {"order": "o1", "amount": 10}, tool_call_id="r1"),
+                ToolCallPart("refund", {"order": "o2", "amount": 20}, tool_call_id="r2"),
+            ]
+        )
+    return ModelResponse(parts=[TextPart(" | ".join(returns))])
+
+
+two_refunds = Agent(FunctionModel(_two_refunds_model), name="two_refunds")
+
+
+@two_refunds.tool_plain(requires_approval=True, name="refund")
+def refund_order(order: str, amount: int) -> str:
+    """Refund an order (a human approves it first)."""
+    return f"refunded {amount} on {order}"

@@ -11,14 +11,16 @@ elsewhere), the step commits the session as ``suspended`` on
 ``Signal(topic)`` with the calls listed in ``state["pending"]``; the
 ``decide`` step takes each signal's decisions and, once every call is
 decided, runs the next turn with them. No worker, thread or task waits
-meanwhile.
+meanwhile. With a timeout, the deadline is fixed when the run stops
+(``state["deadline"]``, from the worker's clock): a signal that decides only
+some calls leaves the others the time that was left, not a new timeout.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
 
 from resumable.agent import Agent, Complete
@@ -30,7 +32,7 @@ from resumable.integrations._recording import (
     run_in_sync_step,
 )
 from resumable.retries import DEFAULT_POLICY, RetryPolicy
-from resumable.waits import Signal, Wait
+from resumable.waits import Signal, Timer, Wait, check_seconds
 
 
 @dataclass(frozen=True)
@@ -157,15 +159,15 @@ def build_agent(
         pending: list[dict[str, Any]] = ctx.state.get("pending") or []
         decided: Decisions = ctx.state.get("decided") or {}
         wake = ctx.wake
-        if wake is not None and wake.timed_out:
+        if wake is not None and (wake.timed_out or wake.kind == "timer"):
             decided = timed_out(pending, decided)
         elif wake is not None:
             decided = merge_decisions(pending, decided, wake.payload)
         if any(call["id"] not in decided for call in pending):
             ctx.state["decided"] = decided
-            return ctx.wait(Signal(shape.topic), then="decide", timeout=shape.timeout)
-        ctx.state.pop("pending", None)
-        ctx.state.pop("decided", None)
+            return _wait_again(ctx, shape)
+        for key in ("pending", "decided", "deadline"):
+            ctx.state.pop(key, None)
         return _after(ctx, await advance(ctx, record, decided), shape)
 
     if sync:
@@ -197,5 +199,20 @@ def _after(ctx: StepContext, outcome: Outcome, shape: SessionShape) -> str | Com
     if isinstance(outcome, Paused):
         ctx.state["pending"] = outcome.pending
         ctx.state["decided"] = {}
+        seconds = check_seconds(shape.timeout)
+        if seconds is not None:
+            deadline = datetime.now(UTC) + timedelta(seconds=seconds)
+            ctx.state["deadline"] = deadline.isoformat()
         return ctx.wait(Signal(shape.topic), then="decide", timeout=shape.timeout)
     return "turn"
+
+
+def _wait_again(ctx: StepContext, shape: SessionShape) -> Wait:
+    """Wait for the calls still undecided, until the deadline set when the run
+    stopped on them: a decision on some calls does not give the others more
+    time. (A ``timeout=`` would count again from now; a ``Timer`` at the
+    deadline does not, and its firing reads as the wait's timeout.)"""
+    deadline = ctx.state.get("deadline")
+    if deadline is None:
+        return ctx.wait(Signal(shape.topic), then="decide")
+    return ctx.wait(Signal(shape.topic), Timer(at=datetime.fromisoformat(deadline)), then="decide")

@@ -1,6 +1,8 @@
 """The research agent example on real workers, against the fake OpenAI-compatible
 server: it loops until a human approves, and a SIGKILL in the middle of a step
-never makes it pay for an LLM call twice."""
+never makes it pay for an LLM call twice. The framework examples (PydanticAI,
+OpenAI Agents SDK) on real workers, each approved or refused through the HTTP
+signal route while it holds no worker."""
 
 from __future__ import annotations
 
@@ -170,3 +172,99 @@ def test_sigkill_in_the_middle_of_a_step_does_not_repeat_the_llm_call(
     wait_until(lambda: client.get(session_id).status == "completed", what="completion")
     assert client.get(session_id).result["llm_calls"] == 2
     assert llm.chat_calls == 2
+
+
+# -- the framework examples: a human's approval through the signal route --------------------
+
+
+def _post(web_port: int, path: str, payload: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"http://127.0.0.1:{web_port}{path}", json=payload, headers=AUTH, timeout=10)
+
+
+def _held_by_nobody(db: Database, session_id: str) -> bool:
+    """Suspended with no lease: no worker, thread or task holds the session."""
+    with db.connection() as conn:
+        row = conn.execute(
+            "SELECT status, lease_owner, lease_expires_at FROM sessions WHERE id = %s",
+            (session_id,),
+        ).fetchone()
+    assert row is not None
+    return bool(
+        row["status"] == "suspended" and row["lease_owner"] is None and not row["lease_expires_at"]
+    )
+
+
+def _approve_over_http(
+    client: Client, db: Database, web_port: int, agent: str, session_input: Any, decision: Any
+) -> tuple[list[dict[str, Any]], Any]:
+    """Start `agent` over HTTP, wait until it waits for approval holding no
+    worker, POST `decision` to its signal route; its pending calls and result."""
+    created = _post(web_port, "/v1/sessions", {"agent": agent, "input": session_input})
+    assert created.status_code == 201, created.text
+    session_id = created.json()["session_id"]
+    wait_until(lambda: _held_by_nobody(db, session_id), what="the approval wait")
+    pending = client.state(uuid.UUID(session_id))["pending"]
+    signal = _post(web_port, f"/v1/sessions/{session_id}/signals/approval", decision)
+    assert signal.status_code == 202, signal.text
+    wait_until(lambda: client.get(uuid.UUID(session_id)).status == "completed", what="completion")
+    return pending, client.get(uuid.UUID(session_id)).result
+
+
+def test_the_pydantic_ai_example_reads_a_refusal_posted_to_the_signal_route(
+    client: Client,
+    db: Database,
+    web_port: int,
+    start_web: Callable[..., ManagedProcess],
+    start_process: Callable[..., ManagedProcess],
+) -> None:
+    start_web()
+    start_process(["worker", "--agents", "examples.pydantic_ai_approval"], "worker started")
+    reason = "Refunds over 20 EUR need a receipt."
+    pending, result = _approve_over_http(
+        client,
+        db,
+        web_port,
+        "pydantic_refunds",
+        {"prompt": "Refund order o-17", "deps": {"currency": "EUR"}},
+        {"approved": False, "reason": reason},
+    )
+    assert [(p["tool"], p["args"], p["kind"]) for p in pending] == [
+        ("refund", {"order": "o-17", "amount": 30}, "approval")
+    ]
+    assert result == f"Refund outcome: {reason}"
+
+
+def test_the_openai_agents_example_fetches_once_approved_through_the_signal_route(
+    client: Client,
+    db: Database,
+    llm: FakeLLM,
+    web_port: int,
+    start_web: Callable[..., ManagedProcess],
+    start_process: Callable[..., ManagedProcess],
+) -> None:
+    start_web()
+    start_process(
+        ["worker", "--agents", "examples.openai_agents_approval"],
+        "worker started",
+        OPENAI_BASE_URL=llm.base_url,
+        OPENAI_API_KEY=API_KEY,
+        OPENAI_MODEL="fake-model",
+    )
+    pending, result = _approve_over_http(
+        client,
+        db,
+        web_port,
+        "openai_research",
+        {"prompt": QUESTION},
+        {"approved": True},
+    )
+    assert [(p["tool"], p["args"]) for p in pending] == [
+        ("fetch_url", {"url": f"{llm.url}/pages/durable-agents"})
+    ]
+    assert result == (
+        "Report: A suspend-and-resume job queue keeps an agent's state in a database after"
+    )
+    # One request before the approval, one after; the page fetched once, after it.
+    assert llm.chat_calls == 2
+    assert llm.page_fetches == 1
+    assert llm.authorizations == [f"Bearer {API_KEY}"] * 2

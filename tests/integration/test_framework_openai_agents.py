@@ -14,9 +14,10 @@ from tests.conftest import LocalDeployment
 from tests.framework_checks import (
     PENDING_REFUND,
     assert_crashes_repeated_nothing,
+    assert_the_paused_worker_was_fenced,
     without_clock,
 )
-from tests.framework_crash import crash_twice
+from tests.framework_crash import crash_twice, pause_past_lease
 from tests.framework_fake_openai import FakeOpenAI
 
 AGENTS = "tests.framework_openai_agents"
@@ -104,4 +105,12 @@ def test_sigkill_in_a_model_request_and_in_a_tool_call_repeats_nothing(
 ) -> None:
     assert_crashes_repeated_nothing(
         crash_twice(client, deployment, tmp_path, AGENTS, "openai_refunds")
+    )
+
+
+def test_a_worker_paused_past_its_lease_in_a_model_request_is_fenced(
+    client: Client, reconciler: None, deployment: LocalDeployment
+) -> None:
+    assert_the_paused_worker_was_fenced(
+        pause_past_lease(client, deployment, AGENTS, "openai_refunds_sync")
     )

@@ -14,9 +14,10 @@ from tests.conftest import LocalDeployment
 from tests.framework_checks import (
     PENDING_REFUND,
     assert_crashes_repeated_nothing,
+    assert_the_paused_worker_was_fenced,
     without_clock,
 )
-from tests.framework_crash import crash_twice
+from tests.framework_crash import crash_twice, pause_past_lease
 from tests.framework_fake_openai import FakeOpenAI
 
 AGENTS = "tests.framework_pydantic_agents"
@@ -94,4 +95,34 @@ def test_sigkill_in_a_model_request_and_in_a_tool_call_repeats_nothing(
 ) -> None:
     assert_crashes_repeated_nothing(
         crash_twice(client, deployment, tmp_path, AGENTS, "pydantic_refunds")
+    )
+
+
+def test_a_decision_on_some_calls_keeps_the_others_deadline() -> None:
+    """Two refunds wait for approval with a one-hour timeout. Half an hour
+    in, one is approved: the other keeps the half hour it had left (it is
+    refused at the first deadline), not a new hour."""
+    from resumable.integrations.pydantic_ai import durable
+    from tests.framework_pydantic_agents import two_refunds
+
+    agent = durable(two_refunds, name="two_refunds", approval_timeout=3600)
+    session = TestSession(agent, "refund o1 and o2")
+    session.run_until_wait()
+    paused_at = session.now
+    assert [call["id"] for call in session.state["pending"]] == ["r1", "r2"]
+    session.advance(1800)
+    session.signal("approval", {"decisions": {"r1": {"approved": True}}})
+    session.run_until_wait()
+    assert session.state["decided"] == {"r1": {"approved": True, "reason": None}}
+    result = session.run_until_done()
+    assert result == "refunded 10 on o1 | No decision arrived in time."
+    waited = (session.now - paused_at).total_seconds()
+    assert 3599 <= waited <= 3601, waited
+
+
+def test_a_worker_paused_past_its_lease_in_a_model_request_is_fenced(
+    client: Client, reconciler: None, deployment: LocalDeployment
+) -> None:
+    assert_the_paused_worker_was_fenced(
+        pause_past_lease(client, deployment, AGENTS, "pydantic_refunds")
     )

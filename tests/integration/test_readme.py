@@ -10,8 +10,9 @@ the docs cannot drift from the code:
 - the client blocks of docs/guides/python-client.md in their own interpreter
   against the test servers (``DATABASE_URL`` / ``REDIS_URL``, as a reader's
   environment would name them);
-- every other block (agent definitions, the versions example) in its own
-  interpreter, its agents registered as a worker would;
+- every other block (agent definitions, the versions example, the framework
+  agents of docs/guides/frameworks.md) in its own interpreter, its agents
+  registered as a worker would;
 - an excerpt marked ``<!-- excerpt: PATH -->`` is checked to be that file's
   code, line for line."""
 
@@ -139,6 +140,7 @@ def test_every_python_block_is_run_or_checked() -> None:
             ("docs/guides/python-client.md", "client"): 3,
             ("docs/guides/versions.md", "agent trip"): 1,
             ("docs/guides/embedding.md", "excerpt"): 1,
+            ("docs/guides/frameworks.md", "standalone"): 2,
         }
     )
     for page, test in RUN_ELSEWHERE.items():
@@ -237,9 +239,30 @@ def test_every_agent_definition_loads_as_a_worker_would(settings: Settings) -> N
         "\nfrom resumable import Agent, AgentRegistry\n"
         "AgentRegistry([v for v in list(globals().values()) if isinstance(v, Agent)])\n"
     )
-    for block in [*_of("agent booking"), *_of("agent trip"), *_of("standalone")]:
+    frameworks = "docs/guides/frameworks.md"
+    blocks = [*_of("agent booking"), *_of("agent trip"), *_of("standalone")]
+    for block in [b for b in blocks if b.page != frameworks]:
         ran = _run(Block(block.page, block.source + register, None), settings)
         assert ran.returncode == 0, f"{block.page}: {ran.stderr}"
+
+
+def test_the_framework_guides_agents_load_as_a_worker_would(settings: Settings) -> None:
+    """docs/guides/frameworks.md's PydanticAI and OpenAI Agents SDK blocks, one
+    after the other in a fresh interpreter (a key in the environment, as a
+    reader's worker has one): ``durable`` makes each a resumable agent of
+    two steps, and they register as a worker's agents do."""
+    register = (
+        "\nfrom resumable import Agent, AgentRegistry\n"
+        "durables = [v for v in list(globals().values()) if isinstance(v, Agent)]\n"
+        "AgentRegistry(durables)\n"
+        "print(sorted((a.name, a.start_step, a.has_async_steps) for a in durables))\n"
+    )
+    pydantic_block, openai_block = _of("standalone", "docs/guides/frameworks.md")
+    assert "pydantic_ai" in pydantic_block.source and "from agents" in openai_block.source
+    source = pydantic_block.source + "\n" + openai_block.source + register
+    ran = _run(Block(pydantic_block.page, source, None), settings, OPENAI_API_KEY="sk-x")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[('researcher', 'turn', True), ('support', 'turn', True)]"
 
 
 def failed_with_a_dead_letter(client: Client, db: Database, error_type: str) -> int:

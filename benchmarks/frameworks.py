@@ -1,0 +1,346 @@
+"""What does resumable add to a PydanticAI or OpenAI Agents SDK agent, per recorded call?
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/frameworks.py [--sessions 200 --tools 4 --workers 2]
+
+The agents are in ``benchmarks/agents/frameworks.py``: each framework's agent
+with an in-process fake model (no HTTP, no sleep) and a tool that adds one.
+Three session shapes, each ``--sessions`` sessions per framework:
+
+- ``single``: one model request that answers at once;
+- ``batched``: one request asking for ``--tools`` tool calls at once, then the answer;
+- ``turns``: one tool call per model request, then the answer.
+
+1. Bare: the same framework agents, run by the framework alone in this
+   process (``agent.run`` / ``Runner.run``, tool calls sequential as the
+   integration runs them), session after session; CPU from ``os.times``.
+2. Durable: ``--workers`` ``resumable worker`` processes (async steps) run the
+   ``durable(...)`` agents; sessions are started with ``Client.start`` and
+   waited for until completed. CPU of every process involved: the workers (with
+   their children), PostgreSQL (the postmaster and its backends), Valkey and this
+   process (which starts the sessions and polls their statuses); commits from
+   ``pg_stat_database.xact_commit``, less this process's own transactions.
+   First, ``--warm-up`` sessions of each framework, not measured: a new worker's
+   first sessions import, connect and prepare statements.
+
+Added CPU per session is the durable run's CPU less the bare run's, and a
+recorded call is a model request or a tool call (``tool_execution_cache`` rows,
+checked against the shape). The three shapes split the added CPU of a session
+as ``session + turns x turn + tools x tool``: ``turn`` is a model turn (its step
+commit and its model request's record), ``tool`` a tool call's record.
+
+The target (issue 39): at most one commit and 1 ms of CPU per recorded call.
+
+``DATABASE_URL``/``REDIS_URL`` are used when set; otherwise embedded servers run
+under ``--home`` (default ``.resumable/bench-frameworks``). The tables are
+truncated and Redis is flushed: never point this at a database you care about.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
+    # and drop this script's folder, whose `agents/` would shadow the OpenAI Agents SDK's.
+    HERE = Path(__file__).resolve().parent
+    sys.path[:] = [str(HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
+
+from agents import RunConfig, Runner, ToolExecutionConfig
+
+from benchmarks import harness
+from benchmarks.agents.frameworks import (
+    OPENAI_AGENT,
+    PYDANTIC_AGENT,
+    SHAPES,
+    counts,
+    openai_agent,
+    prompt,
+    pydantic_agent,
+)
+from benchmarks.harness import BenchDeployment, Services
+from benchmarks.harness.cpu import CpuMeter, GroupCpu
+from benchmarks.harness.pg_counters import calibrate_empty_query, let_statistics_flush
+from benchmarks.harness.pg_counters import read_counters as read_pg_counters
+from benchmarks.harness.report import bench_parser, context_lines, parse, verdict
+
+AGENT_MODULE = "benchmarks.agents.frameworks"
+TRUNCATED = ("sessions", "checkpoints", "audit_events", "tool_execution_cache")
+TARGET_COMMITS = 1.0  # per recorded call
+TARGET_CPU_MS = 1.0  # per recorded call
+FRAMEWORKS = {"pydantic-ai": PYDANTIC_AGENT, "openai-agents": OPENAI_AGENT}
+
+
+@dataclass
+class Run:
+    framework: str
+    shape: str
+    sessions: int
+    bare_cpu: float  # seconds, the whole bare run
+    durable_cpu: dict[str, float]  # seconds by process group, the whole durable run
+    elapsed: float
+    commits: int
+    recorded: int
+    turns: int  # model requests per session
+    tools: int  # tool calls per session
+
+    @property
+    def durable_total(self) -> float:
+        return sum(self.durable_cpu.values())
+
+    @property
+    def added_per_session(self) -> float:
+        return (self.durable_total - self.bare_cpu) / self.sessions
+
+    @property
+    def added_per_recorded(self) -> float:
+        return (self.durable_total - self.bare_cpu) / self.recorded
+
+    @property
+    def commits_per_recorded(self) -> float:
+        return self.commits / self.recorded
+
+
+# -- bare --------------------------------------------------------------------------------
+
+
+async def _bare_pydantic(text: str) -> Any:
+    with pydantic_agent.parallel_tool_call_execution_mode("sequential"):
+        return (await pydantic_agent.run(text)).output
+
+
+async def _bare_openai(text: str) -> Any:
+    config = RunConfig(
+        tool_execution=ToolExecutionConfig(max_function_tool_concurrency=1),
+        tracing_disabled=True,
+    )
+    return (await Runner.run(openai_agent, text, run_config=config, max_turns=100)).final_output
+
+
+def run_bare(framework: str, text: str, sessions: int) -> float:
+    """CPU seconds of `sessions` bare runs of `text` in this process."""
+    one = _bare_pydantic if framework == "pydantic-ai" else _bare_openai
+
+    async def all_of_them() -> None:
+        for _ in range(sessions):
+            await one(text)
+
+    asyncio.run(one(text))  # warm: first-call imports and caches
+    before = os.times()
+    asyncio.run(all_of_them())
+    after = os.times()
+    return (after.user + after.system) - (before.user + before.system)
+
+
+# -- durable -----------------------------------------------------------------------------
+
+
+def run_durable(
+    args: argparse.Namespace,
+    services: Services,
+    deployment: BenchDeployment,
+    meter: CpuMeter,
+    empty_query_commits: int,
+    framework: str,
+    text: str,
+) -> tuple[dict[str, float], float, int, int]:
+    """CPU seconds by group, wall seconds, commits and recorded calls of one durable run."""
+    pg_url = services.pg_url
+    harness.reset_data(pg_url, services.redis_url, TRUNCATED)
+    with harness.connect(pg_url) as conn:
+        harness.settle(conn, TRUNCATED)
+    settings = services.settings()
+    let_statistics_flush()
+    before = read_pg_counters(pg_url, ())
+    own = 1  # the reading's own transaction
+    with (
+        harness.bench_client(settings, 4) as client,
+        harness.connect(pg_url) as poller,
+    ):
+        cpu_before = GroupCpu.sample(meter, {"workers": deployment.pids})
+        started = time.monotonic()
+        inputs = [{"prompt": text}] * args.sessions
+        harness.start_sessions(client, FRAMEWORKS[framework], inputs, 4)
+        own += args.sessions * (1 + empty_query_commits)  # the pool's check + the insert
+        own += harness.wait_sessions(
+            poller,
+            lambda c: c["completed"] >= args.sessions,
+            what=f"{args.sessions} {framework} sessions to complete",
+            timeout=args.timeout,
+            alive=deployment.check_alive,
+            interval=0.05,
+        )
+        elapsed = time.monotonic() - started
+        cpu_after = GroupCpu.sample(meter, {"workers": deployment.pids})
+        row = poller.execute(
+            f"SELECT count(*) FROM tool_execution_cache {harness.BENCH_TAG}"
+            " WHERE status = 'completed'"
+        ).fetchone()
+        recorded = int(row[0]) if row else 0
+        own += 1
+    let_statistics_flush()
+    after = read_pg_counters(pg_url, ())
+    cpu = {
+        name: seconds - cpu_before.seconds[name]
+        for name, seconds in cpu_after.seconds.items()
+        if not math.isnan(seconds)  # a remote server is not measured
+    }
+    return cpu, elapsed, after.xact_commit - before.xact_commit - own, recorded
+
+
+# -- report ------------------------------------------------------------------------------
+
+
+def fit(runs: dict[str, Run], tools: int) -> tuple[float, float, float] | None:
+    """Added CPU seconds per session, per model turn and per tool call, from the
+    three shapes (``single``: 1 turn; ``batched``: 2 turns, T tools;
+    ``turns``: T + 1 turns, T tools)."""
+    if tools < 2 or set(runs) != set(SHAPES):
+        return None
+    c0, c1, c2 = (runs[s].added_per_session for s in SHAPES)
+    turn = (c2 - c1) / (tools - 1)
+    tool = (c1 - c0 - turn) / tools
+    return c0 - turn, turn, tool
+
+
+def report(args: argparse.Namespace, runs: list[Run], where: str) -> None:
+    print()
+    print("frameworks.py: what resumable adds to a framework agent, per recorded call")
+    for line in context_lines(where):
+        print(line)
+    print(
+        f"runs: {args.sessions} sessions per framework and shape, {args.tools} tool calls;"
+        f" {args.workers} worker processes (async steps)"
+    )
+    print()
+    header = (
+        f"{'framework':<14}{'shape':<9}{'turns':>6}{'tools':>6}{'rec/s':>7}"
+        f"{'bare ms/s':>10}{'dur ms/s':>10}{'added ms/rec':>13}{'commits/rec':>12}{'sess/s':>8}"
+    )
+    print(header)
+    for run in runs:
+        print(
+            f"{run.framework:<14}{run.shape:<9}{run.turns:>6}{run.tools:>6}"
+            f"{run.recorded / run.sessions:>7.0f}"
+            f"{run.bare_cpu / run.sessions * 1e3:>10.2f}"
+            f"{run.durable_total / run.sessions * 1e3:>10.2f}"
+            f"{run.added_per_recorded * 1e3:>13.2f}"
+            f"{run.commits_per_recorded:>12.2f}"
+            f"{run.sessions / run.elapsed:>8.0f}"
+        )
+    print(
+        "  (rec/s: recorded calls per session; bare/dur ms/s: CPU ms per session, bare"
+        " framework / durable, all processes)"
+    )
+    print()
+    print("durable CPU by process, ms per recorded call:")
+    for run in runs:
+        parts = ", ".join(
+            f"{name} {seconds / run.recorded * 1e3:.2f}"
+            for name, seconds in run.durable_cpu.items()
+        )
+        print(f"  {run.framework:<14}{run.shape:<9}{parts}")
+    print()
+    for framework in FRAMEWORKS:
+        mine = [run for run in runs if run.framework == framework]
+        if not mine:
+            continue
+        recorded = sum(run.recorded for run in mine)
+        added = sum(run.durable_total - run.bare_cpu for run in mine) / recorded * 1e3
+        commits = sum(run.commits for run in mine) / recorded
+        print(
+            f"{framework}: {recorded} recorded calls; per recorded call"
+            f" {commits:.2f} commits (target <= {TARGET_COMMITS:g}:"
+            f" {verdict(commits <= TARGET_COMMITS)}),"
+            f" {added:.2f} ms of CPU added (target <= {TARGET_CPU_MS:g} ms:"
+            f" {verdict(added <= TARGET_CPU_MS)})"
+        )
+        split = fit({run.shape: run for run in mine}, args.tools)
+        if split is not None:
+            session, turn, tool = (value * 1e3 for value in split)
+            print(
+                f"  split: {session:.2f} ms per session, {turn:.2f} ms per model turn,"
+                f" {tool:.2f} ms per tool call"
+            )
+
+
+# -- main --------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = bench_parser(__doc__, home="bench-frameworks", timeout=600)
+    parser.add_argument("--sessions", type=int, default=200, help="sessions per framework/shape")
+    parser.add_argument("--tools", type=int, default=4, help="tool calls per session (T)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument(
+        "--warm-up",
+        type=int,
+        default=20,
+        help="sessions of each framework run first, untimed (new workers' first sessions)",
+    )
+    parser.add_argument(
+        "--frameworks",
+        default=",".join(FRAMEWORKS),
+        help="comma-separated: " + ", ".join(FRAMEWORKS),
+    )
+    args = parse(parser, argv, ("sessions", "tools", "workers"))
+    if args.warm_up < 0:
+        parser.error("--warm-up must be 0 or more")
+    args.frameworks = [name.strip() for name in args.frameworks.split(",") if name.strip()]
+    unknown = set(args.frameworks) - set(FRAMEWORKS)
+    if unknown:
+        parser.error(f"unknown framework(s): {', '.join(sorted(unknown))}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with harness.bench_services(args.home) as services:
+        empty_query_commits = calibrate_empty_query(services.pg_url)
+        meter = CpuMeter.find(services.pg_url, services.redis_url)
+        log_dir = harness.log_dir_for(args.home)
+        env = harness.worker_env(8, RESUMABLE_MAX_INFLIGHT="200")
+        runs: list[Run] = []
+        with BenchDeployment(services, log_dir, env) as deployment:
+            deployment.start_workers(args.workers, AGENT_MODULE)
+            if args.warm_up:
+                # New workers' first sessions import, connect and prepare: not measured.
+                warm = argparse.Namespace(**{**vars(args), "sessions": args.warm_up})
+                for framework in args.frameworks:
+                    print(f"{framework}: {args.warm_up} warm-up sessions", flush=True)
+                    run_durable(
+                        warm, services, deployment, meter, empty_query_commits, framework,
+                        prompt("turns", args.tools),
+                    )  # fmt: skip
+            for framework in args.frameworks:
+                for shape in SHAPES:
+                    text = prompt(shape, args.tools)
+                    turns, tools = counts(shape, args.tools)
+                    print(f"{framework} {shape}: bare", flush=True)
+                    bare = run_bare(framework, text, args.sessions)
+                    print(f"{framework} {shape}: durable (logs in {log_dir})", flush=True)
+                    cpu, elapsed, commits, recorded = run_durable(
+                        args, services, deployment, meter, empty_query_commits, framework, text
+                    )
+                    expected = args.sessions * (turns + tools)
+                    if recorded != expected:
+                        raise RuntimeError(f"expected {expected} recorded calls, got {recorded}")
+                    runs.append(
+                        Run(framework, shape, args.sessions, bare, cpu, elapsed, commits,
+                            recorded, turns, tools)
+                    )  # fmt: skip
+        harness.reset_data(services.pg_url, services.redis_url, TRUNCATED)
+        report(args, runs, services.where)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
