@@ -7,18 +7,18 @@ prefix of it). Every action is an audit event with who (``--by``) and why.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import click
 from rich.progress import Progress
-from rich.table import Table
 
 from resumable.cli.failures import ErrorGroup, console
 from resumable.cli.ids import resolve_dead_letter
 from resumable.cli.json_args import DATE_TIME, STORED_TEXT, RateRange, parse_patch, parse_text
-from resumable.cli.sessions import actor
+from resumable.cli.sessions import SHORT_ID, actor
 from resumable.cli.support import connected
+from resumable.cli.tables import fitted
 from resumable.client import dead_letter_cursor
 from resumable.errors import ResumableError
 from resumable.schemas import DeadLetter, Page
@@ -30,6 +30,7 @@ from resumable.services.dead_letters import (
     DeadLetters,
     DrainReport,
 )
+from resumable.services.narration import ago
 from resumable.settings import Settings
 from resumable.webhooks.response_models import DeadLetterDetail
 
@@ -134,17 +135,29 @@ def dlq_list(
     if as_json:
         click.echo(page.model_dump_json())
         return
-    table = Table(
-        "dead_letter_id", "session", "failed at", "agent", "step", "error", "attempts", "saga",
-        "status",
-    )  # fmt: skip
+    now = datetime.now(UTC)
+    sagas = any(r.compensation not in (None, "none") for r in page.items)
+    statuses = status != "open"
+    headers = ["#", "session", "failed", "agent", "step", "error", "tries"]
+    headers += ["saga"] if sagas else []
+    headers += ["status"] if statuses else []
+    cells = []
     for r in page.items:
-        table.add_row(
-            str(r.dead_letter_id), str(r.session_id)[:8], r.failed_at.strftime("%Y-%m-%d %H:%M:%S"),
-            r.agent, r.step or "",
-            f"{r.error_type}: {r.error_message[:60]}", str(r.attempts), r.compensation,
-            r.status,
-        )  # fmt: skip
+        row = [
+            str(r.dead_letter_id),
+            str(r.session_id)[:SHORT_ID],
+            ago(r.failed_at, now),
+            r.agent,
+            r.step or "",
+            f"{r.error_type}: {' '.join(r.error_message.split())}",
+            str(r.attempts),
+        ]
+        row += [r.compensation or ""] if sagas else []
+        row += [r.status] if statuses else []
+        cells.append(row)
+    # One line per dead letter: the error is cut (`dlq show` has it whole,
+    # with its traceback), the session is its id's prefix.
+    table = fitted(headers, cells, flexible="error", right=("#", "tries"))
     console.print(table)
     if page.next_cursor:
         # Never wrapped (a pipe is 80 columns to rich): scripts cut the token out.

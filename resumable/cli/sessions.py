@@ -10,10 +10,10 @@ from __future__ import annotations
 import getpass
 import json
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 import click
-from rich.table import Table
 
 from resumable.agent import AgentRegistry
 from resumable.cli.failures import ErrorGroup, console, fail
@@ -27,6 +27,7 @@ from resumable.cli.json_args import (
     parse_text,
 )
 from resumable.cli.support import connected, optional_agents
+from resumable.cli.tables import fitted
 from resumable.client import HUNG_AFTER_SECONDS
 from resumable.errors import (
     ConfirmationRequiredError,
@@ -40,6 +41,7 @@ from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.schemas import AcceptPreview, Checkpoint, Event, Page
 from resumable.services import arguments
+from resumable.services.narration import doing_now
 from resumable.settings import Settings
 
 # The same names the HTTP API accepts.
@@ -49,6 +51,11 @@ STATUSES = [status.value for status in SessionStatus]
 
 #: As long as the HTTP API keeps an X-Resumable-Actor.
 MAX_ACTOR_LENGTH = 200
+
+
+# A session id in a table: its first characters, which every command takes as
+# a unique prefix (as `docker ps` shows container ids).
+SHORT_ID = 8
 
 
 def actor(by: str | None) -> str:
@@ -141,6 +148,12 @@ def sessions() -> None:
 )
 @click.option("--cursor", default=None, help="Page: the next_cursor of the previous page.")
 @click.option(
+    "--full-ids",
+    is_flag=True,
+    help="Whole session ids (the table shows their first 8 characters, which every command "
+    "takes as a unique prefix).",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="A page of sessions, as GET /v1/sessions answers."
 )
 @click.pass_obj
@@ -155,9 +168,10 @@ def sessions_list(
     unserved: bool,
     blocked: bool,
     cursor: str | None,
+    full_ids: bool,
     as_json: bool,
 ) -> None:
-    """List sessions, newest first."""
+    """List sessions, newest first, each with what it is doing now in words."""
     if blocked and status not in (None, "blocked"):
         raise click.UsageError(f"--blocked lists blocked sessions, not --status {status}")
     status = "blocked" if blocked else status
@@ -174,22 +188,21 @@ def sessions_list(
     if as_json:
         click.echo(page.model_dump_json())
         return
-    columns = ["session_id", "agent", "status", "step", "seq", "updated_at", "parent"]
-    table = Table(*columns, *(["why"] if blocked else []))
+    now = datetime.now(UTC)
+    parents = parent is None and any(r.parent_id for r in page.items)
+    headers = ["id", "agent", "status", "now"] + (["parent"] if parents else [])
+    rows = []
     for r in page.items:
         row = [
-            str(r.session_id),
+            str(r.session_id) if full_ids else str(r.session_id)[:SHORT_ID],
             r.agent,
             r.status,
-            r.step or "",
-            str(r.seq),
-            str(r.updated_at),
-            str(r.parent_id)[:8] if r.parent_id else "",
+            doing_now(r, now),  # names the step where it matters
         ]
-        if blocked:
-            reason = r.blocked_reason or {}
-            row.append(f"{reason.get('kind', '?')}: {reason.get('message', '')}")
-        table.add_row(*row)
+        if parents:
+            row.append(str(r.parent_id)[:SHORT_ID] if r.parent_id else "")
+        rows.append(row)
+    table = fitted(headers, rows, flexible="now", wrap=True, whole=["id"])
     console.print(table)
     if page.next_cursor:
         # Never wrapped (a pipe is 80 columns to rich): scripts cut the token out.
@@ -223,15 +236,18 @@ def sessions_events(settings: Settings, session_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(Page[Event](items=events, next_cursor=None).model_dump_json())
         return
-    table = Table("at", "seq", "step", "type", "payload")
-    for e in events:
-        table.add_row(
-            str(e.at),
+    cells = [
+        [
+            e.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
             "" if e.seq is None else str(e.seq),
             e.step or "",
             e.type,
-            json.dumps(e.payload)[:120],
-        )
+            json.dumps(e.payload),
+        ]
+        for e in events
+    ]
+    # One line per event, its payload cut to fit (--json has it whole).
+    table = fitted(["at", "seq", "step", "type", "payload"], cells, flexible="payload")
     console.print(table)
 
 
@@ -247,11 +263,11 @@ def sessions_history(settings: Settings, session_id: str, as_json: bool) -> None
     if as_json:
         click.echo(Page[Checkpoint](items=rows, next_cursor=None).model_dump_json())
         return
-    table = Table("seq", "step", "next_step", "kind", "bytes", "at")
-    for r in rows:
-        table.add_row(
-            str(r.seq), r.step, r.next_step or "", r.kind, str(r.bytes), str(r.at),
-        )  # fmt: skip
+    cells = [
+        [str(r.seq), r.step, r.next_step or "", r.kind, str(r.bytes), str(r.at)[:23]] for r in rows
+    ]
+    headers = ["seq", "step", "next_step", "kind", "bytes", "at"]
+    table = fitted(headers, cells, flexible="at", right=("seq", "bytes"))
     console.print(table)
 
 

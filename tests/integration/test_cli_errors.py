@@ -57,6 +57,39 @@ def _run(
     )
 
 
+def _run_all(
+    commands: list[tuple[str, ...]], client: Client, env: dict[str, str] | None = None
+) -> list[subprocess.CompletedProcess[str]]:
+    """`commands` run at once, each in its own process as `_run` runs one:
+    the checks are independent, and their start-ups overlap."""
+    full_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/tmp"}
+    full_env["DATABASE_URL"] = client.settings.database_url or ""
+    full_env["REDIS_URL"] = client.settings.redis_url or ""
+    full_env.update(env or {})
+    running = [
+        (
+            args,
+            subprocess.Popen(
+                [sys.executable, "-m", "resumable.cli", *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=full_env,
+                cwd=ROOT,
+            ),
+        )
+        for args in commands
+    ]
+    results = []
+    for args, process in running:
+        try:
+            out, err = process.communicate(timeout=60)
+        finally:
+            process.kill()
+        results.append(subprocess.CompletedProcess(list(args), process.returncode, out, err))
+    return results
+
+
 def _one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
     """The single stderr line of a failed command, checked for `fragments`."""
     assert result.returncode != 0, result.stdout
@@ -162,13 +195,13 @@ def test_a_database_without_the_schema_says_to_run_db_upgrade(client: Client) ->
         # and the web process and the scheduler, which ride out an outage but
         # not a schema that is not there (they once ran on, answering 500 or
         # logging a traceback a second).
-        for command in (
+        commands = [
             ("sessions", "list"),
             ("worker", "--agents", "tests.agents"),
             ("web", "--port", str(free_port())),
             ("scheduler",),
-        ):
-            result = _run(*command, client=client, env=env)
+        ]
+        for result in _run_all(commands, client, env):
             _one_line_error(result, "run `resumable db upgrade`")
             assert result.returncode == 1
     finally:
@@ -193,25 +226,21 @@ def test_a_schema_behind_or_ahead_of_the_code_is_one_line_and_nothing_is_written
     head, _ = migrate.known_revisions()
     try:
         migrate.upgrade(url, "0010")
-        for command in (
+        commands = [
             ("enqueue", "five", "--agents", "tests.agents"),
             ("sessions", "list"),
             ("worker", "--agents", "tests.agents"),
             ("web", "--port", str(free_port())),
             ("scheduler",),
-        ):
-            result = _run(*command, client=client, env=env)
+        ]
+        for result in _run_all(commands, client, env):
             _one_line_error(result, "at revision 0010", f"needs {head}", "resumable db upgrade")
             assert result.returncode == 1
         with psycopg.connect(libpq_url(url)) as conn:
             assert conn.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
             conn.execute("UPDATE alembic_version SET version_num = '0999'")
-        for command in (
-            ("db", "upgrade"),
-            ("sessions", "list"),
-            ("worker", "--agents", "tests.agents"),
-        ):
-            result = _run(*command, client=client, env=env)
+        commands = [("db", "upgrade"), ("sessions", "list"), ("worker", "--agents", "tests.agents")]
+        for result in _run_all(commands, client, env):
             _one_line_error(result, "'0999'", "a newer release migrated it")
             assert result.returncode == 1
         assert migrate.current_revision(url) == "0999"  # left as it was
@@ -564,7 +593,7 @@ def test_bad_values_found_past_click_exit_2_like_click_s_own(client: Client) -> 
     """README: exit status 2 for a bad argument. Values click cannot judge
     itself (an empty filter, a cursor, a missing reason) exited 1, and an empty
     cursor read as the first page, so a paging loop never ended."""
-    for args, fragment in (
+    cases = [
         (("sessions", "list", "--agent", ""), "agent must be 1 to 200 characters"),
         (("sessions", "list", "--cursor", "garbage"), "invalid cursor"),
         (("sessions", "list", "--cursor", ""), "empty cursor"),
@@ -574,8 +603,9 @@ def test_bad_values_found_past_click_exit_2_like_click_s_own(client: Client) -> 
         (("dlq", "drain", "--action", "discard", "--reason", "  "), "needs a reason"),
         (("dlq", "drain", "--action", "retry", "--by", "  "), "--by must not be blank"),
         (("enqueue", ""), "AGENT must be 1 to 200 characters"),
-    ):
-        result = _run(*args, client=client)
+    ]
+    results = _run_all([args for args, _ in cases], client)
+    for (args, fragment), result in zip(cases, results, strict=True):
         _one_line_error(result, fragment)
         assert result.returncode == 2, (args, result.stderr)
         # The error alone: `dlq drain` drew an empty progress bar on stdout first.
@@ -587,15 +617,15 @@ def test_a_huge_value_is_refused_in_one_short_line(client: Client) -> None:
     """Click repeats the value it refuses: a 50,000-digit number made a
     50,000-character error line."""
     huge = "9" * 50_000
-    for args in (
+    commands = [
         ("dlq", "list", "--limit", huge),
         ("dlq", "list", "--since", huge),
         ("dlq", "drain", "--action", "retry", "--rate", huge),
         ("sessions", "list", "--hung", "--hung-after", "-" + huge),
         ("sessions", "state", "x", "--at", huge),
         ("reconcile", "--grace", "1e309"),
-    ):
-        result = _run(*args, client=client)
+    ]
+    for args, result in zip(commands, _run_all(commands, client), strict=True):
         line = _one_line_error(result, f"'{args[-2]}'")
         assert result.returncode == 2, (args[:-1], line)
         assert len(line) < 400, (args[:-1], len(line))

@@ -5,6 +5,7 @@ be cancelled and signalled from the command line, audited with who and why."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -258,3 +259,43 @@ def test_a_time_without_an_offset_is_utc_whatever_the_database_timezone(
     later = (failed_at + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S")
     none = run_cli(client.settings, "dlq", "list", "--since", later, "--json", PGTZ="Etc/GMT+12")
     assert json.loads(none.stdout)["items"] == []
+
+
+def test_the_tables_fit_80_columns_one_line_a_row_saying_what_each_session_does(
+    client: Client, tmp_path: Path, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    """Read through a pipe (80 columns to rich), the tables cut ids and
+    headers to `sessi…` and `dead_…` and wrapped each error over five lines;
+    `sessions list` said nothing of what a session waits for."""
+    start_worker()
+    waiting = client.start("signalled", {"topic": "approval", "timeout": 3600})
+    failed = client.start("fragile", {"flag": str(tmp_path / "never")})
+    wait_until(
+        lambda: client.count_by_status() == {"suspended": 1, "failed": 1},
+        what="one session waiting for its signal and one dead letter",
+    )
+
+    listed = _cli(client, "sessions", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert max(map(len, listed.stdout.splitlines())) <= 80, listed.stdout
+    # Wider, each row is one line (at 80 columns the sentence wraps in its cell).
+    listed = run_cli(client.settings, "sessions", "list", COLUMNS="160")
+    lines = listed.stdout.splitlines()
+    [waits] = [line for line in lines if line.lstrip().startswith(str(waiting)[:8])]
+    assert re.search(r"waiting for signal `approval`, until \d\d:\d\d UTC \(in 5\d min\)", waits)
+    [fails] = [line for line in lines if line.lstrip().startswith(str(failed)[:8])]
+    assert "failed just now: PermanentError: the flag is not set" in fails or (
+        "s ago: PermanentError" in fails
+    ), listed.stdout
+    # The prefix the table shows is what every command takes.
+    shown = _cli(client, "sessions", "show", str(waiting)[:8])
+    assert json.loads(shown.stdout)["session_id"] == str(waiting)
+    full = _cli(client, "sessions", "list", "--full-ids")
+    assert str(waiting) in full.stdout
+
+    letters = _cli(client, "dlq", "list")
+    assert letters.returncode == 0, letters.stderr
+    rows = [line for line in letters.stdout.splitlines() if str(failed)[:8] in line]
+    assert len(rows) == 1, letters.stdout  # one line, the error cut to fit
+    assert max(map(len, letters.stdout.splitlines())) <= 80, letters.stdout
+    assert "PermanentError: the" in rows[0]
