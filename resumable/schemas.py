@@ -141,6 +141,12 @@ class WaitingFor(Record):
     deadline: datetime | None = Field(
         default=None, description="When the wait times out (it then resumes with a timeout)."
     )
+    lock: str | None = Field(default=None, description="The lock or semaphore it waits for.")
+    children: int | None = Field(
+        default=None,
+        description="How many of the child sessions it waits for must finish (its Children "
+        "wait's `need`).",
+    )
 
 
 class Session(Record):
@@ -246,6 +252,8 @@ class Session(Record):
                 timer_at=wait.get("timer_at"),
                 poll=(wait.get("poll") or {}).get("check"),
                 deadline=wait.get("deadline"),
+                lock=(wait.get("lock") or {}).get("name"),
+                children=(wait.get("children") or {}).get("need"),
             ),
             blocked_reason=row.blocked_reason if row.status == SessionStatus.BLOCKED else None,
             version=row.agent_version,

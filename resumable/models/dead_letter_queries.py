@@ -5,6 +5,7 @@ so retrying or discarding twice changes nothing."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -89,6 +90,18 @@ DEAD_LETTER_FILTERS = {
     "before_id": "id < %(before_id)s",
 }
 
+# Dead letters that failed alike, biggest group first: twenty identical
+# ConnectErrors are one line to act on (the same filters as FIND_DEAD_LETTERS).
+GROUP_DEAD_LETTERS = """
+SELECT agent, step, error_type, count(*) AS n, min(failed_at) AS first_failed_at,
+       max(failed_at) AS last_failed_at
+FROM dead_letters
+WHERE {where}
+GROUP BY agent, step, error_type
+ORDER BY n DESC, last_failed_at DESC
+LIMIT %(limit)s
+"""
+
 # A session's dead letters, newest first (a retried session may fail again).
 DEAD_LETTERS_OF_SESSION = f"""
 SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters WHERE session_id = %(session_id)s
@@ -138,6 +151,28 @@ def find(
     return rows.every(
         conn, rows.table_row(DeadLetterRow), FIND_DEAD_LETTERS.format(where=conditions), params
     )
+
+
+@dataclass(frozen=True)
+class DeadLetterGroup:
+    """A row of GROUP_DEAD_LETTERS: dead letters of one agent and step that
+    failed with one error type."""
+
+    agent: str
+    step: str | None
+    error_type: str
+    n: int
+    first_failed_at: datetime
+    last_failed_at: datetime
+
+
+def groups(conn: psycopg.Connection[Any], *, limit: int, **filters: Any) -> list[DeadLetterGroup]:
+    """The dead letters matching `filters` (those of ``find``), grouped by
+    agent, step and error type, largest group first."""
+    params: dict[str, Any] = {"limit": limit, **dict.fromkeys(DEAD_LETTER_FILTERS), **filters}
+    given = [name for name in DEAD_LETTER_FILTERS if params[name] not in (None, "")]
+    conditions = " AND ".join(f"({DEAD_LETTER_FILTERS[name]})" for name in given) or "true"
+    return rows.every(conn, DeadLetterGroup, GROUP_DEAD_LETTERS.format(where=conditions), params)
 
 
 def of_session(

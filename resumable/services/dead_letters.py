@@ -28,6 +28,7 @@ from resumable.errors import (
 )
 from resumable.models import dead_letter_queries, event_queries, session_queries
 from resumable.models.database import Database
+from resumable.models.dead_letter_queries import DeadLetterGroup
 from resumable.models.tables import DeadLetterRow
 from resumable.services.state_patch import apply_state_patch
 from resumable.settings import Settings
@@ -135,6 +136,22 @@ class DeadLetters:
         if len(rows) <= limit:
             return rows, None
         return rows[:limit], rows[limit - 1].id
+
+    def groups(self, where: DeadLetterFilter, *, limit: int = 20) -> list[DeadLetterGroup]:
+        """The dead letters `where` selects, grouped by agent, step and error
+        type, largest first: what an operator retries or discards together."""
+        with self.db.connection() as conn:
+            return dead_letter_queries.groups(
+                conn,
+                limit=limit,
+                status=where.status,
+                agent=where.agent,
+                error_type=where.error_type,
+                step=where.step,
+                since=where.since,
+                until=where.until,
+                compensation=where.compensation,
+            )
 
     def get(self, dead_letter_id: int) -> DeadLetterRow:
         with self.db.connection() as conn:

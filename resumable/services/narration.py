@@ -17,8 +17,10 @@ from resumable.schemas import Session, WaitingFor
 
 
 def duration(seconds: float) -> str:
-    """`seconds` as a person says it: "850 ms", "12 s", "3 min", "2 h 5 min", "4 d"."""
+    """`seconds` as a person says it: "0.2 ms", "850 ms", "12 s", "3 min", "2 h 5 min"."""
     seconds = max(seconds, 0.0)
+    if seconds < 0.01:
+        return f"{seconds * 1000:.1f} ms"  # a step's own time is often under a millisecond
     if seconds < 1:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 60:
@@ -57,6 +59,10 @@ def waits(wait: WaitingFor, now: datetime) -> str:
         things.append("a callback" if wait.callbacks == 1 else f"{wait.callbacks} callbacks")
     if wait.poll:
         things.append(f"check `{wait.poll}` to pass")
+    if wait.lock:
+        things.append(f"lock `{wait.lock}`")
+    if wait.children:
+        things.append(f"{wait.children} of its children to finish")
     if wait.timer_at is not None:
         things.append(f"its timer at {_when(wait.timer_at, now)}")
     sentence = "waiting for " + (" or ".join(things) if things else "nothing it names")

@@ -8,7 +8,7 @@ from typing import Any
 from resumable import Agent, Complete, StepContext
 from resumable.errors import PermanentError
 from resumable.retries import RetryPolicy
-from resumable.waits import Signal, Wait
+from resumable.waits import Children, Signal, Wait
 
 # What an attacker would like a page to run, stored where agents, tools and
 # errors put values; the console must show each as text.
@@ -110,3 +110,19 @@ def hold(ctx: StepContext) -> Wait:
 def approved(ctx: StepContext) -> Complete:
     assert ctx.wake is not None
     return Complete({"payload": ctx.wake.payload})
+
+
+# -- a parent: spawns two waiting children and waits for them -------------------------
+
+family = Agent("console_family")
+
+
+@family.step
+def fan_out(ctx: StepContext) -> Wait:
+    ctx.state["children"] = [str(ctx.spawn("console_waiting", {"n": n})) for n in range(2)]
+    return ctx.wait(Children(ctx.state["children"]), then="gathered")
+
+
+@family.step
+def gathered(ctx: StepContext) -> Complete:
+    return Complete({"children": ctx.state["children"]})

@@ -7,13 +7,14 @@ Screenshots of every page a test looks at are saved under its tmp_path.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
 from resumable.client import Client
 from resumable.models.database import Database
@@ -195,6 +196,20 @@ def test_a_drain_shows_its_dry_run_then_runs_with_progress(
     tab.go("/ui/dead-letters")
     tab.log_in()
     assert tab.page.locator("#dead-letters tbody tr").count() == 3
+    # Alike failures are one group each, largest first, each with its own dry run.
+    groups = tab.page.locator("#groups tr.group")
+    assert groups.count() == 2
+    first = groups.nth(0)
+    assert "console_fixable" in first.inner_text() and "PermanentError" in first.inner_text()
+    assert first.locator("td.count").inner_text() == "2"
+    assert groups.nth(1).locator("td.count").inner_text() == "1"
+    tab.shot("dead-letter-groups")
+    first.locator("button:has-text('Dry run')").click()
+    tab.page.wait_for_url("**/ui/dead-letters/drain?**")
+    assert tab.text("#matched") == "2 matched"  # the group alone
+    assert tab.text("#would-act") == "2 would be retried"
+    tab.go("/ui/dead-letters")
+
     tab.page.select_option("#drain select[name=action]", "retry")
     tab.page.click("#drain button:has-text('Dry run')")
     tab.page.wait_for_url("**/ui/dead-letters/drain?**")
@@ -360,3 +375,51 @@ def test_accepting_a_blocked_session_shows_what_runs_again_and_confirms_it(
         [accepted] = [e for e in client.events(session) if e.type == "divergence_accepted"]
         assert accepted.payload["by"] == "console:Ada"
         assert not tab.dialogs
+
+
+def test_a_session_page_says_what_it_waits_for_links_parent_and_children_and_follows_it_live(
+    tab: Tab, client: Client
+) -> None:
+    """Issue 41: a parent's page said 'Next step: gathered' and nothing of its
+    children; a waiting child's said nothing of its signal above the forms;
+    and neither changed until the operator reloaded."""
+    parent = client.start("console_family", {})
+    wait_until(
+        lambda: (
+            client.get(parent).status == "suspended"
+            and len(client.page_sessions(parent=parent).items) == 2
+            and all(c.status == "suspended" for c in client.page_sessions(parent=parent).items)
+        ),
+        what="a parent waiting for its two waiting children",
+    )
+    children = sorted(str(c.session_id) for c in client.page_sessions(parent=parent).items)
+
+    tab.go(f"/ui/sessions/{parent}")
+    tab.log_in()
+    tab.page.wait_for_url(f"**/ui/sessions/{parent}")
+    assert tab.text("#now-text") == "waiting for 2 of its children to finish"
+    listed = tab.page.locator("#children tr.child a")
+    assert sorted(listed.all_inner_texts()) == children
+    tab.shot("parent")
+
+    # A child's page: what it waits for, in words, and the way back up.
+    tab.page.click(f"#children a:has-text('{children[0]}')")
+    tab.page.wait_for_url(f"**/ui/sessions/{children[0]}")
+    assert tab.text("#now-text") == "waiting for signal `approve`"
+    assert tab.text("#parent") == str(parent)
+
+    # Left alone, the live page follows the session: the child is signalled
+    # behind the operator's back, and the page shows it without a click.
+    client.signal(uuid.UUID(children[0]), "approve", {"ok": True})
+    expect(tab.page.locator("#now-text")).to_have_text(re.compile(r"^completed"), timeout=30_000)
+    assert tab.page.locator("#live").count() == 0  # finished: no more reloads
+    # The run at a glance: each step with its own time, the wait between.
+    labels = tab.page.locator("#waterfall tbody td:first-child").all_inner_texts()
+    assert labels == ["step hold", "wait, ended by signal", "step approved"], labels
+    took = tab.page.locator("#waterfall tbody td.took").all_inner_texts()
+    assert took[0].endswith(" ms") and took[2].endswith(" ms"), took
+    # Payloads are one click away, not inline.
+    assert tab.page.locator("details.payload").count() >= 3
+    assert tab.page.locator("details.payload[open]").count() == 0
+    tab.shot("child-completed")
+    assert not tab.dialogs and not tab.errors

@@ -111,7 +111,25 @@ def test_the_worker_and_the_retry_time_are_said_where_known() -> None:
 
 @pytest.mark.parametrize(
     ("seconds", "said"),
-    [(0.0123, "12 ms"), (12.4, "12 s"), (185, "3 min"), (7200, "2 h"), (7500, "2 h 5 min")],
+    [
+        (0.000186, "0.2 ms"),
+        (0.0123, "12 ms"),
+        (12.4, "12 s"),
+        (185, "3 min"),
+        (7200, "2 h"),
+        (7500, "2 h 5 min"),
+    ],
 )
 def test_durations_read_as_a_person_says_them(seconds: float, said: str) -> None:
     assert duration(seconds) == said
+
+
+def test_a_parent_and_a_lock_holder_say_what_they_wait_for() -> None:
+    parent = _session(
+        SessionStatus.SUSPENDED, waiting_for=WaitingFor(callbacks=0, signals=[], children=2)
+    )
+    assert doing_now(parent, NOW) == "waiting for 2 of its children to finish"
+    queued = _session(
+        SessionStatus.SUSPENDED, waiting_for=WaitingFor(callbacks=0, signals=[], lock="ledger")
+    )
+    assert doing_now(queued, NOW) == "waiting for lock `ledger`"

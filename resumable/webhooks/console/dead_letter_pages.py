@@ -39,6 +39,8 @@ from resumable.webhooks.state import WebState
 
 STATUSES = ("open", "retried", "discarded", "all")
 PAGE_SIZE = 50
+# Groups of alike dead letters shown above the list, largest first.
+GROUPS_SHOWN = 20
 # Dead letters listed one by one in a dry run's result (all are counted).
 PREVIEW_ROWS = 200
 # The filter fields a drain carries from the list to the preview to the run.
@@ -79,6 +81,7 @@ async def list_dead_letters(request: Request) -> Response:
     state = web_state(request)
     form = Form(dict(request.query_params))
     rows: list[Any] = []
+    groups: list[Any] = []
     next_before = None
     error, code = None, 200
     try:
@@ -87,11 +90,11 @@ async def list_dead_letters(request: Request) -> Response:
             raise FormError(f"The status must be one of {', '.join(STATUSES)}")
         where = letter_filter(form, status=None if status == "all" else status)
         before = form.integer("before", "before", 1, 2**62)
+        letters = DeadLetters(state.settings, state.db, state.broker)
         rows, next_before = await database_call(
-            lambda: DeadLetters(state.settings, state.db, state.broker).find(
-                where, limit=PAGE_SIZE, before_id=before
-            )
+            lambda: letters.find(where, limit=PAGE_SIZE, before_id=before)
         )
+        groups = await database_call(lambda: letters.groups(where, limit=GROUPS_SHOWN))
     except FormError as exc:
         error, code = exc.message, exc.status
     return page(
@@ -99,12 +102,14 @@ async def list_dead_letters(request: Request) -> Response:
         "dead_letters.html",
         code,
         rows=rows,
+        groups=groups,
         next_before=next_before,
         filters=form.fields,
         base={k: v for k, v in form.fields.items() if k != "before" and v},
         statuses=STATUSES,
         compensations=COMPENSATIONS,
         filter_fields=FILTER_FIELDS,
+        max_limit=MAX_DRAIN_LIMIT,
         error=error,
     )
 

@@ -22,6 +22,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.templating import Jinja2Templates
 
+from resumable.services.narration import duration
+
 # Pretty JSON longer than this is shown as plain (still escaped) text, cut here.
 MAX_RENDERED_JSON = 512 * 1024
 # Deeper than this, the rest of a value is shown as compact JSON text.
@@ -132,6 +134,29 @@ def ago(value: datetime | None, now: datetime | None = None) -> str:
     return f"in {amount}" if future else f"{amount} ago"
 
 
+def clock(value: datetime) -> str:
+    """A timestamp to the millisecond (most events of a run share a second)."""
+    moment = value if value.tzinfo else value.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+# The longest one-line summary of an event's payload (the whole is one click away).
+SUMMARY_LENGTH = 80
+
+
+def summary(payload: Any) -> str:
+    """An event's payload on one line, its first keys and short values:
+    ``ms=0.333, next=gathered, tool_calls=0``."""
+    if not isinstance(payload, dict):
+        return visible(json.dumps(payload, ensure_ascii=False))[:SUMMARY_LENGTH]
+    parts = []
+    for key, value in payload.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        parts.append(f"{key}={text if len(text) <= 24 else text[:23] + '…'}")
+    line = visible(", ".join(parts))
+    return line if len(line) <= SUMMARY_LENGTH else line[: SUMMARY_LENGTH - 1] + "…"
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=PackageLoader("resumable.webhooks.console", "templates"),
@@ -145,6 +170,9 @@ def _environment() -> Environment:
     env.filters["visible"] = visible
     env.filters["when"] = when
     env.filters["ago"] = ago
+    env.filters["clock"] = clock
+    env.filters["summary"] = summary
+    env.filters["span"] = duration
     return env
 
 

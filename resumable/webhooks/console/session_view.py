@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from resumable.checkpoints import diff
@@ -25,13 +25,18 @@ from resumable.models.tables import (
     SessionRow,
     ToolCallRow,
 )
+from resumable.schemas import Session
+from resumable.services.narration import doing_now
 from resumable.services.time_travel import TimeTravel
 from resumable.webhooks.console import queries
+from resumable.webhooks.console.waterfall import SCALE, Bar, bars
 from resumable.webhooks.state import WebState
 
 # Checkpoints shown at once, and audit events.
 CHECKPOINT_WINDOW = 20
 EVENT_PAGE = 300
+# Children listed on a parent's page (the sessions list pages through them all).
+CHILDREN_SHOWN = 50
 # Events worth a second look on the Retries panel.
 RETRY_EVENTS = ("retry", "failed", "dead_letter", "lease_recovered", "compensation")
 
@@ -82,6 +87,13 @@ class SessionView:
     tool_calls: list[ToolCallRow]
     wait: WaitView | None
     dead_letters: list[DeadLetterRow]
+    # What it is doing now, in one sentence (the page's header).
+    now: str = ""
+    children: list[Session] = field(default_factory=list)
+    more_children: bool = False
+    # Its steps, waits and tool calls on one time axis (SVG units of SCALE).
+    bars: list[Bar] = field(default_factory=list)
+    scale: int = SCALE
     retry_events: list[AuditEventRow] = field(default_factory=list)
 
     @property
@@ -191,4 +203,12 @@ def session_view(
         dead_letters=queries.dead_letters_of(state.db, session_id),
     )
     view.retry_events = [e for e in events if any(word in e.event_type for word in RETRY_EVENTS)]
+    view.now = doing_now(
+        Session.from_row(row, include_state=False),
+        worker=row.lease_owner if row.status == "running" else None,
+        retry_at=row.wake_at if row.status == "retrying" else None,
+    )
+    view.bars = bars(events, view.tool_calls, datetime.now(UTC))
+    children = state.client.page_sessions(parent=row.id, limit=CHILDREN_SHOWN)
+    view.children, view.more_children = children.items, children.next_cursor is not None
     return view
