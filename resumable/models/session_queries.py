@@ -170,7 +170,20 @@ SUMMARY_FILTERS = {
     "created_before": "created_at <= %(created_before)s",
     "created_after": "created_at >= %(created_after)s",
     "before": "(created_at, id) < (%(before_created_at)s, %(before_id)s)",
+    # The error's type or message contains the text (a LIKE pattern, escaped).
+    "error_like": "(error ->> 'type' ILIKE %(error_like)s"
+    " OR error ->> 'message' ILIKE %(error_like)s)",
+    # The value at a path of the input, the state (as last written whole: see
+    # live_state.py) or the result: as JSON, or as the text typed.
+    **{
+        f"{column}_at": f"{column} #> %(path)s"
+        " IN (%(json_value)s::jsonb, to_jsonb(%(text_value)s::text))"
+        for column in ("input", "state", "result")
+    },
 }
+
+# Where a search by path and value looks.
+SEARCHABLE_DOCUMENTS = ("input", "state", "result")
 
 COUNT_BY_STATUS = "SELECT status, count(*) AS n FROM sessions GROUP BY status"
 
@@ -372,9 +385,16 @@ def summaries(
     id_prefix: str | None = None,
     created_before: datetime | None = None,
     created_after: datetime | None = None,
+    error: str | None = None,
+    document: str | None = None,
+    path: list[str] | None = None,
+    value: str | None = None,
     before: tuple[datetime, uuid.UUID] | None = None,
 ) -> list[SessionSummary]:
-    """Up to `limit` sessions newest first, without their state."""
+    """Up to `limit` sessions newest first, without their state. `error`:
+    text its error's type or message contains; `document` ("input", "state"
+    or "result"), `path` and `value`: the value at that path, read as JSON if
+    it is JSON, else as text."""
     params: dict[str, Any] = {
         "limit": limit,
         "status": status or None,
@@ -382,13 +402,30 @@ def summaries(
         "id_prefix": id_prefix or None,
         "created_before": created_before,
         "created_after": created_after,
+        "error_like": None if not error else f"%{_like_escaped(error)}%",
     }
+    if document in SEARCHABLE_DOCUMENTS and path and value is not None:
+        params[f"{document}_at"] = True
+        params["path"], params["text_value"] = path, value
+        params["json_value"] = value if _is_json(value) else json.dumps(value)
     if before is not None:
         params["before"] = True
         params["before_created_at"], params["before_id"] = before
     given = [name for name in SUMMARY_FILTERS if params.get(name) is not None]
     query = SESSION_SUMMARIES.format(where=_where(SUMMARY_FILTERS, given))
     return rows.every(conn, SessionSummary, query, params)
+
+
+def _like_escaped(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -473,6 +473,41 @@ def test_the_sessions_list_filters_and_pages(
     assert counts is not None and counts.group(1) == "2"
 
 
+def _listed(browser: TestClient, query: str) -> set[str]:
+    answer = browser.get(f"/ui/sessions?{query}")
+    assert answer.status_code == 200, answer.text
+    return set(re.findall(r'href="/ui/sessions/([0-9a-f-]{36})"', answer.text))
+
+
+def test_sessions_are_found_by_a_value_in_their_input_or_state_and_by_their_error(
+    browser: TestClient, client: Client, world: dict[str, str]
+) -> None:
+    """Issue 41: an operator looking for customer 42's session had to know its id."""
+    log_in(browser)
+    number = client.start("console_waiting", {"customer": {"id": 42, "tier": "gold"}})
+    text = client.start("console_waiting", {"customer": {"id": "42"}})
+    other = client.start("console_waiting", {"customer": {"id": 7}, "tags": ["a_b", "50%"]})
+    assert _listed(browser, "path=customer.id&value=42") == {str(number), str(text)}
+    assert _listed(browser, "in=input&path=customer.id&value=%2242%22") == {str(text)}
+    assert _listed(browser, "path=customer.tier&value=gold") == {str(number)}
+    assert _listed(browser, "path=tags.1&value=50%25") == {str(other)}
+    # The state as each session last wrote it: the one waiting set `asked`.
+    assert _listed(browser, "in=state&path=asked&value=true") == {world["session_id"]}
+    assert _listed(browser, "in=result&path=payload&value=1") == set()
+    # The error's type or message, any case; LIKE's wildcards are only text.
+    assert _listed(browser, "error=needs+state.FIXED") == {world["fixable"]}
+    assert _listed(browser, "error=%25") == set()
+    assert _listed(browser, "error=permanenterror") >= {world["fixable"]}
+    for query, message in (
+        ("path=customer.id", "needs both a path"),
+        ("value=42", "needs both a path"),
+        ("path=a..b&value=1", "joined by dots"),
+        ("in=secrets&path=a&value=1", "Search in must be one of input, state, result"),
+    ):
+        answer = browser.get(f"/ui/sessions?{query}")
+        assert answer.status_code == 422 and message in answer.text, (query, answer.text[:300])
+
+
 def test_the_session_page_shows_history_tool_calls_wait_and_traceback(
     browser: TestClient, world: dict[str, str], settings: Settings
 ) -> None:

@@ -14,14 +14,25 @@ import pytest
 
 from examples.async_research_agent import async_research
 from examples.fastapi_app import checkout
+from examples.openai_agents_approval import openai_research
+from examples.pydantic_ai_approval import pydantic_refunds
 from examples.refund_agent import refund
 from examples.research_agent import research
 from examples.research_team import SOURCES, planner, researcher
-from resumable import Agent, SessionStatus, Wake
+from resumable import Agent, SessionStatus, Signal, Wait, Wake
 from resumable.testing import TestSession, answers, run_step
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-TESTED = {refund, research, async_research, planner, researcher, checkout}
+TESTED = {
+    refund,
+    research,
+    async_research,
+    planner,
+    researcher,
+    checkout,
+    pydantic_refunds,
+    openai_research,
+}
 
 
 def test_every_example_agent_is_unit_tested_here() -> None:
@@ -200,3 +211,114 @@ def test_the_checkout_waits_for_the_payment_providers_callback() -> None:
     assert paid.run_until_done() == {"order_id": "o-1", "paid": True}
     unpaid = TestSession(checkout, {"order_id": "o-2", "amount": 500})
     assert unpaid.run_until_done() == {"order_id": "o-2", "paid": False}  # an hour skipped
+
+
+# -- the framework agents: PydanticAI and the OpenAI Agents SDK ---------------------------------
+# Each suspends on Signal("approval") for a day with the call it may not make
+# alone in state["pending"]; a signal decides it and the run goes on.
+
+APPROVAL_WAIT = Wait((Signal("approval"),), then="decide", timeout=86400)
+NO_RECEIPT = "Refunds over 20 EUR need a receipt."
+
+
+def test_the_pydantic_ai_refund_is_rejected_with_a_reason_the_model_reads() -> None:
+    """The example's own scripted FunctionModel answers the model requests (no
+    network); the refund tool is the effect, counted."""
+    refunds: list[tuple[dict[str, Any], str]] = []
+
+    def payment_api(request: dict[str, Any], idempotency_key: str) -> str:
+        refunds.append((request, idempotency_key))
+        return "refunded"
+
+    session = TestSession(
+        pydantic_refunds,
+        {"prompt": "Refund order o-17", "deps": {"currency": "EUR"}},
+        tools={"tool:refund": payment_api},
+    )
+    assert session.run_until_wait() == APPROVAL_WAIT
+    assert (session.status, session.wait) == (SessionStatus.SUSPENDED, APPROVAL_WAIT)
+    [pending] = session.state["pending"]
+    assert pending == {
+        "id": pending["id"],
+        "tool": "refund",
+        "args": {"order": "o-17", "amount": 30},
+        "kind": "approval",
+    }
+    assert [c.tool for c in session.calls] == ["model_request"] and refunds == []
+
+    session.signal("approval", {"approved": False, "reason": NO_RECEIPT})
+    assert session.run_until_done() == f"Refund outcome: {NO_RECEIPT}"
+    assert session.status is SessionStatus.COMPLETED
+    assert refunds == []  # rejected: the refund was never made
+    assert [c.tool for c in session.calls] == ["model_request", "model_request"]
+    denied = [
+        part
+        for message in session.state["messages"]
+        for part in message["parts"]
+        if part["part_kind"] == "tool-return"
+    ]
+    assert [(d["tool_call_id"], d["content"]) for d in denied] == [(pending["id"], NO_RECEIPT)]
+
+
+def _model_response(*output: dict[str, Any]) -> dict[str, Any]:
+    """A recorded ``model_request`` answer of the OpenAI Agents integration:
+    Responses-format output items, usage, response id."""
+    return {"output": list(output), "usage": [1, 10, 5, 15], "response_id": None}
+
+
+SOURCE = "https://example.com/durable-agents"
+ASK_TO_FETCH = _model_response(
+    {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_1",
+        "name": "fetch_url",
+        "arguments": json.dumps({"url": SOURCE}),
+        "status": "completed",
+    }
+)
+REPORT = "Durable agents replay recorded calls after a crash [1]."
+WRITE_REPORT = _model_response(
+    {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": REPORT, "annotations": []}],
+    }
+)
+
+
+def test_the_openai_agents_fetch_runs_once_after_approval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two model requests are answered by stubs (recorded responses), the
+    fetch by a counted stub: nothing is sent. The example's model provider
+    still builds its client, so it gets a key and an address nothing listens on."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    fetches: list[tuple[dict[str, Any], str]] = []
+
+    def fetch_url(request: dict[str, Any], idempotency_key: str) -> str:
+        fetches.append((request, idempotency_key))
+        return "Each step commits; a crashed step replays its recorded calls."
+
+    session = TestSession(
+        openai_research,
+        {"prompt": "How do durable agents survive crashes?"},
+        tools={"model_request": answers(ASK_TO_FETCH, WRITE_REPORT), "tool:fetch_url": fetch_url},
+    )
+    assert session.run_until_wait() == APPROVAL_WAIT
+    assert (session.status, session.wait) == (SessionStatus.SUSPENDED, APPROVAL_WAIT)
+    assert session.state["pending"] == [
+        {"id": "call_1", "tool": "fetch_url", "args": {"url": SOURCE}, "kind": "approval"}
+    ]
+    assert "run_state" in session.state and fetches == []  # nothing fetched before approval
+
+    session.signal("approval", {"approved": True})
+    assert session.run_until_done() == REPORT
+    assert session.status is SessionStatus.COMPLETED
+    assert [c.tool for c in session.calls] == ["model_request", "tool:fetch_url", "model_request"]
+    assert fetches == [({"call_id": "call_1", "args": {"url": SOURCE}}, session.calls[1].key)]
+    fed_back = [i for i in session.state["input"] if i.get("type") == "function_call_output"]
+    assert [(i["call_id"], i["output"]) for i in fed_back] == [
+        ("call_1", "Each step commits; a crashed step replays its recorded calls.")
+    ]

@@ -56,6 +56,12 @@ class SessionFilter:
     # Created at least / at most this long ago.
     older_than: timedelta | None = None
     newer_than: timedelta | None = None
+    # Text the error's type or message contains.
+    error: str | None = None
+    # The value at a path of the input, state or result.
+    document: str | None = None
+    path: list[str] | None = None
+    value: str | None = None
 
 
 def find_sessions(
@@ -73,6 +79,10 @@ def find_sessions(
             id_prefix=where.id_prefix,
             created_before=None if where.older_than is None else now - where.older_than,
             created_after=None if where.newer_than is None else now - where.newer_than,
+            error=where.error,
+            document=where.document,
+            path=where.path,
+            value=where.value,
             before=before,
         )
     if len(rows) <= limit:

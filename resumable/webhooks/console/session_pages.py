@@ -13,6 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from resumable.errors import ResumableError, SessionNotFoundError
+from resumable.models.session_queries import SEARCHABLE_DOCUMENTS
 from resumable.models.status import SessionStatus
 from resumable.services.blocked import BlockedSessions
 from resumable.webhooks.console import queries
@@ -64,6 +65,10 @@ def duration(form: Form, name: str, label: str) -> timedelta | None:
     return age
 
 
+# The longest value a search by path compares (a search, not a document).
+MAX_SEARCHED_VALUE = 1000
+
+
 def session_filter(form: Form) -> queries.SessionFilter:
     status = form.text("status", "Status", max_length=20)
     if status is not None and status not in STATUSES:
@@ -73,12 +78,28 @@ def session_filter(form: Form) -> queries.SessionFilter:
         prefix = prefix.lower()
         if not _ID_PREFIX.fullmatch(prefix):
             raise FormError("The session id is hexadecimal digits and dashes (any leading part)")
+    document = form.text("in", "Search in", max_length=10)
+    if document is not None and document not in SEARCHABLE_DOCUMENTS:
+        raise FormError(f"Search in must be one of {', '.join(SEARCHABLE_DOCUMENTS)}")
+    path_text = form.text("path", "The path", max_length=500)
+    value = form.text("value", "The value", max_length=MAX_SEARCHED_VALUE)
+    if (path_text is None) != (value is None):
+        raise FormError("A search by path needs both a path (customer.id) and a value (42)")
+    path = None
+    if path_text is not None:
+        path = path_text.split(".")
+        if any(not part for part in path):
+            raise FormError("The path is keys and list positions joined by dots (items.0.sku)")
     return queries.SessionFilter(
         status=status,
         agent=form.text("agent", "The agent", max_length=200),
         id_prefix=prefix,
         older_than=duration(form, "older_than", "Older than"),
         newer_than=duration(form, "newer_than", "Newer than"),
+        error=form.text("error", "The error", max_length=200),
+        document=(document or "input") if path else None,
+        path=path,
+        value=value,
     )
 
 
@@ -113,6 +134,7 @@ async def list_sessions(request: Request) -> Response:
         statuses=STATUSES,
         agents=agents,
         filters=form.fields,
+        documents=SEARCHABLE_DOCUMENTS,
         base=base,
         error=error,
     )
