@@ -293,7 +293,7 @@ def test_the_openai_agents_fetch_runs_once_after_approval(monkeypatch: pytest.Mo
     """The two model requests are answered by stubs (recorded responses), the
     fetch by a counted stub: nothing is sent. The example's model provider
     still builds its client, so it gets a key and an address nothing listens on."""
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-unused")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     fetches: list[tuple[dict[str, Any], str]] = []
 
