@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -166,6 +167,20 @@ GROUP BY agent ORDER BY agent
 """
 
 
+# Every worker row (live, or dead for less than an hour), with the sessions
+# it runs now: the console's workers page.
+WORKERS = f"""
+SELECT w.id, w.agents, w.versions, w.takes_over, w.started_at, w.heartbeat_at,
+       w.expires_at > now() AS live, w.problem,
+       (SELECT count(*)::int FROM sessions s
+        WHERE s.status IN ('running', 'compensating')
+          AND {WORKER_OF_LEASE_OWNER.format(owner="s.lease_owner")} = w.id) AS running
+FROM workers w
+ORDER BY w.expires_at > now() DESC, w.started_at DESC
+LIMIT %(limit)s
+"""
+
+
 # -- the typed functions ------------------------------------------------------------
 
 
@@ -283,6 +298,26 @@ def unserved_versions(
     live worker other than this one serves or migrates."""
     names = rows.values(conn, UNSERVED_VERSIONS, {"id": worker_id, "labels": labels})
     return [str(name) for name in names]
+
+
+@dataclass(frozen=True)
+class WorkerSummary:
+    """A row of WORKERS."""
+
+    id: str
+    agents: list[str]
+    versions: dict[str, int]
+    takes_over: list[str]
+    started_at: datetime
+    heartbeat_at: datetime
+    live: bool
+    problem: str | None
+    running: int
+
+
+def workers(conn: psycopg.Connection[Any], *, limit: int) -> list[WorkerSummary]:
+    """Live workers first (newest first), then those gone in the last hour."""
+    return rows.every(conn, WorkerSummary, WORKERS, {"limit": limit})
 
 
 def unserved_sessions_by_agent(conn: psycopg.Connection[Any]) -> list[UnservedAgent]:

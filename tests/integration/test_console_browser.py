@@ -423,3 +423,21 @@ def test_a_session_page_says_what_it_waits_for_links_parent_and_children_and_fol
     assert tab.page.locator("details.payload[open]").count() == 0
     tab.shot("child-completed")
     assert not tab.dialogs and not tab.errors
+
+
+def test_the_workers_page_lists_the_live_worker_its_agents_and_what_no_worker_serves(
+    tab: Tab, client: Client
+) -> None:
+    orphan = client.start("console_undeployed", {})  # no worker loads this agent
+    tab.go("/ui/workers")
+    tab.log_in()
+    tab.page.wait_for_url("**/ui/workers")
+    rows = tab.page.locator("#workers tr.worker.live")
+    assert rows.count() == 1, tab.text()
+    row = rows.nth(0).inner_text()
+    assert "console_waiting" in row and "console_family" in row and "live" in row
+    assert "1 live worker process" in tab.text("#worker-summary")
+    assert "console_undeployed" in tab.text("#unserved")
+    tab.shot("workers")
+    client.cancel(orphan, actor="test", reason="test over")
+    assert not tab.dialogs and not tab.errors

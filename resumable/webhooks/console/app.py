@@ -30,6 +30,7 @@ from resumable.webhooks.console import (
     login_routes,
     session_actions,
     session_pages,
+    worker_pages,
 )
 from resumable.webhooks.console.drains import DrainJobs
 from resumable.webhooks.console.errors import EXCEPTION_HANDLERS, too_large, unusable_request
@@ -119,6 +120,7 @@ def build_console(settings: Settings, auth: BearerAuth, web: Callable[[], WebSta
             *session_pages.routes,
             *session_actions.routes,
             *dead_letter_pages.routes,
+            *worker_pages.routes,
             Mount(
                 "/ui/static",
                 StaticFiles(packages=[("resumable.webhooks.console", "static")]),

@@ -1,0 +1,47 @@
+"""The workers page: which worker processes are alive, the agents and
+versions each serves, what each runs now; and what no live worker serves.
+
+An operator asking "is anything running my agent?" read ``/metrics`` or the
+database. Everything here comes from the workers' own heartbeat rows (a row
+lives an hour past its last heartbeat, so a worker that died recently is
+still listed, marked gone, with the problem it reported if any).
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from resumable.models import agent_queries
+from resumable.webhooks.console.render import page
+from resumable.webhooks.console.state import web_state
+from resumable.webhooks.database_calls import database_call
+
+# The most worker rows listed (a fleet larger than this is paged by its own tools).
+WORKERS_SHOWN = 200
+
+
+async def list_workers(request: Request) -> Response:
+    state = web_state(request)
+
+    def read() -> tuple[list[agent_queries.WorkerSummary], list[agent_queries.UnservedAgent]]:
+        with state.db.connection() as conn:
+            return (
+                agent_queries.workers(conn, limit=WORKERS_SHOWN),
+                agent_queries.unserved_sessions_by_agent(conn),
+            )
+
+    workers, unserved = await database_call(read)
+    counts = await database_call(state.client.count_by_status)
+    return page(
+        request,
+        "workers.html",
+        workers=workers,
+        live=sum(1 for w in workers if w.live),
+        unserved=unserved,
+        blocked=counts.get("blocked", 0),
+    )
+
+
+routes = [Route("/ui/workers", list_workers, methods=["GET"])]
