@@ -67,8 +67,20 @@ ON CONFLICT (id) DO UPDATE SET agents = EXCLUDED.agents, started_at = now(),
 # The version of each agent a worker loads ({"refund": 3}) and the older
 # versions it migrates (["refund@2"]), written right after ANNOUNCE_WORKER.
 ANNOUNCE_VERSIONS = """
-UPDATE workers SET versions = %(versions)s::jsonb, takes_over = %(takes_over)s::jsonb
+UPDATE workers SET versions = %(versions)s::jsonb, takes_over = %(takes_over)s::jsonb,
+                   fingerprints = %(fingerprints)s::jsonb
 WHERE id = %(id)s
+"""
+
+# Live workers other than %(id)s that load one of these unversioned agents
+# from other code than this worker (a fingerprint other than its own).
+OTHER_CODE = """
+SELECT w.id AS worker, f.agent, w.fingerprints ->> f.agent AS fingerprint
+FROM jsonb_each_text(%(fingerprints)s::jsonb) AS f(agent, mine)
+JOIN workers w ON w.expires_at > now() AND w.id <> %(id)s AND w.problem IS NULL
+WHERE f.agent = ANY(%(unversioned)s)
+  AND w.fingerprints ? f.agent AND w.fingerprints ->> f.agent <> f.mine
+ORDER BY f.agent, w.id
 """
 
 # Record a version of an agent in the catalog; answers the fingerprint that
@@ -170,7 +182,7 @@ GROUP BY agent ORDER BY agent
 # Every worker row (live, or dead for less than an hour), with the sessions
 # it runs now: the console's workers page.
 WORKERS = f"""
-SELECT w.id, w.agents, w.versions, w.takes_over, w.started_at, w.heartbeat_at,
+SELECT w.id, w.agents, w.versions, w.takes_over, w.fingerprints, w.started_at, w.heartbeat_at,
        w.expires_at > now() AS live, w.problem,
        (SELECT count(*)::int FROM sessions s
         WHERE s.status IN ('running', 'compensating')
@@ -238,14 +250,41 @@ def announce_worker(
     ttl: float,
     versions: dict[str, int],
     takes_over: list[str],
+    fingerprints: dict[str, str] | None = None,
 ) -> None:
     """Write the worker's row (ANNOUNCE_WORKER, then ANNOUNCE_VERSIONS)."""
     rows.run(conn, ANNOUNCE_WORKER, {"id": worker_id, "agents": json.dumps(agents), "ttl": ttl})
     rows.run(
         conn,
         ANNOUNCE_VERSIONS,
-        {"id": worker_id, "versions": json.dumps(versions), "takes_over": json.dumps(takes_over)},
+        {
+            "id": worker_id,
+            "versions": json.dumps(versions),
+            "takes_over": json.dumps(takes_over),
+            "fingerprints": json.dumps(fingerprints or {}),
+        },
     )
+
+
+@dataclass(frozen=True)
+class OtherCode:
+    """A row of OTHER_CODE: a live worker loading `agent` from other code."""
+
+    worker: str
+    agent: str
+    fingerprint: str
+
+
+def other_code(
+    conn: psycopg.Connection[Any],
+    worker_id: str,
+    fingerprints: dict[str, str],
+    unversioned: list[str],
+) -> list[OtherCode]:
+    """Live workers other than this one whose code for one of the
+    `unversioned` agents differs from this worker's `fingerprints`."""
+    params = {"id": worker_id, "fingerprints": json.dumps(fingerprints), "unversioned": unversioned}
+    return rows.every(conn, OtherCode, OTHER_CODE, params)
 
 
 def worker_heartbeat(
@@ -308,6 +347,7 @@ class WorkerSummary:
     agents: list[str]
     versions: dict[str, int]
     takes_over: list[str]
+    fingerprints: dict[str, str]
     started_at: datetime
     heartbeat_at: datetime
     live: bool

@@ -81,15 +81,18 @@ def take_over(
     *,
     owner: str,
     versions: str,
+    starts: str,
     takes_over: list[str],
     lease_seconds: float,
 ) -> ClaimedSession | None:
     """Claim a session of an older version this worker migrates (run in a
-    transaction with ``migrate_session``); None if it may not."""
+    transaction with ``migrate_session``); None if it may not. `starts`: the
+    worker's {"agent": {"code": fingerprint}} as JSON, for the audit event."""
     params = {
         "id": session_id,
         "owner": owner,
         "versions": versions,
+        "starts": starts,
         "takes_over": takes_over,
         "lease_seconds": lease_seconds,
     }

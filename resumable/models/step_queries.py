@@ -231,7 +231,9 @@ WITH locked AS (
                 ELSE 'run_started' END,
            jsonb_build_object('worker', %(owner)s, 'epoch', lease_epoch,
                               'previous_owner', previous_owner, 'attempt', attempts + 1,
-                              'version', agent_version)
+                              'version', agent_version,
+                              -- Which code ran it (the agent's fingerprint).
+                              'code', %(starts)s::jsonb -> agent ->> 'code')
     FROM s
 )
 SELECT id AS session_id, agent, claimed_cursor AS cursor, state, input, step_seq,

@@ -415,6 +415,12 @@ class WorkerRow(SQLModel, table=True):
     # Why it cannot do its job (a vital thread died or hung; NULL: nothing
     # wrong): written by its heartbeat, kept after it exits for that reason.
     problem: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    # The fingerprint of each agent it loads ({"refund": "3f2a..."}; migration
+    # 0020): live workers that disagree on an unversioned agent run other code.
+    fingerprints: dict[str, str] = Field(
+        default_factory=dict,
+        sa_column=sa.Column(JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    )
 
 
 class AgentVersionRow(SQLModel, table=True):

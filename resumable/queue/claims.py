@@ -42,6 +42,8 @@ class WorkerIdentity:
     #: The version of each agent served here, and the older ones it migrates.
     versions: dict[str, int]
     takes_over: list[str]
+    #: Each agent's fingerprint (``Agent.fingerprint``): which code this is.
+    fingerprints: dict[str, str]
 
     @classmethod
     def of(cls, registry: AgentRegistry) -> WorkerIdentity:
@@ -52,6 +54,7 @@ class WorkerIdentity:
             takes_over=sorted(
                 f"{agent.name}@{old}" for agent in registry for old in agent.takes_over
             ),
+            fingerprints={agent.name: agent.fingerprint for agent in registry},
         )
 
 
@@ -62,12 +65,15 @@ class Claims:
         self._scope = scope
         self._identity = identity
         self._versions_json = json.dumps(identity.versions, sort_keys=True)
-        #: Each agent's first step and its time limit, for the claim to stamp.
+        #: Each agent's first step and its time limit, for the claim to stamp,
+        #: and its fingerprint, for the claim's audit event to record which
+        #: code ran the session (an unversioned agent's workers may differ).
         self._starts_json = json.dumps(
             {
                 agent.name: {
                     "step": agent.start_step,
                     "limit": agent.policy(agent.start_step).time_limit,
+                    "code": agent.fingerprint,
                 }
                 for agent in scope.registry
             },

@@ -49,6 +49,7 @@ class WorkerHeartbeat:
         ttl: float,
         versions: dict[str, int] | None = None,
         takes_over: list[str] | None = None,
+        fingerprints: dict[str, str] | None = None,
     ) -> None:
         self._url = libpq_url(db.url)
         self.worker_id = worker_id
@@ -56,6 +57,7 @@ class WorkerHeartbeat:
         #: {"agent": version} (0: unversioned) and ["agent@older_version"].
         self._versions = versions if versions is not None else dict.fromkeys(agents, 0)
         self._takes_over = takes_over or []
+        self._fingerprints = fingerprints or {}
         self.ttl = ttl
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._stop = threading.Event()
@@ -102,6 +104,7 @@ class WorkerHeartbeat:
                 ttl=self.ttl,
                 versions=self._versions,
                 takes_over=self._takes_over,
+                fingerprints=self._fingerprints,
             )
 
     def start(self) -> None:

@@ -58,6 +58,30 @@ def announce_versions(db: Database, agents: Iterable[Agent]) -> list[str]:
     return lines
 
 
+def warn_of_other_code(db: Database, worker_id: str, agents: Iterable[Agent]) -> list[str]:
+    """Warn (and return the lines) when a live worker loads one of these
+    unversioned agents from other code: with no version to keep them apart,
+    both take its sessions, and a session alternates between the two codes
+    from one step to the next (each run's ``run_started`` event records the
+    code that ran it). A numbered version keeps each session on its code."""
+    mine = {agent.name: agent.fingerprint for agent in agents}
+    unversioned = [agent.name for agent in agents if not agent.version]
+    if not unversioned:
+        return []
+    with db.connection() as conn:
+        others = agent_queries.other_code(conn, worker_id, mine, unversioned)
+    lines = [
+        f"agent {other.agent!r} is unversioned and live worker {other.worker} runs other code "
+        f"for it (fingerprint {other.fingerprint}, here {mine[other.agent]}): its sessions will "
+        "alternate between the two; give the agent a version (Agent(..., version=N)) or stop "
+        "the old workers"
+        for other in others
+    ]
+    for line in lines:
+        logger.warning(line, extra={"action": "unversioned_code_differs"})
+    return lines
+
+
 def _served_elsewhere(workers: Iterable[LiveWorker]) -> set[str]:
     """The ``agent@version`` labels other live workers serve or migrate."""
     served: set[str] = set()

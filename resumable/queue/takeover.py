@@ -40,12 +40,15 @@ def take_over(
     """Claim and migrate the session; the claim to run it with, or
     NOT_CLAIMED (someone else took it first) or BLOCKED (the migration failed)."""
     versions = {agent.name: agent.version for agent in registry}
+    # Only the code, for the audit event (a taken-over session has started).
+    codes = {agent.name: {"code": agent.fingerprint} for agent in registry}
     with db.connection() as conn, conn.transaction():
         claim = step_ops.take_over(
             conn,
             session_id,
             owner=owner,
             versions=serialization.dumps(versions),
+            starts=serialization.dumps(codes),
             takes_over=takes_over,
             lease_seconds=settings.lease_seconds,
         )

@@ -48,7 +48,11 @@ from resumable.queue.lease import LeaseKeeper
 from resumable.queue.loop_driver import LoopDriver
 from resumable.queue.scope import WorkerScope
 from resumable.queue.shutdown import ActiveRun, Shutdown
-from resumable.queue.startup_check import announce_versions, warn_unserved_positions
+from resumable.queue.startup_check import (
+    announce_versions,
+    warn_of_other_code,
+    warn_unserved_positions,
+)
 from resumable.queue.thread_driver import ThreadDriver
 from resumable.queue.vitals import Vital, VitalSigns
 from resumable.queue.worker_metrics import watch as serve_health_from
@@ -146,6 +150,7 @@ def build_runtime(
         ttl=min(settings.lease_seconds, MAX_TTL_SECONDS),
         versions=identity.versions,
         takes_over=identity.takes_over,
+        fingerprints=identity.fingerprints,
     )
     return WorkerRuntime(
         settings, db, broker, registry, identity, keeper, shutdown, loop, heartbeat, actor
@@ -163,6 +168,7 @@ def announce_agents(runtime: WorkerRuntime) -> list[str]:
                 conn, agent.name, steps=agent.step_names, checks=agent.check_names
             )
     announce_versions(runtime.db, runtime.registry)
+    warn_of_other_code(runtime.db, runtime.identity.worker_id, runtime.registry)
     return unserved
 
 

@@ -17,11 +17,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+
 from resumable.client import Client
 from resumable.models.database import Database
 from resumable.services.inbox import Inbox
 from tests.conftest import LocalDeployment, run_cli, wait_until
 from tests.fake_api import FakeAPI
+from tests.integration.test_console_routes import log_in
 
 V1, V4, V5 = "tests.deploy_agents_v1", "tests.deploy_agents_v4", "tests.deploy_agents_v5"
 V6 = "tests.deploy_agents_v6"
@@ -294,3 +298,39 @@ def test_the_start_up_warning_names_a_version_only_when_no_live_worker_serves_it
         for sid in sids:
             _wait_status(db, sid, "completed", timeout=60.0)
         assert all(_session(db, sid)["agent_version"] == 1 for sid in sids)
+
+
+def test_live_workers_running_other_code_for_an_unversioned_agent_are_said_and_recorded(
+    client: Client, deployment: LocalDeployment, app: Starlette
+) -> None:
+    """Issue 41: an old and a new worker served one unversioned agent for
+    minutes, each session alternating between the two codes, and nothing
+    said so. The second build's worker warns at start, naming the other
+    worker; each run's `run_started` event records the code that ran it."""
+    first = deployment.worker("tests.drift_agents_a")
+    session = client.start("drift", {})
+    wait_until(lambda: client.get(session).status == "suspended", what="waiting for go")
+    second = deployment.worker("tests.drift_agents_b")
+    wait_until(
+        lambda: "is unversioned and live worker" in second.output(), what="the warning at start"
+    )
+    warning = next(
+        line for line in second.output().splitlines() if "is unversioned and live worker" in line
+    )
+    assert "'drift'" in warning and "give the agent a version" in warning
+    assert "is unversioned and live worker" not in first.output()  # it started alone
+    with TestClient(app, follow_redirects=False) as console:
+        log_in(console)
+        workers = console.get("/ui/workers").text
+        assert 'id="differing"' in workers and "drift" in workers
+        assert workers.count("code-differs") == 2  # each live worker's code, marked
+
+        first.stop()  # the session goes on, on the other build
+        client.signal(session, "go", {})
+        wait_until(lambda: client.get(session).status == "completed", what="completed")
+        codes = [e.payload.get("code") for e in client.events(session) if e.type == "run_started"]
+        assert len(codes) == 2 and all(codes) and codes[0] != codes[1], codes
+        assert client.get(session).result == {"done": True, "build": "b"}
+        page = console.get(f"/ui/sessions/{session}").text
+        assert 'id="code-changed"' in page and "2 different builds" in page
+        assert 'id="differing"' not in console.get("/ui/workers").text  # one build is left

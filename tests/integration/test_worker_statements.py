@@ -264,6 +264,7 @@ def test_parking_taking_over_and_who_else_could_run_it(client: Client, db: Datab
             older,
             owner="host:1:1",
             versions=json.dumps({"a": 2}),
+            starts=json.dumps({"a": {"code": "c0de"}}),
             takes_over=["a@1"],
             lease_seconds=30,
         )

@@ -37,6 +37,8 @@ CHECKPOINT_WINDOW = 20
 EVENT_PAGE = 300
 # Children listed on a parent's page (the sessions list pages through them all).
 CHILDREN_SHOWN = 50
+# The events of a claim, which record the code that ran the session.
+RUN_EVENTS = ("run_started", "lease_recovered", "retry_started", "compensation_resumed")
 # Events worth a second look on the Retries panel.
 RETRY_EVENTS = ("retry", "failed", "dead_letter", "lease_recovered", "compensation")
 
@@ -91,6 +93,9 @@ class SessionView:
     now: str = ""
     children: list[Session] = field(default_factory=list)
     more_children: bool = False
+    # The codes (agent fingerprints) its runs ran on, when more than one: an
+    # unversioned agent whose live workers differ.
+    codes: list[str] = field(default_factory=list)
     # Its steps, waits and tool calls on one time axis (SVG units of SCALE).
     bars: list[Bar] = field(default_factory=list)
     scale: int = SCALE
@@ -209,6 +214,12 @@ def session_view(
         retry_at=row.wake_at if row.status == "retrying" else None,
     )
     view.bars = bars(events, view.tool_calls, datetime.now(UTC))
+    codes = [
+        str(e.payload["code"])
+        for e in events
+        if e.event_type in RUN_EVENTS and isinstance(e.payload, dict) and e.payload.get("code")
+    ]
+    view.codes = list(dict.fromkeys(codes)) if len(set(codes)) > 1 else []
     children = state.client.page_sessions(parent=row.id, limit=CHILDREN_SHOWN)
     view.children, view.more_children = children.items, children.next_cursor is not None
     return view

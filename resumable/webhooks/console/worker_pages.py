@@ -38,10 +38,24 @@ async def list_workers(request: Request) -> Response:
         request,
         "workers.html",
         workers=workers,
+        differing=differing_code(workers),
         live=sum(1 for w in workers if w.live),
         unserved=unserved,
         blocked=counts.get("blocked", 0),
     )
+
+
+def differing_code(workers: list[agent_queries.WorkerSummary]) -> set[str]:
+    """The unversioned agents that live workers load from different code
+    (their sessions alternate between the codes from one step to the next)."""
+    codes: dict[str, set[str]] = {}
+    for worker in workers:
+        if not worker.live:
+            continue
+        for agent, code in worker.fingerprints.items():
+            if not worker.versions.get(agent):
+                codes.setdefault(agent, set()).add(code)
+    return {agent for agent, seen in codes.items() if len(seen) > 1}
 
 
 routes = [Route("/ui/workers", list_workers, methods=["GET"])]
