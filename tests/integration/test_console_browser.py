@@ -233,6 +233,14 @@ def test_a_drain_shows_its_dry_run_then_runs_with_progress(
         what="the drained sessions to complete",
     )
     assert client.get(refused).status == "failed"
+    # The finished drain links the sessions it touched, with their status now.
+    tab.page.reload()
+    touched = tab.page.locator("#touched tr.touched")
+    assert touched.count() == 3
+    rows = {row.split("\t")[1]: row for row in touched.all_inner_texts()}
+    assert all("retried" in rows[str(s)] and "completed" in rows[str(s)] for s in fixable), rows
+    assert "compensations ran" in rows[str(refused)] and "failed" in rows[str(refused)]
+    assert tab.page.locator("#failed-again").count() == 0
 
 
 def test_hostile_strings_from_agents_tools_and_errors_render_inert(

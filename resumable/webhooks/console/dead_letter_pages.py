@@ -9,6 +9,7 @@ failed after the operator looked.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from resumable.models import session_queries
 from resumable.services.dead_letters import (
     COMPENSATIONS,
     MAX_RATE,
@@ -39,6 +41,8 @@ from resumable.webhooks.state import WebState
 
 STATUSES = ("open", "retried", "discarded", "all")
 PAGE_SIZE = 50
+# The sessions a finished drain's page lists (with their status now).
+TOUCHED_SHOWN = 500
 # Groups of alike dead letters shown above the list, largest first.
 GROUPS_SHOWN = 20
 # Dead letters listed one by one in a dry run's result (all are counted).
@@ -211,7 +215,50 @@ async def show_drain(request: Request) -> Response:
             "no such drain on this web process (a drain's progress is kept by the process "
             "that runs it; its actions are in each session's audit log)",
         )
-    return page(request, "drain.html", job=job)
+    touched: list[TouchedSession] = []
+    if not job.running and job.report is not None:
+        touched = await database_call(_touched, web_state(request), job.report)
+    return page(
+        request,
+        "drain.html",
+        job=job,
+        touched=touched,
+        failed_again=[t for t in touched if t.failed_again],
+    )
+
+
+@dataclass(frozen=True)
+class TouchedSession:
+    """A session a finished drain acted on (or refused), and where it is now."""
+
+    dead_letter_id: int
+    session_id: uuid.UUID
+    outcome: str  # "retried", "discarded", or why it was refused
+    status: str  # the session's status now
+
+    @property
+    def failed_again(self) -> bool:
+        return self.outcome == "retried" and self.status == "failed"
+
+
+def _touched(state: WebState, report: DrainReport) -> list[TouchedSession]:
+    """The sessions of the drain's dead letters (the first TOUCHED_SHOWN), with
+    their status now: a retried one that is `failed` again failed again."""
+    ids = [*report.done, *report.failed][:TOUCHED_SHOWN]
+    letters = {letter.id: letter for letter in queries.letters_by_id(state.db, ids)}
+    with state.db.connection() as conn:
+        now = session_queries.statuses(conn, [letter.session_id for letter in letters.values()])
+    done = "retried" if report.action == "retry" else "discarded"
+    return [
+        TouchedSession(
+            number,
+            letters[number].session_id,
+            done if number in report.done else str(report.failed.get(number, "")),
+            now.get(letters[number].session_id, "gone"),
+        )
+        for number in ids
+        if number in letters
+    ]
 
 
 routes = [
