@@ -87,6 +87,7 @@ DEAD_LETTER_FILTERS = {
     "since": "failed_at >= %(since)s",
     "until": "failed_at < %(until)s",
     "compensation": "compensation = %(compensation)s",
+    "ids": "id = ANY(%(ids)s)",
     "before_id": "id < %(before_id)s",
 }
 
@@ -131,9 +132,11 @@ def find(
     since: datetime | None = None,
     until: datetime | None = None,
     compensation: str | None = None,
+    ids: list[int] | None = None,
 ) -> list[DeadLetterRow]:
     """Up to `limit` dead letters newest first, below `before_id` when given,
-    matching each filter given (failed `since`, and before `until`)."""
+    matching each filter given (failed `since`, and before `until`; among
+    `ids`)."""
     params: dict[str, Any] = {
         "limit": limit,
         "before_id": before_id,
@@ -144,6 +147,7 @@ def find(
         "since": since,
         "until": until,
         "compensation": compensation,
+        "ids": ids,
     }
     # As an operator's filter reads: an empty text is no filter.
     given = [name for name in DEAD_LETTER_FILTERS if params[name] not in (None, "")]

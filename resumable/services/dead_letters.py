@@ -54,6 +54,8 @@ class DeadLetterFilter:
     until: datetime | None = None
     # The saga's outcome: "none" (no compensation ran), "completed" or "failed".
     compensation: str | None = None
+    # These dead letters only (an operator's selection), when given.
+    ids: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -132,6 +134,7 @@ class DeadLetters:
                 since=where.since,
                 until=where.until,
                 compensation=where.compensation,
+                ids=list(where.ids) if where.ids is not None else None,
             )
         if len(rows) <= limit:
             return rows, None
@@ -151,6 +154,7 @@ class DeadLetters:
                 since=where.since,
                 until=where.until,
                 compensation=where.compensation,
+                ids=list(where.ids) if where.ids is not None else None,
             )
 
     def get(self, dead_letter_id: int) -> DeadLetterRow:

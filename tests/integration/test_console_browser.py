@@ -184,6 +184,33 @@ def test_an_operator_finds_a_dead_letter_reads_its_traceback_and_retries_it_with
     assert tab.errors == []  # no page asked for something it may not have (a favicon)
 
 
+def _dry_run_a_group_then_a_selection(
+    tab: Tab, fixable: list[uuid.UUID], refused: uuid.UUID
+) -> None:
+    """Issue 41: alike failures are one group each, largest first, each with
+    its own dry run; and a selection ticked row by row is drained alone."""
+    groups = tab.page.locator("#groups tr.group")
+    assert groups.count() == 2
+    first = groups.nth(0)
+    assert "console_fixable" in first.inner_text() and "PermanentError" in first.inner_text()
+    assert first.locator("td.count").inner_text() == "2"
+    assert groups.nth(1).locator("td.count").inner_text() == "1"
+    tab.shot("dead-letter-groups")
+    first.locator("button:has-text('Dry run')").click()
+    tab.page.wait_for_url("**/ui/dead-letters/drain?**")
+    assert tab.text("#matched") == "2 matched"  # the group alone
+    assert tab.text("#would-act") == "2 would be retried"
+    # A selection ticked row by row: its dry run is about those alone.
+    tab.go("/ui/dead-letters")
+    tab.page.locator(f"#dead-letters tr:has-text('{fixable[0]}') input[name=pick]").check()
+    tab.page.locator(f"#dead-letters tr:has-text('{refused}') input[name=pick]").check()
+    tab.page.click("#selection button")
+    tab.page.wait_for_url("**/ui/dead-letters/drain?**")
+    assert tab.text("#matched") == "2 matched"
+    assert tab.text("#would-act") == "1 would be retried"
+    assert tab.text("#refused") == "1 would be refused"
+
+
 def test_a_drain_shows_its_dry_run_then_runs_with_progress(
     tab: Tab, client: Client, tmp_path: Path
 ) -> None:
@@ -196,18 +223,7 @@ def test_a_drain_shows_its_dry_run_then_runs_with_progress(
     tab.go("/ui/dead-letters")
     tab.log_in()
     assert tab.page.locator("#dead-letters tbody tr").count() == 3
-    # Alike failures are one group each, largest first, each with its own dry run.
-    groups = tab.page.locator("#groups tr.group")
-    assert groups.count() == 2
-    first = groups.nth(0)
-    assert "console_fixable" in first.inner_text() and "PermanentError" in first.inner_text()
-    assert first.locator("td.count").inner_text() == "2"
-    assert groups.nth(1).locator("td.count").inner_text() == "1"
-    tab.shot("dead-letter-groups")
-    first.locator("button:has-text('Dry run')").click()
-    tab.page.wait_for_url("**/ui/dead-letters/drain?**")
-    assert tab.text("#matched") == "2 matched"  # the group alone
-    assert tab.text("#would-act") == "2 would be retried"
+    _dry_run_a_group_then_a_selection(tab, fixable, refused)
     tab.go("/ui/dead-letters")
 
     tab.page.select_option("#drain select[name=action]", "retry")

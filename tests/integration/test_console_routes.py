@@ -590,3 +590,25 @@ def test_a_cursor_or_id_as_long_as_its_range_is_taken_and_one_past_it_refused(
     for number in (str(2**63), "0" * 30 + "1" * 20):
         retried = browser.post(f"/ui/dead-letters/{number}/retry", data={"csrf": csrf})
         assert retried.status_code == 404, retried.text[:300]
+
+
+def test_a_selection_of_dead_letters_drains_those_alone(
+    browser: TestClient, client: Client, world: dict[str, str]
+) -> None:
+    csrf = log_in(browser)
+    picked = world["dead_letter_id"]
+    preview = browser.get(f"/ui/dead-letters/drain?action=discard&reason=r&pick={picked}")
+    assert preview.status_code == 200 and f'name="ids" value="{picked}"' in preview.text
+    for ids, message in (("x,1", "numbers separated by commas"), (",", "from 1 to 1000")):
+        bad = browser.get(f"/ui/dead-letters/drain?action=retry&ids={ids}")
+        assert bad.status_code == 422 and message in bad.text, bad.text[:300]
+    # The confirmation carries the preview's fields (the selection among them).
+    form = preview.text[preview.text.index('id="run-drain"') :]
+    fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', form))
+    assert fields["ids"] == picked and fields["csrf"] == csrf
+    run = browser.post("/ui/dead-letters/drain", data=fields)
+    assert run.status_code == 303, run.text[:300]
+    wait_until(
+        lambda: client.dead_letter(int(picked)).status == "discarded", what="the pick discarded"
+    )
+    assert client.dead_letter(int(world["compensated_letter"])).status == "open"  # not picked

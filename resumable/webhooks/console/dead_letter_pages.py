@@ -48,7 +48,9 @@ GROUPS_SHOWN = 20
 # Dead letters listed one by one in a dry run's result (all are counted).
 PREVIEW_ROWS = 200
 # The filter fields a drain carries from the list to the preview to the run.
-FILTER_FIELDS = ("agent", "error_type", "step", "since", "until", "compensation")
+FILTER_FIELDS = ("agent", "error_type", "step", "since", "until", "compensation", "ids")
+# The most dead letters one selection names.
+MAX_SELECTED = 1000
 
 
 def _time(form: Form, name: str, label: str) -> datetime | None:
@@ -66,12 +68,38 @@ def _time(form: Form, name: str, label: str) -> datetime | None:
         raise FormError(f"{label} must be a time from 0001-01-01 to 9999-12-31 (UTC)") from None
 
 
+def _selection(form: Form) -> tuple[int, ...] | None:
+    """The dead letters an operator ticked, as numbers ("12,15,19"); None: no selection."""
+    text = form.text("ids", "The selection", max_length=MAX_SELECTED * 20)
+    if text is None:
+        return None
+    try:
+        numbers = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        raise FormError("The selection is dead letter numbers separated by commas") from None
+    if not numbers or len(numbers) > MAX_SELECTED or not all(0 < n < 2**62 for n in numbers):
+        raise FormError(f"Select from 1 to {MAX_SELECTED} dead letters")
+    return numbers
+
+
+def with_picks(request: Request) -> Form:
+    """The query's fields, the ticked boxes (``pick``, one per dead letter)
+    joined into one ``ids`` field as the filter reads it."""
+    fields = dict(request.query_params)
+    picks = request.query_params.getlist("pick")
+    if picks:
+        fields["ids"] = ",".join(picks)
+    fields.pop("pick", None)
+    return Form(fields)
+
+
 def letter_filter(form: Form, *, status: str | None) -> DeadLetterFilter:
     compensation = form.text("compensation", "The compensation", max_length=20)
     if compensation is not None and compensation not in COMPENSATIONS:
         raise FormError(f"The compensation must be one of {', '.join(COMPENSATIONS)}")
     return DeadLetterFilter(
         status=status,
+        ids=_selection(form),
         agent=form.text("agent", "The agent", max_length=200),
         error_type=form.text("error_type", "The error type", max_length=200),
         step=form.text("step", "The step", max_length=200),
@@ -138,9 +166,10 @@ def drain_request(form: Form, *, cap_until: datetime | None = None) -> DrainRequ
     reason = form.text("reason", "The reason")
     if action == "discard" and not reason:
         raise FormError("Discarding needs a reason")
-    limit = form.integer("limit", "The limit", 1, MAX_DRAIN_LIMIT) or 100
     rate = form.number("rate", "The rate", MIN_RATE, MAX_RATE)
     where = letter_filter(form, status="open")
+    # A selection drains what it names; a filter, 100 by default.
+    limit = form.integer("limit", "The limit", 1, MAX_DRAIN_LIMIT) or len(where.ids or ()) or 100
     if cap_until is not None and (where.until is None or where.until > cap_until):
         where = DeadLetterFilter(**{**where.__dict__, "until": cap_until})
     fields = {k: form.raw(k) for k in FILTER_FIELDS if form.raw(k)}
@@ -168,7 +197,7 @@ def _run(
 async def preview_drain(request: Request) -> Response:
     """The dry run: what a drain with this filter would do, and what it would refuse."""
     state = web_state(request)
-    form = Form(dict(request.query_params))
+    form = with_picks(request)
     now = datetime.now(UTC)
     try:
         drain = drain_request(form, cap_until=now)
