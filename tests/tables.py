@@ -19,4 +19,5 @@ RUNTIME_TABLES = (
     "shared_documents",
     "shared_versions",
     "coordination_locks",
+    "activity_samples",
 )

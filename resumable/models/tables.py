@@ -665,3 +665,22 @@ class LockRequestRow(SQLModel, table=True):
     token_epoch: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
     requested_at: datetime = Field(sa_column=_timestamp(default_now=True))
     granted_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+
+
+class ActivitySampleRow(SQLModel, table=True):
+    """What the system was doing, once a minute (migration 0021): the console's
+    charts. ``steps`` and ``failures`` are PostgreSQL's running counts of
+    rows inserted into ``checkpoints`` (one per committed step) and
+    ``dead_letters``; a chart reads their differences between samples (a
+    server restart resets them: that minute is skipped)."""
+
+    __tablename__ = "activity_samples"
+
+    at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), primary_key=True))
+    pending: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    running: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    suspended: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    retrying: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    blocked: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    steps: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    failures: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))

@@ -23,7 +23,7 @@ from resumable import tracing
 from resumable.agent import AgentRegistry
 from resumable.broker.messages import enqueue_after_commit
 from resumable.coordination import children, locks
-from resumable.models import failure_queries, wait_ops
+from resumable.models import activity_queries, failure_queries, wait_ops
 from resumable.models.database import Database
 from resumable.scheduler.alerts import AlertSender, sync_lingering
 from resumable.scheduler.reconcile import reconcile
@@ -32,6 +32,10 @@ from resumable.services.inbox import Inbox
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+# How often a scheduler tries to write the activity sample (one row a
+# minute is kept: a try in a minute already sampled writes nothing).
+SAMPLE_SECONDS = 20.0
 
 
 @dataclass
@@ -43,6 +47,7 @@ class SchedulerJobs:
     registry: AgentRegistry | None = None
     retention_interval: float = 60.0
     _last_retention: float = field(default=float("-inf"), init=False)
+    _last_sample: float = field(default=float("-inf"), init=False)
 
     def wake_due(self) -> dict[str, int]:
         """Resume sessions whose timer, deadline or next poll check has come."""
@@ -99,6 +104,17 @@ class SchedulerJobs:
             self.settings, self.db, self.registry
         )
 
+    def sample_activity(self) -> bool:
+        """This minute's activity sample for the console's charts, at most
+        once every SAMPLE_SECONDS (several schedulers write one row a minute)."""
+        now = time.monotonic()
+        if now - self._last_sample < SAMPLE_SECONDS:
+            return False
+        self._last_sample = now
+        with self.db.connection() as conn:
+            activity_queries.sample(conn)
+        return True
+
     def deliver_alerts(self) -> int:
         return AlertSender(self.settings, self.db).deliver_due()
 
@@ -150,4 +166,5 @@ class SchedulerJobs:
             self.wake_parents,
             self.deliver_alerts,
             self.retention,
+            self.sample_activity,
         ]

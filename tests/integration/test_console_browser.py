@@ -450,9 +450,15 @@ def test_a_session_page_says_what_it_waits_for_links_parent_and_children_and_fol
 
 
 def test_the_workers_page_lists_the_live_worker_its_agents_and_what_no_worker_serves(
-    tab: Tab, client: Client
+    tab: Tab, client: Client, db: Database
 ) -> None:
     orphan = client.start("console_undeployed", {})  # no worker loads this agent
+    with db.connection() as conn:  # an hour of the scheduler's samples, one a minute
+        conn.execute(
+            "INSERT INTO activity_samples SELECT date_trunc('minute', now())"
+            " - make_interval(mins => m), m % 5, 1, 40 + m % 3, 0, 0, 10000 - 25 * m + 5 * (m % 2),"
+            " 100 - m / 10 FROM generate_series(0, 59) AS m"
+        )
     tab.go("/ui/workers")
     tab.log_in()
     tab.page.wait_for_url("**/ui/workers")
@@ -462,6 +468,8 @@ def test_the_workers_page_lists_the_live_worker_its_agents_and_what_no_worker_se
     assert "console_waiting" in row and "console_family" in row and "live" in row
     assert "1 live worker process" in tab.text("#worker-summary")
     assert "console_undeployed" in tab.text("#unserved")
+    assert tab.page.locator("#charts-hour polyline").count() == 4
+    assert tab.page.locator("#charts-day polyline").count() == 4
     tab.shot("workers")
     client.cancel(orphan, actor="test", reason="test over")
     assert not tab.dialogs and not tab.errors

@@ -612,3 +612,29 @@ def test_a_selection_of_dead_letters_drains_those_alone(
         lambda: client.dead_letter(int(picked)).status == "discarded", what="the pick discarded"
     )
     assert client.dead_letter(int(world["compensated_letter"])).status == "open"  # not picked
+
+
+def test_the_workers_page_charts_the_schedulers_activity_samples(
+    browser: TestClient, client: Client, db: Database, settings: Settings, world: dict[str, str]
+) -> None:
+    """Issue 41: no picture of throughput, failures or queue depth over time."""
+    from resumable.scheduler.jobs import SchedulerJobs
+
+    log_in(browser)
+    empty = browser.get("/ui/workers").text
+    assert "No activity samples yet" in empty and "<polyline" not in empty
+    # Two schedulers in the same minute write one sample, counting what is live now.
+    for _ in range(2):
+        assert SchedulerJobs(settings, db, client.broker).sample_activity()
+    with db.connection() as conn:
+        [sample] = conn.execute("SELECT * FROM activity_samples").fetchall()
+        conn.execute(
+            "INSERT INTO activity_samples SELECT at - make_interval(mins => m), pending, running,"
+            " suspended, retrying, blocked, greatest(steps - 10 * m, 0), failures"
+            " FROM activity_samples, generate_series(1, 30) AS m"
+        )
+    assert sample["suspended"] == client.count_by_status().get("suspended", 0) == 1
+    page = browser.get("/ui/workers").text
+    hour = page[page.index('id="charts-hour"') : page.index('id="charts-day"')]
+    assert hour.count("<polyline") >= 4 and "peak 10, now 10" in hour  # steps a minute
+    assert "Waiting (suspended)" in hour

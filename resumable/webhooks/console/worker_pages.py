@@ -1,5 +1,6 @@
 """The workers page: which worker processes are alive, the agents and
-versions each serves, what each runs now; and what no live worker serves.
+versions each serves, what each runs now; what no live worker serves; and
+charts of the last hour and day (steps, failures, queued and waiting).
 
 An operator asking "is anything running my agent?" read ``/metrics`` or the
 database. Everything here comes from the workers' own heartbeat rows (a row
@@ -9,11 +10,14 @@ still listed, marked gone, with the problem it reported if any).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from resumable.models import agent_queries
+from resumable.models import activity_queries, agent_queries
+from resumable.webhooks.console.charts import HEIGHT, WIDTH, charts
 from resumable.webhooks.console.render import page
 from resumable.webhooks.console.state import web_state
 from resumable.webhooks.database_calls import database_call
@@ -25,14 +29,21 @@ WORKERS_SHOWN = 200
 async def list_workers(request: Request) -> Response:
     state = web_state(request)
 
-    def read() -> tuple[list[agent_queries.WorkerSummary], list[agent_queries.UnservedAgent]]:
+    now = datetime.now(UTC)
+
+    def read() -> tuple[
+        list[agent_queries.WorkerSummary],
+        list[agent_queries.UnservedAgent],
+        list[activity_queries.ActivitySample],
+    ]:
         with state.db.connection() as conn:
             return (
                 agent_queries.workers(conn, limit=WORKERS_SHOWN),
                 agent_queries.unserved_sessions_by_agent(conn),
+                activity_queries.since(conn, now - timedelta(days=1)),
             )
 
-    workers, unserved = await database_call(read)
+    workers, unserved, samples = await database_call(read)
     counts = await database_call(state.client.count_by_status)
     return page(
         request,
@@ -42,6 +53,9 @@ async def list_workers(request: Request) -> Response:
         live=sum(1 for w in workers if w.live),
         unserved=unserved,
         blocked=counts.get("blocked", 0),
+        hour=charts(samples, now - timedelta(hours=1), now),
+        day=charts(samples, now - timedelta(days=1), now),
+        chart_size=(WIDTH, HEIGHT),
     )
 
 
