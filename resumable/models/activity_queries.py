@@ -4,9 +4,11 @@ typed functions that run them.
 One row a minute: the live sessions by status (from the partial index of
 live sessions, as ``/metrics`` counts them) and PostgreSQL's running counts
 of rows inserted into ``checkpoints`` (one per committed step) and
-``dead_letters``. Those counts are cumulative and cost nothing to read; a
-chart plots their differences. The statement is safe from several
-schedulers at once: the minute is the key, the first one in writes it.
+``dead_letters``; and the latency of the resumes claimed since the previous
+sample (``waited_ms`` in their claims' audit events). The counts are
+cumulative and cost nothing to read; a chart plots their differences. The
+statement is safe from several schedulers at once: the minute is the key,
+the first one in writes it.
 """
 
 from __future__ import annotations
@@ -20,27 +22,60 @@ import psycopg
 from resumable.models import rows
 from resumable.models.metrics_queries import TERMINAL
 
-# The live sessions' predicate is the partial index's, word for word.
+# The most audit events one sample reads for its resumes (a scheduler down
+# for a day does not make its first sample read a day of the log).
+MAX_EVENTS_SCANNED = 1_000_000
+
+# The live sessions' predicate is the partial index's, word for word. The
+# resumes are the claims since the previous sample's last audit event that
+# record a resume's latency (`waited_ms`, from the delivery's arrival to the
+# claim): a range of the audit log's primary key, at most MAX_EVENTS_SCANNED
+# rows however long no scheduler sampled.
 SAMPLE_ACTIVITY = f"""
-INSERT INTO activity_samples (at, pending, running, suspended, retrying, blocked, steps, failures)
-SELECT date_trunc('minute', now()),
-       count(*) FILTER (WHERE status = 'pending'),
-       count(*) FILTER (WHERE status IN ('running', 'compensating')),
-       count(*) FILTER (WHERE status = 'suspended'),
-       count(*) FILTER (WHERE status = 'retrying'),
-       count(*) FILTER (WHERE status = 'blocked'),
+WITH previous AS (
+    SELECT last_event_id FROM activity_samples ORDER BY at DESC LIMIT 1
+), newest AS (
+    SELECT coalesce(max(id), 0) AS id FROM audit_events
+), resumes AS (
+    SELECT (payload ->> 'waited_ms')::float8 AS ms FROM audit_events
+    WHERE id > greatest((SELECT last_event_id FROM previous),
+                        (SELECT id FROM newest) - {MAX_EVENTS_SCANNED})
+      AND id <= (SELECT id FROM newest)
+      AND event_type = 'run_started' AND payload ? 'waited_ms'
+), latency AS (
+    SELECT count(*)::int AS n,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) AS p50,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY ms) AS p95
+    FROM resumes
+), live AS (
+    SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
+           count(*) FILTER (WHERE status IN ('running', 'compensating')) AS running,
+           count(*) FILTER (WHERE status = 'suspended') AS suspended,
+           count(*) FILTER (WHERE status = 'retrying') AS retrying,
+           count(*) FILTER (WHERE status = 'blocked') AS blocked
+    FROM sessions WHERE status NOT IN ({TERMINAL})
+)
+INSERT INTO activity_samples (at, pending, running, suspended, retrying, blocked, steps,
+                              failures, last_event_id, resumes, resume_p50_ms, resume_p95_ms)
+SELECT date_trunc('minute', now()), live.pending, live.running, live.suspended, live.retrying,
+       live.blocked,
        coalesce((SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'checkpoints'
                    AND schemaname = current_schema()), 0),
        coalesce((SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'dead_letters'
-                   AND schemaname = current_schema()), 0)
-FROM sessions WHERE status NOT IN ({TERMINAL})
+                   AND schemaname = current_schema()), 0),
+       (SELECT id FROM newest),
+       -- The first sample has no previous one to count from: unknown.
+       CASE WHEN EXISTS (SELECT 1 FROM previous) THEN latency.n END,
+       latency.p50, latency.p95
+FROM live, latency
 ON CONFLICT (at) DO NOTHING
 """
 
 FORGET_OLD_SAMPLES = "DELETE FROM activity_samples WHERE at < now() - interval '2 days'"
 
 SAMPLES_SINCE = """
-SELECT at, pending, running, suspended, retrying, blocked, steps, failures
+SELECT at, pending, running, suspended, retrying, blocked, steps, failures, resumes,
+       resume_p50_ms, resume_p95_ms
 FROM activity_samples WHERE at >= %(since)s ORDER BY at
 """
 
@@ -57,6 +92,9 @@ class ActivitySample:
     blocked: int
     steps: int
     failures: int
+    resumes: int | None = None
+    resume_p50_ms: float | None = None
+    resume_p95_ms: float | None = None
 
 
 def sample(conn: psycopg.Connection[Any]) -> None:

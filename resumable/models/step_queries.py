@@ -234,6 +234,10 @@ WITH locked AS (
                               'version', agent_version,
                               -- Which code ran it (the agent's fingerprint).
                               'code', %(starts)s::jsonb -> agent ->> 'code')
+           -- A resume by a delivery: how long since it arrived (the charts).
+           || CASE WHEN waited IS NULL OR previous_status <> 'pending' THEN '{{}}'::jsonb
+                   ELSE jsonb_build_object('waited_ms', round((waited * 1000)::numeric, 2))
+              END
     FROM s
 )
 SELECT id AS session_id, agent, claimed_cursor AS cursor, state, input, step_seq,

@@ -684,3 +684,12 @@ class ActivitySampleRow(SQLModel, table=True):
     blocked: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
     steps: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
     failures: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    # The audit log's newest event at the sample: the next one counts the
+    # resumes after it (their latency, from a delivery's arrival to the claim).
+    # (Migration 0022.)
+    last_event_id: int = Field(
+        default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0")
+    )
+    resumes: int | None = Field(default=None, sa_column=sa.Column(sa.Integer, nullable=True))
+    resume_p50_ms: float | None = Field(default=None, sa_column=sa.Column(sa.Float, nullable=True))
+    resume_p95_ms: float | None = Field(default=None, sa_column=sa.Column(sa.Float, nullable=True))

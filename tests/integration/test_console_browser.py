@@ -457,7 +457,7 @@ def test_the_workers_page_lists_the_live_worker_its_agents_and_what_no_worker_se
         conn.execute(
             "INSERT INTO activity_samples SELECT date_trunc('minute', now())"
             " - make_interval(mins => m), m % 5, 1, 40 + m % 3, 0, 0, 10000 - 25 * m + 5 * (m % 2),"
-            " 100 - m / 10 FROM generate_series(0, 59) AS m"
+            " 100 - m / 10, 0, 30, 4 + m % 4, 9 + m % 5 FROM generate_series(0, 59) AS m"
         )
     tab.go("/ui/workers")
     tab.log_in()
@@ -468,8 +468,8 @@ def test_the_workers_page_lists_the_live_worker_its_agents_and_what_no_worker_se
     assert "console_waiting" in row and "console_family" in row and "live" in row
     assert "1 live worker process" in tab.text("#worker-summary")
     assert "console_undeployed" in tab.text("#unserved")
-    assert tab.page.locator("#charts-hour polyline").count() == 4
-    assert tab.page.locator("#charts-day polyline").count() == 4
+    assert tab.page.locator("#charts-hour polyline").count() == 5
+    assert tab.page.locator("#charts-day polyline").count() == 5
     tab.shot("workers")
     client.cancel(orphan, actor="test", reason="test over")
     assert not tab.dialogs and not tab.errors

@@ -628,9 +628,11 @@ def test_the_workers_page_charts_the_schedulers_activity_samples(
         assert SchedulerJobs(settings, db, client.broker).sample_activity()
     with db.connection() as conn:
         [sample] = conn.execute("SELECT * FROM activity_samples").fetchall()
+        conn.execute("UPDATE activity_samples SET steps = 1000")  # a count to draw from
         conn.execute(
             "INSERT INTO activity_samples SELECT at - make_interval(mins => m), pending, running,"
-            " suspended, retrying, blocked, greatest(steps - 10 * m, 0), failures"
+            " suspended, retrying, blocked, 1000 - 10 * m, failures, last_event_id,"
+            " resumes, resume_p50_ms, resume_p95_ms"
             " FROM activity_samples, generate_series(1, 30) AS m"
         )
     assert sample["suspended"] == client.count_by_status().get("suspended", 0) == 1
@@ -638,3 +640,38 @@ def test_the_workers_page_charts_the_schedulers_activity_samples(
     hour = page[page.index('id="charts-hour"') : page.index('id="charts-day"')]
     assert hour.count("<polyline") >= 4 and "peak 10, now 10" in hour  # steps a minute
     assert "Waiting (suspended)" in hour
+
+
+def test_a_resume_s_latency_is_recorded_by_its_claim_and_charted(
+    browser: TestClient,
+    client: Client,
+    db: Database,
+    settings: Settings,
+    start_worker: Callable[..., ManagedProcess],
+) -> None:
+    """From the signal's arrival to the claim of the session it woke: in the
+    claim's audit event, and in the next minute's sample."""
+    from resumable.scheduler.jobs import SchedulerJobs
+
+    start_worker(AGENTS)
+    session = client.start("console_waiting", {})
+    wait_until(lambda: client.get(session).status == "suspended", what="suspended")
+    assert SchedulerJobs(settings, db, client.broker).sample_activity()
+    with db.connection() as conn:  # as if that sample were a minute old
+        conn.execute("UPDATE activity_samples SET at = at - interval '1 minute'")
+    client.signal(session, "approve", {"ok": True})
+    wait_until(lambda: client.get(session).status == "completed", what="completed")
+    [run, resumed] = [e for e in client.events(session) if e.type == "run_started"]
+    assert "waited_ms" not in run.payload  # a new session is no resume
+    assert 0 < resumed.payload["waited_ms"] < 30_000
+    assert SchedulerJobs(settings, db, client.broker).sample_activity()
+    with db.connection() as conn:
+        first, latest = conn.execute(
+            "SELECT resumes, resume_p95_ms FROM activity_samples ORDER BY at"
+        ).fetchall()
+    assert first["resumes"] is None  # nothing before it to count from
+    assert latest["resumes"] == 1
+    assert latest["resume_p95_ms"] == pytest.approx(resumed.payload["waited_ms"])
+    log_in(browser)
+    hour = browser.get("/ui/workers").text
+    assert "Resume latency, p95" in hour

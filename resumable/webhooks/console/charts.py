@@ -81,14 +81,17 @@ def _chart(title: str, unit: str, points: list[Point], start: datetime, end: dat
 
 
 def charts(samples: Sequence[ActivitySample], start: datetime, end: datetime) -> list[Chart]:
-    """Steps and failures per minute, the sessions queued for a worker, and
-    those waiting, from `start` to `end` (a day is drawn in 10-minute means)."""
+    """Steps and failures per minute, the sessions queued for a worker, those
+    waiting, and the resumes' latency, from `start` to `end` (a day is drawn
+    in 10-minute means)."""
     inside = [s for s in samples if start <= s.at <= end]
     series: list[tuple[str, str, list[Point]]] = [
         ("Steps", "per minute", _rate(inside, lambda s: s.steps)),
         ("Failures (dead letters)", "per minute", _rate(inside, lambda s: s.failures)),
         ("Queued for a worker", "sessions", [(s.at, float(s.pending)) for s in inside]),
         ("Waiting (suspended)", "sessions", [(s.at, float(s.suspended)) for s in inside]),
+        # From a callback's or signal's arrival to the claim of the session it woke.
+        ("Resume latency, p95", "ms", [(s.at, s.resume_p95_ms) for s in inside]),
     ]
     if end - start > timedelta(hours=2):
         size = (end - start) / 144
