@@ -418,9 +418,20 @@ def test_a_session_page_says_what_it_waits_for_links_parent_and_children_and_fol
     )
     children = sorted(str(c.session_id) for c in client.page_sessions(parent=parent).items)
 
-    tab.go(f"/ui/sessions/{parent}")
+    # Found by a value in its input (the children's inputs are {"n": 0} and {"n": 1}).
+    tab.go("/ui/sessions")
     tab.log_in()
-    tab.page.wait_for_url(f"**/ui/sessions/{parent}")
+    tab.page.wait_for_url("**/ui/sessions")
+    tab.page.fill("#session-filters input[name=path]", "n")
+    tab.page.fill("#session-filters input[name=value]", "1")
+    tab.page.click("#session-filters button")
+    tab.page.wait_for_url("**/ui/sessions?**")
+    found = tab.page.locator("#sessions a[href^='/ui/sessions/']").all_inner_texts()
+    [second] = [str(c.session_id) for c in client.page_sessions(parent=parent).items
+                if c.input == {"n": 1}]  # fmt: skip
+    assert [text[:8] for text in found] == [second[:8]], found
+
+    tab.go(f"/ui/sessions/{parent}")
     assert tab.text("#now-text") == "waiting for 2 of its children to finish"
     listed = tab.page.locator("#children tr.child a")
     assert sorted(listed.all_inner_texts()) == children
