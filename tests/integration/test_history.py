@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import uuid
 from collections.abc import Callable
@@ -257,3 +258,34 @@ def test_an_event_sourced_state_between_snapshots_names_the_module_to_load(
     loaded = Client(client.settings, client.db, client.broker, REGISTRY)
     assert loaded.checkpoint_state(session_id, 2).state == recording(2)[-1]
     assert [s.session_id for s in client.list_sessions()] == [session_id]  # no fork made
+
+
+@pytest.mark.parametrize("agent", STRATEGIES)
+def test_the_console_s_window_of_checkpoints_shows_each_state_and_change_as_recorded(
+    agent: str, client: Client, db: Database, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    """The session page reads its window of checkpoints in one go (a delta's
+    change is the patch its step stored); each state and each change must be
+    what the recording says, at every window position, for every strategy
+    (an event-sourced chain takes the per-checkpoint path)."""
+    from resumable.checkpoints import apply_patch
+    from resumable.webhooks.console.session_view import _checkpoints
+
+    start_worker()
+    session_id = client.start(agent, {"steps": 33})
+    wait_until(lambda: _done(client, session_id), timeout=30, what="33 steps")
+    expected = recording(33)
+    history = TimeTravel(db, REGISTRY)
+    row = client.session_row(session_id)
+    for at in (None, 33, 26, 21, 20, 6, 5, 1):
+        views, selected, state, note, earlier = _checkpoints(history, row, at)
+        last = at or 33
+        assert note is None and selected == last and state == expected[last - 1]
+        first = max(1, last - 19)
+        assert [v.seq for v in views] == list(range(first, last + 1))
+        assert earlier == (first - 1 if first > 1 else None)
+        for view in views:
+            before = copy.deepcopy(expected[view.seq - 2]) if view.seq > 1 else {}
+            assert view.diff is not None, view.seq
+            changed = apply_patch(before, copy.deepcopy(view.diff))  # (in place)
+            assert changed == expected[view.seq - 1], (at, view.seq)

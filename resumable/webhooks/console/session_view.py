@@ -10,13 +10,15 @@ the incremental strategy itself writes.
 from __future__ import annotations
 
 import contextlib
+import copy
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from resumable.checkpoints import diff
+from resumable.checkpoints import apply_patch, diff
 from resumable.errors import ResumableError
+from resumable.models import checkpoint_queries
 from resumable.models.status import TERMINAL_STATUSES
 from resumable.models.tables import (
     AuditEventRow,
@@ -150,6 +152,9 @@ def _checkpoints(
     if last < first_kept:
         return [], None, None, None, None
     start = max(first_kept, last - CHECKPOINT_WINDOW + 1)
+    folded = _window_in_one_read(history, row, start, first_kept, last)
+    if folded is not None:
+        return folded
     rows = history.checkpoints(row.id, after=start - 1, limit=last - start + 1)
     views: list[CheckpointView] = []
     # A session starts from an empty state; a compacted one from its oldest kept checkpoint.
@@ -185,6 +190,52 @@ def _checkpoints(
     selected = views[-1].seq if views else None
     earlier = start - 1 if start > first_kept else None
     return views, selected, selected_state, selected_note, earlier
+
+
+def _window_in_one_read(
+    history: TimeTravel, row: SessionRow, start: int, first_kept: int, last: int
+) -> tuple[list[CheckpointView], int | None, Any, str | None, int | None] | None:
+    """The window of checkpoints `start`..`last` from one read of its chain,
+    folded forward: a snapshot's diff computed, a delta's the patch its step
+    wrote. None (the caller rebuilds each state on its own) when the chain
+    holds event-sourced rows (they need the agent's reducer) or lacks a row."""
+    with history.db.connection() as conn:
+        chain = checkpoint_queries.chain_between(conn, row.id, max(start - 1, first_kept), last)
+    if not chain or chain[0]["kind"] != "snapshot" or chain[-1]["seq"] != last:
+        return None
+    if any(item["kind"] not in ("snapshot", "delta") for item in chain):
+        return None
+    # A session starts from an empty state; a compacted one from its oldest kept checkpoint.
+    state: Any = {}
+    have_previous = start == 1
+    views: list[CheckpointView] = []
+    for item in chain:
+        seq = int(item["seq"])
+        # The fold changes `state` in place: what a change shows is copied
+        # off it first, so a later step's patch cannot rewrite an earlier one.
+        if item["kind"] == "snapshot":
+            change = diff(state, item["state"]) if have_previous else None
+            state = copy.deepcopy(item["state"])
+        else:
+            change = item["patch"] if have_previous else None
+            state = apply_patch(state, copy.deepcopy(item["patch"]))
+        have_previous = True
+        if seq >= start:
+            views.append(
+                CheckpointView(
+                    seq,
+                    str(item["step"]),
+                    item["next_step"],
+                    str(item["kind"]),
+                    int(item["bytes"]),
+                    item["created_at"],
+                    change,
+                )
+            )
+    if [view.seq for view in views] != list(range(start, last + 1)):
+        return None  # a gap in the history: the per-checkpoint path says which
+    earlier = start - 1 if start > first_kept else None
+    return views, last, state, None, earlier
 
 
 def session_view(
