@@ -45,19 +45,11 @@ def crash_twice(
         deployment.worker(module, **env)
         wait_until(lambda: status(client, session_id) == "completed", what="completion")
         session = client.get(session_id)
-        seen = {
-            "turns": dict(api.turns),
-            "calls": dict(api.calls),
-            "effects": [path for path, _ in api.order],
-        }
-        # An uncrashed run of the same agent, for its output.
-        clean_id = client.start(agent, {"prompt": "refund o1", "deps": {"api": api.url}})
-        client.signal(clean_id, "approval", {"approved": True})
-        wait_until(lambda: status(client, clean_id) == "completed", what="the clean run")
+        seen = _counted(api)
         return {
             "pending": pending,
             "result": session.result,
-            "clean": client.get(clean_id).result,
+            "clean": _uncrashed_result(client, agent, api),
             **seen,
             "events": [e.type for e in client.events(session_id)],
         }
@@ -92,20 +84,30 @@ def pause_past_lease(
             what="the paused worker's next write",
         )
         after = client.get(session_id)
-        seen = {
-            "turns": dict(api.turns),
-            "calls": dict(api.calls),
-            "effects": [path for path, _ in api.order],
-        }
-        clean_id = client.start(agent, {"prompt": "refund o1", "deps": {"api": api.url}})
-        client.signal(clean_id, "approval", {"approved": True})
-        wait_until(lambda: status(client, clean_id) == "completed", what="the clean run")
+        seen = _counted(api)
         return {
             **seen,
             "result": finished.result,
-            "clean": client.get(clean_id).result,
+            "clean": _uncrashed_result(client, agent, api),
             "unchanged": (after.status, after.seq, after.result)
             == (finished.status, finished.seq, finished.result),
             "zombie": zombie.output(),
             "events": [e.type for e in client.events(session_id)],
         }
+
+
+def _counted(api: FakeOpenAI) -> dict[str, Any]:
+    """What the fake server and the tools' ledger saw."""
+    return {
+        "turns": dict(api.turns),
+        "calls": dict(api.calls),
+        "effects": [path for path, _ in api.order],
+    }
+
+
+def _uncrashed_result(client: Client, agent: str, api: FakeOpenAI) -> Any:
+    """The output of an uncrashed run of the same agent, approved at once."""
+    clean_id = client.start(agent, {"prompt": "refund o1", "deps": {"api": api.url}})
+    client.signal(clean_id, "approval", {"approved": True})
+    wait_until(lambda: status(client, clean_id) == "completed", what="the clean run")
+    return client.get(clean_id).result

@@ -149,12 +149,15 @@ def find(
         "compensation": compensation,
         "ids": ids,
     }
-    # As an operator's filter reads: an empty text is no filter.
-    given = [name for name in DEAD_LETTER_FILTERS if params[name] not in (None, "")]
-    conditions = " AND ".join(f"({DEAD_LETTER_FILTERS[name]})" for name in given) or "true"
-    return rows.every(
-        conn, rows.table_row(DeadLetterRow), FIND_DEAD_LETTERS.format(where=conditions), params
-    )
+    query = FIND_DEAD_LETTERS.format(where=_conditions(params))
+    return rows.every(conn, rows.table_row(DeadLetterRow), query, params)
+
+
+def _conditions(params: dict[str, Any]) -> str:
+    """The WHERE clause of the filters given in `params` (as an operator's
+    filter reads: an empty text is no filter)."""
+    given = [name for name in DEAD_LETTER_FILTERS if params.get(name) not in (None, "")]
+    return " AND ".join(f"({DEAD_LETTER_FILTERS[name]})" for name in given) or "true"
 
 
 @dataclass(frozen=True)
@@ -173,10 +176,9 @@ class DeadLetterGroup:
 def groups(conn: psycopg.Connection[Any], *, limit: int, **filters: Any) -> list[DeadLetterGroup]:
     """The dead letters matching `filters` (those of ``find``), grouped by
     agent, step and error type, largest group first."""
-    params: dict[str, Any] = {"limit": limit, **dict.fromkeys(DEAD_LETTER_FILTERS), **filters}
-    given = [name for name in DEAD_LETTER_FILTERS if params[name] not in (None, "")]
-    conditions = " AND ".join(f"({DEAD_LETTER_FILTERS[name]})" for name in given) or "true"
-    return rows.every(conn, DeadLetterGroup, GROUP_DEAD_LETTERS.format(where=conditions), params)
+    params: dict[str, Any] = {"limit": limit, **filters}
+    query = GROUP_DEAD_LETTERS.format(where=_conditions(params))
+    return rows.every(conn, DeadLetterGroup, query, params)
 
 
 def of_session(

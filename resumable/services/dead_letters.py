@@ -58,6 +58,13 @@ class DeadLetterFilter:
     ids: tuple[int, ...] | None = None
 
 
+def _statement_filters(where: DeadLetterFilter) -> dict[str, Any]:
+    """`where` as the dead-letter statements' filter parameters."""
+    fields = dict(where.__dict__)
+    fields["ids"] = list(where.ids) if where.ids is not None else None
+    return fields
+
+
 @dataclass
 class DrainReport:
     """`matched`: every open dead letter the filter selected. A real run puts
@@ -124,17 +131,7 @@ class DeadLetters:
             )
         with self.db.connection() as conn:
             rows = dead_letter_queries.find(
-                conn,
-                limit=limit + 1,
-                before_id=before_id,
-                status=where.status,
-                agent=where.agent,
-                error_type=where.error_type,
-                step=where.step,
-                since=where.since,
-                until=where.until,
-                compensation=where.compensation,
-                ids=list(where.ids) if where.ids is not None else None,
+                conn, limit=limit + 1, before_id=before_id, **_statement_filters(where)
             )
         if len(rows) <= limit:
             return rows, None
@@ -144,18 +141,7 @@ class DeadLetters:
         """The dead letters `where` selects, grouped by agent, step and error
         type, largest first: what an operator retries or discards together."""
         with self.db.connection() as conn:
-            return dead_letter_queries.groups(
-                conn,
-                limit=limit,
-                status=where.status,
-                agent=where.agent,
-                error_type=where.error_type,
-                step=where.step,
-                since=where.since,
-                until=where.until,
-                compensation=where.compensation,
-                ids=list(where.ids) if where.ids is not None else None,
-            )
+            return dead_letter_queries.groups(conn, limit=limit, **_statement_filters(where))
 
     def get(self, dead_letter_id: int) -> DeadLetterRow:
         with self.db.connection() as conn:

@@ -33,9 +33,12 @@ def duration(seconds: float) -> str:
     return f"{seconds // 86_400:.0f} d"
 
 
-def ago(then: datetime, now: datetime) -> str:
-    """How long before `now` `then` was ("12 s ago"; "just now" under a second)."""
-    seconds = (now - then).total_seconds()
+def ago(then: datetime, now: datetime | None = None) -> str:
+    """How long before `now` `then` was ("12 s ago"; "just now" under a
+    second), or how long after ("in 12 s") for a moment to come."""
+    seconds = ((now or datetime.now(UTC)) - then).total_seconds()
+    if seconds <= -1:
+        return f"in {duration(-seconds)}"
     return "just now" if seconds < 1 else f"{duration(seconds)} ago"
 
 

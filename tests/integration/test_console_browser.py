@@ -479,6 +479,7 @@ def test_the_workers_page_lists_the_live_worker_its_agents_and_what_no_worker_se
     assert "console_waiting" in row and "console_family" in row and "live" in row
     assert "1 live worker process" in tab.text("#worker-summary")
     assert "console_undeployed" in tab.text("#unserved")
+    assert tab.page.title() == "Workers · resumable"
     assert tab.page.locator("#charts-hour polyline").count() == 5
     assert tab.page.locator("#charts-day polyline").count() == 5
     tab.shot("workers")

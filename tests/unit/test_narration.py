@@ -133,3 +133,10 @@ def test_a_parent_and_a_lock_holder_say_what_they_wait_for() -> None:
         SessionStatus.SUSPENDED, waiting_for=WaitingFor(callbacks=0, signals=[], lock="ledger")
     )
     assert doing_now(queued, NOW) == "waiting for lock `ledger`"
+
+
+def test_a_moment_to_come_reads_as_in_so_long() -> None:
+    from resumable.services.narration import ago
+
+    assert ago(NOW + timedelta(hours=2), NOW) == "in 2 h"
+    assert ago(NOW - timedelta(seconds=0.4), NOW) == "just now"

@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.templating import Jinja2Templates
 
+from resumable.services import narration
 from resumable.services.narration import duration
 
 # Pretty JSON longer than this is shown as plain (still escaped) text, cut here.
@@ -121,19 +122,9 @@ def when(value: datetime | str | None) -> str:
         return moment.isoformat()
 
 
-def ago(value: datetime | None, now: datetime | None = None) -> str:
-    """How long before now, roughly ("3 min ago", "in 2 h" for the future)."""
-    if value is None:
-        return ""
-    seconds = ((now or datetime.now(UTC)) - value).total_seconds()
-    future, seconds = seconds < 0, abs(seconds)
-    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
-        if seconds >= size:
-            amount = f"{int(seconds // size)} {unit}"
-            break
-    else:
-        amount = f"{int(seconds)} s"
-    return f"in {amount}" if future else f"{amount} ago"
+def ago(value: datetime | None) -> str:
+    """How long before now, as the CLI says it ("3 min ago", "in 2 h")."""
+    return "" if value is None else narration.ago(value)
 
 
 def clock(value: datetime) -> str:
