@@ -4,11 +4,22 @@ function that runs it (beside it, or in ``*_ops.py`` for the larger ones),
 and the migrations. Callers run the typed functions: they pass arguments and
 get rows back as dataclasses or table rows, never building parameters or
 picking row factories; no module outside this package imports SQLModel (an
-import-linter contract says so)."""
+import-linter contract says so).
 
-from resumable.models.database import Database
-from resumable.models.status import TERMINAL_STATUSES, SessionStatus, ToolCallStatus
-from resumable.models.tables import AuditEventRow, CheckpointRow, SessionRow, ToolCallRow
+The names below resolve on first use (PEP 562), as the package root's do:
+importing a query module loads this package first, and a process that only
+runs statements (a worker) would otherwise load SQLModel and SQLAlchemy for
+the table classes it never touches."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from resumable.models.database import Database
+    from resumable.models.status import TERMINAL_STATUSES, SessionStatus, ToolCallStatus
+    from resumable.models.tables import AuditEventRow, CheckpointRow, SessionRow, ToolCallRow
 
 __all__ = [
     "TERMINAL_STATUSES",
@@ -20,3 +31,28 @@ __all__ = [
     "ToolCallRow",
     "ToolCallStatus",
 ]
+
+# Each public name, to the module that defines it.
+_HOMES = {
+    "TERMINAL_STATUSES": "resumable.models.status",
+    "SessionStatus": "resumable.models.status",
+    "ToolCallStatus": "resumable.models.status",
+    "Database": "resumable.models.database",
+    "AuditEventRow": "resumable.models.tables",
+    "CheckpointRow": "resumable.models.tables",
+    "SessionRow": "resumable.models.tables",
+    "ToolCallRow": "resumable.models.tables",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'resumable.models' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # resolved once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

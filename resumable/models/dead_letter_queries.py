@@ -5,15 +5,18 @@ so retrying or discarding twice changes nothing."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from resumable._internal import serialization
-from resumable.models import rows
-from resumable.models.tables import DeadLetterRow
+from resumable.models import columns, rows
+
+if TYPE_CHECKING:
+    from resumable.models.tables import DeadLetterRow
 
 # Retry: the dead letter closes and the session goes back to pending at its
 # failing step, attempts reset, state optionally replaced by the patched one.
@@ -66,7 +69,7 @@ SELECT session_id FROM d
 
 # -- reads ---------------------------------------------------------------------------
 
-DEAD_LETTER_COLUMNS = ", ".join(DeadLetterRow.model_fields)
+DEAD_LETTER_COLUMNS = ", ".join(columns.DEAD_LETTER_FIELDS)
 
 DEAD_LETTER = f"SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters WHERE id = %(id)s"
 
@@ -116,8 +119,14 @@ DEAD_LETTERS_BY_ID = f"SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters WHERE id =
 # -- the typed functions ------------------------------------------------------------
 
 
+def _dead_letter_row() -> Callable[..., DeadLetterRow]:
+    from resumable.models.tables import DeadLetterRow
+
+    return rows.table_row(DeadLetterRow)
+
+
 def get(conn: psycopg.Connection[Any], dead_letter_id: int) -> DeadLetterRow | None:
-    return rows.one(conn, rows.table_row(DeadLetterRow), DEAD_LETTER, {"id": dead_letter_id})
+    return rows.one(conn, _dead_letter_row(), DEAD_LETTER, {"id": dead_letter_id})
 
 
 def find(
@@ -150,7 +159,7 @@ def find(
         "ids": ids,
     }
     query = FIND_DEAD_LETTERS.format(where=_conditions(params))
-    return rows.every(conn, rows.table_row(DeadLetterRow), query, params)
+    return rows.every(conn, _dead_letter_row(), query, params)
 
 
 def _conditions(params: dict[str, Any]) -> str:
@@ -185,12 +194,12 @@ def of_session(
     conn: psycopg.Connection[Any], session_id: uuid.UUID, *, limit: int
 ) -> list[DeadLetterRow]:
     params = {"session_id": session_id, "limit": limit}
-    return rows.every(conn, rows.table_row(DeadLetterRow), DEAD_LETTERS_OF_SESSION, params)
+    return rows.every(conn, _dead_letter_row(), DEAD_LETTERS_OF_SESSION, params)
 
 
 def by_id(conn: psycopg.Connection[Any], ids: list[int]) -> list[DeadLetterRow]:
     """These dead letters, in the order given (those that exist)."""
-    letters = rows.every(conn, rows.table_row(DeadLetterRow), DEAD_LETTERS_BY_ID, {"ids": ids})
+    letters = rows.every(conn, _dead_letter_row(), DEAD_LETTERS_BY_ID, {"ids": ids})
     found = {row.id: row for row in letters}
     return [found[i] for i in ids if i in found]
 

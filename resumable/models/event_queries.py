@@ -5,14 +5,16 @@ run the reads. Rows come back as ``AuditEventRow``, oldest first."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from resumable.models import rows
-from resumable.models.tables import AuditEventRow
+from resumable.models import columns, rows
 
-EVENT_COLUMNS = ", ".join(AuditEventRow.model_fields)
+if TYPE_CHECKING:
+    from resumable.models.tables import AuditEventRow
+
+EVENT_COLUMNS = ", ".join(columns.AUDIT_EVENT_FIELDS)
 
 # The session's events after event `after`, oldest first; at most %(limit)s
 # of them (NULL: all).
@@ -38,6 +40,8 @@ def events(
     """The session's events after event `after`, oldest first, at most
     `limit` of them (None: all)."""
     params = {"session_id": session_id, "after": after, "limit": limit}
+    from resumable.models.tables import AuditEventRow
+
     return rows.every(conn, rows.table_row(AuditEventRow), EVENTS, params)
 
 
@@ -46,6 +50,8 @@ def latest_events(
 ) -> list[AuditEventRow]:
     """The session's newest `limit` events after event `after`, oldest first."""
     params = {"session_id": session_id, "after": after, "limit": limit}
+    from resumable.models.tables import AuditEventRow
+
     newest_first = rows.every(conn, rows.table_row(AuditEventRow), LATEST_EVENTS, params)
     newest_first.reverse()
     return newest_first

@@ -6,19 +6,22 @@ typed function follows the statements.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from resumable.errors import SessionExistsError
-from resumable.models import live_state, rows
+from resumable.models import columns, live_state, rows
 from resumable.models.agent_queries import SERVED_ELSEWHERE
-from resumable.models.tables import SessionRow
+
+if TYPE_CHECKING:
+    from resumable.models.tables import SessionRow
 
 # Create a session and its first audit event. With an idempotency key that is
 # already taken nothing is inserted and no row comes back.
@@ -123,7 +126,7 @@ DEAD_LETTER_EXISTS = "SELECT 1 FROM dead_letters WHERE id = %(id)s"
 
 # Every column of `sessions`, as ``SessionRow`` names them (its fields are
 # the table's columns: the migration test holds them equal).
-SESSION_COLUMNS = ", ".join(SessionRow.model_fields)
+SESSION_COLUMNS = ", ".join(columns.SESSION_FIELDS)
 
 SESSION = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = %(id)s"
 
@@ -193,14 +196,18 @@ SESSION_STATUSES = "SELECT id, status FROM sessions WHERE id = ANY(%(ids)s)"
 # -- the typed functions ------------------------------------------------------------
 
 
-_session_row = rows.table_row(SessionRow)
+@functools.cache
+def _session_row() -> Callable[..., SessionRow]:
+    from resumable.models.tables import SessionRow
+
+    return rows.table_row(SessionRow)
 
 
-def live_row(**columns: Any) -> SessionRow:
+def live_row(**values: Any) -> SessionRow:
     """A `sessions` row as its class, its `.state` the live state (see
     live_state.py): the row factory of every read of whole session rows."""
-    columns["state"] = live_state.apply(columns["state"], columns.get("state_patch"))
-    return _session_row(**columns)
+    values["state"] = live_state.apply(values["state"], values.get("state_patch"))
+    return _session_row()(**values)
 
 
 def create(

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from resumable._internal import serialization
-from resumable.models import rows
+from resumable.models import columns, rows
 from resumable.models.status import ToolCallStatus
-from resumable.models.tables import ToolCallRow
+
+if TYPE_CHECKING:
+    from resumable.models.tables import ToolCallRow
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ RETURNING t.idempotency_key
 """
 
 
-TOOL_CALL_COLUMNS = ", ".join(ToolCallRow.model_fields)
+TOOL_CALL_COLUMNS = ", ".join(columns.TOOL_CALL_FIELDS)
 
 # A session's recorded calls in the order it made them (the console lists them).
 TOOL_CALLS_OF_SESSION = f"""
@@ -179,4 +181,6 @@ def of_session(
 ) -> list[ToolCallRow]:
     """The session's first `limit` recorded calls, in the order it made them."""
     params = {"session_id": session_id, "limit": limit}
+    from resumable.models.tables import ToolCallRow
+
     return rows.every(conn, rows.table_row(ToolCallRow), TOOL_CALLS_OF_SESSION, params)

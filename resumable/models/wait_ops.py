@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import kwargs_row, scalar_row, tuple_row
@@ -15,7 +15,6 @@ from psycopg.rows import kwargs_row, scalar_row, tuple_row
 from resumable._internal import serialization
 from resumable.models import rows
 from resumable.models.status import TERMINAL_STATUSES
-from resumable.models.tables import CallbackRow
 from resumable.models.wait_queries import (
     CALLBACK_DELIVERY,
     CALLBACKS_BY_TOKEN,
@@ -34,6 +33,9 @@ from resumable.models.wait_queries import (
     WAKE_FROM_CALLBACK,
     WAKE_FROM_DELIVERIES,
 )
+
+if TYPE_CHECKING:
+    from resumable.models.tables import CallbackRow
 
 
 def create_callback(
@@ -250,4 +252,6 @@ def delivery_age(conn: psycopg.Connection[Any], delivery_id: int) -> DeliveryAge
 
 
 def callbacks_by_token(conn: psycopg.Connection[Any], tokens: list[str]) -> list[CallbackRow]:
+    from resumable.models.tables import CallbackRow
+
     return rows.every(conn, rows.table_row(CallbackRow), CALLBACKS_BY_TOKEN, {"tokens": tokens})

@@ -10,7 +10,7 @@ functions that run the statements are in ``wait_ops.py``.
 
 from __future__ import annotations
 
-from resumable.models.tables import CallbackRow
+from resumable.models import columns
 
 # Create (or, when the step is replayed, find again) a callback token. Claim:
 # a worker that lost its lease cannot hand out new tokens.
@@ -259,6 +259,6 @@ FROM deliveries WHERE id = %(id)s
 
 # -- reads -----------------------------------------------------------------------------
 
-CALLBACK_COLUMNS = ", ".join(CallbackRow.model_fields)
+CALLBACK_COLUMNS = ", ".join(columns.CALLBACK_FIELDS)
 
 CALLBACKS_BY_TOKEN = f"SELECT {CALLBACK_COLUMNS} FROM callbacks WHERE token = ANY(%(tokens)s)"

@@ -17,7 +17,16 @@ import pytest
 
 import resumable
 
-HEAVY = ("alembic", "apscheduler", "dramatiq", "psycopg", "redis", "sqlalchemy", "starlette")
+HEAVY = (
+    "alembic",
+    "apscheduler",
+    "dramatiq",
+    "psycopg",
+    "redis",
+    "sqlalchemy",
+    "sqlmodel",
+    "starlette",
+)
 
 
 def _loaded_after(code: str) -> set[str]:
@@ -49,6 +58,24 @@ def test_the_schema_check_knows_the_revisions_without_alembic() -> None:
         "from resumable.models import migrate\nhead, known = migrate.known_revisions()"
     )
     assert "alembic" not in loaded
+
+
+@pytest.mark.parametrize("module", ["resumable.queue.worker", "resumable.scheduler.process"])
+def test_a_worker_or_scheduler_loads_no_table_classes(module: str) -> None:
+    """They only run statements: SQLModel and the ORM (0.2 s of CPU a
+    process, and their memory in every worker child) stay out."""
+    assert "sqlmodel" not in _loaded_after(f"import {module}")
+
+
+def test_the_models_package_names_resolve_on_first_use() -> None:
+    from resumable import models
+
+    assert set(models._HOMES) == set(models.__all__)
+    for name, home in models._HOMES.items():
+        module = __import__(home, fromlist=[name])
+        assert getattr(models, name) is getattr(module, name), name
+    with pytest.raises(AttributeError, match="no_such_thing"):
+        models.no_such_thing  # noqa: B018
 
 
 def test_every_public_name_has_a_home_and_resolves_there() -> None:
