@@ -280,10 +280,15 @@ def resume_path_pids(deployment: BenchDeployment, servers: ServerPids) -> list[i
     return [os.getpid(), *deployment.pids, *servers.all()]
 
 
-def path_cpu(meter: CpuMeter, deployment: BenchDeployment) -> GroupCpu:
-    """CPU so far of each process on the resume path."""
+def path_cpu(meter: CpuMeter, deployment: BenchDeployment, poller: PG) -> GroupCpu:
+    """CPU so far of each process on the resume path (the poller's backend is
+    this benchmark's, not PostgreSQL's work for the deployment)."""
     web = [deployment.web.pid] if deployment.web is not None else []
-    return GroupCpu.sample(meter, {"web": web, "workers": [w.pid for w in deployment.workers]})
+    return GroupCpu.sample(
+        meter,
+        {"web": web, "workers": [w.pid for w in deployment.workers]},
+        own_backends=[poller.info.backend_pid],
+    )
 
 
 # -- the phases ----------------------------------------------------------------------------
@@ -688,16 +693,16 @@ def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
             print(f"floors measured; phase A: {half} callbacks one at a time")
             pids = resume_path_pids(deployment, servers)
             meter = CpuMeter(servers)
-            before, cpu_before = Contention.sample(pids), path_cpu(meter, deployment)
+            before, cpu_before = Contention.sample(pids), path_cpu(meter, deployment, poller)
             latency = phase_a(args, deployment, sender, http, poller, targets[:half])
-            after_a, cpu_a = Contention.sample(pids), path_cpu(meter, deployment)
+            after_a, cpu_a = Contention.sample(pids), path_cpu(meter, deployment, poller)
             hops = hop_breakdown(poller, latency)
             print(f"phase B: {len(targets) - half} callbacks, {args.concurrency} senders")
-            before_b, cpu_before_b = Contention.sample(pids), path_cpu(meter, deployment)
+            before_b, cpu_before_b = Contention.sample(pids), path_cpu(meter, deployment, poller)
             load = phase_b(args, deployment, sender, poller, targets[half:])
             hops_b = hop_breakdown(poller, load.samples)
             after_b = Contention.sample(resume_path_pids(deployment, servers))
-            cpu_b = path_cpu(meter, deployment)
+            cpu_b = path_cpu(meter, deployment, poller)
             contention = (
                 after_a.describe(before, len(latency), RESUME_PATH, "resume"),
                 after_b.describe(before_b, len(load.samples), RESUME_PATH, "resume"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,6 +146,14 @@ class CpuMeter:
         total = tree_seconds(postmaster, reaped_children=True)
         return float("nan") if total is None else total
 
+    def backends_seconds(self, pids: Sequence[int]) -> float:
+        """CPU seconds of those of `pids` that are backends of the local
+        postmaster (a remote server's backend pid names no process here)."""
+        if self.servers.postmaster is None or not pids:
+            return 0.0
+        local = set(procfs.children(self.servers.postmaster))
+        return sum(procfs.cpu_seconds(pid) or 0.0 for pid in pids if pid in local)
+
     @staticmethod
     def _seconds(pid: int | None) -> float:
         seconds = procfs.cpu_seconds(pid) if pid is not None else None
@@ -212,25 +221,41 @@ class GroupCpu:
     seconds: dict[str, float]
 
     @classmethod
-    def sample(cls, meter: CpuMeter, groups: dict[str, list[int]]) -> GroupCpu:
+    def sample(
+        cls,
+        meter: CpuMeter,
+        groups: dict[str, list[int]],
+        own_backends: Sequence[int] = (),
+    ) -> GroupCpu:
+        """`own_backends`: the PostgreSQL backends of this process's own
+        connections (its pollers), whose CPU is the benchmark's, not the
+        deployment's: counted under "this process", not under "postgres"."""
         servers = meter.sample([])
+        own = meter.backends_seconds(own_backends)
         return cls(
             {
                 **{
                     name: sum(tree_seconds(pid) or 0.0 for pid in pids)
                     for name, pids in groups.items()
                 },
-                "postgres": servers.postgres,
+                "postgres": servers.postgres - own,
                 "valkey": servers.valkey,
-                "this process": servers.bench,
+                "this process": servers.bench + own,
             }
         )
 
     def describe(self, before: GroupCpu, count: int) -> str:
-        """Milliseconds of CPU per one of `count` (resumes, steps), by group, since `before`."""
+        """Milliseconds of CPU per one of `count` (resumes, steps), by group,
+        since `before`; the total of the deployment (every group but this
+        process: the benchmark's senders and pollers are not the system's
+        cost) and of everything."""
         parts = [
             f"{name} {(seconds - before.seconds[name]) / count * 1e3:.2f}"
             for name, seconds in self.seconds.items()
         ]
         total = sum(self.seconds.values()) - sum(before.seconds.values())
-        return f"{', '.join(parts)}; in all {total / count * 1e3:.2f} ms"
+        ours = total - (self.seconds["this process"] - before.seconds["this process"])
+        return (
+            f"{', '.join(parts)}; the deployment {ours / count * 1e3:.2f} ms"
+            f" (all but this process), in all {total / count * 1e3:.2f} ms"
+        )
