@@ -328,7 +328,7 @@ def load_clones(conn: PG, run: Run, plan: Sequence[Clones]) -> dict[str, int]:
                 [status, status],
             )
     conn.execute("DROP TABLE clone_map")
-    tables = [*CLONED_TABLES, "finished_session_counts"]
+    tables = [*CLONED_TABLES, "finished_session_counts", "resting_session_counts"]
     harness.settle(conn, tables)
     counts = {}
     for table in CLONED_TABLES:

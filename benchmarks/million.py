@@ -168,7 +168,13 @@ FROM s WHERE status = 'failed' AND random() < 0.4
 
 # Sessions in long waits, `count` more: suspended on timers days away (none
 # falls due) and on callbacks no one has answered, as agents waiting on
-# people are. The live working set above stays as it is.
+# people are. The live working set above stays as it is. Loaded a batch per
+# transaction (WAITING_BATCH): each suspended row counts itself in
+# `resting_session_counts` through a row trigger, and one transaction's
+# upserts of one counts row walk every version of it that transaction wrote,
+# so 200,000 in one statement would cost its square (minutes); sessions
+# suspend one per transaction, or by the scheduler's batches of 500.
+WAITING_BATCH = 1_000
 WAITING = """
 INSERT INTO sessions (id, agent, status, cursor, state, wait, wake_at, updated_at)
 SELECT gen_random_uuid(), %(agent)s, 'suspended', 'a', '{}',
@@ -178,7 +184,7 @@ SELECT gen_random_uuid(), %(agent)s, 'suspended', 'a', '{}',
             ELSE jsonb_build_object('then', 'a', 'callbacks', jsonb_build_array('wait-' || i)) END,
        CASE WHEN i %% 2 = 0 THEN now() + (2 + i %% 30) * interval '1 day' END,
        now() - (i %% 1000) * interval '1 minute' - interval '1 hour'
-FROM generate_series(1, %(count)s) AS i
+FROM generate_series(%(first)s::int, %(last)s::int) AS i
 """
 
 
@@ -342,7 +348,9 @@ def run(args: argparse.Namespace, services: Services) -> None:
     if args.waiting:
         began = time.monotonic()
         with harness.connect(services.pg_url) as conn:
-            conn.execute(WAITING, {"agent": AGENT, "count": args.waiting})
+            for first in range(1, args.waiting + 1, WAITING_BATCH):
+                last = min(first + WAITING_BATCH - 1, args.waiting)
+                conn.execute(WAITING, {"agent": AGENT, "first": first, "last": last})
         print(
             f"\n# then {args.waiting:,} sessions in long waits (timers days away, callbacks"
             f" unanswered) in {time.monotonic() - began:.0f} s"

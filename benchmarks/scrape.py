@@ -47,6 +47,7 @@ _TABLES = (
     "dead_letters",
     "alerts",
     "finished_session_counts",
+    "resting_session_counts",
     "session_conditions",
 )
 

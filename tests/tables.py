@@ -15,6 +15,7 @@ RUNTIME_TABLES = (
     "alerts",
     "archived_sessions",
     "finished_session_counts",
+    "resting_session_counts",
     "session_conditions",
     "shared_documents",
     "shared_versions",

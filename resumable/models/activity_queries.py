@@ -20,13 +20,15 @@ from typing import Any
 import psycopg
 
 from resumable.models import rows
-from resumable.models.metrics_queries import TERMINAL
+from resumable.models.metrics_queries import ACTIVE_WHERE
 
 # The most audit events one sample reads for its resumes (a scheduler down
 # for a day does not make its first sample read a day of the log).
 MAX_EVENTS_SCANNED = 1_000_000
 
-# The live sessions' predicate is the partial index's, word for word. The
+# The active sessions' predicate is the partial index's, word for word; the
+# suspended and blocked ones are read from their kept counts (migration 0023:
+# a minute's sample would otherwise count every session in a long wait). The
 # resumes are the claims since the previous sample's last audit event that
 # record a resume's latency (`waited_ms`, from the delivery's arrival to the
 # claim): a range of the audit log's primary key, at most MAX_EVENTS_SCANNED
@@ -47,13 +49,18 @@ WITH previous AS (
            percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) AS p50,
            percentile_cont(0.95) WITHIN GROUP (ORDER BY ms) AS p95
     FROM resumes
-), live AS (
+), active AS (
     SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
            count(*) FILTER (WHERE status IN ('running', 'compensating')) AS running,
-           count(*) FILTER (WHERE status = 'suspended') AS suspended,
-           count(*) FILTER (WHERE status = 'retrying') AS retrying,
-           count(*) FILTER (WHERE status = 'blocked') AS blocked
-    FROM sessions WHERE status NOT IN ({TERMINAL})
+           count(*) FILTER (WHERE status = 'retrying') AS retrying
+    FROM sessions WHERE {ACTIVE_WHERE}
+), resting AS (
+    SELECT coalesce(sum(n) FILTER (WHERE status = 'suspended'), 0) AS suspended,
+           coalesce(sum(n) FILTER (WHERE status = 'blocked'), 0) AS blocked
+    FROM resting_session_counts
+), live AS (
+    SELECT active.pending, active.running, resting.suspended, active.retrying, resting.blocked
+    FROM active, resting
 )
 INSERT INTO activity_samples (at, pending, running, suspended, retrying, blocked, steps,
                               failures, last_event_id, resumes, resume_p50_ms, resume_p95_ms)

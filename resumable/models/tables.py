@@ -75,12 +75,14 @@ class SessionRow(SQLModel, table=True):
             "finished_at",
             postgresql_where=sa.text("finished_at IS NOT NULL"),
         ),
-        # Migration 0009: the sessions not finished, counted by a /metrics scrape.
+        # Migration 0023: the sessions neither finished nor at rest, counted
+        # by a /metrics scrape (the others have kept counts); it replaced
+        # migration 0009's ix_sessions_live, which held the resting ones too.
         sa.Index(
-            "ix_sessions_live",
+            "ix_sessions_active",
             "agent",
             "status",
-            postgresql_where=sa.text(f"status NOT IN ({_TERMINAL})"),
+            postgresql_where=sa.text(metrics_queries.ACTIVE_WHERE),
         ),
         sa.Index(
             "ix_sessions_parent_id", "parent_id", postgresql_where=sa.text("parent_id IS NOT NULL")
@@ -536,11 +538,15 @@ class ArchivedSessionRow(SQLModel, table=True):
     document: dict[str, Any] = Field(sa_column=_jsonb(nullable=False))
 
 
-# Migrations 0009 and 0016: triggers keep `finished_session_counts` (see metrics_queries).
+# Migrations 0009 and 0016: triggers keep `finished_session_counts`; 0023:
+# `resting_session_counts` (see metrics_queries).
 for _ddl in (
     metrics_queries.COUNT_FINISHED_FUNCTION,
     metrics_queries.COUNT_FINISHED_DELETED_FUNCTION,
     *metrics_queries.COUNT_FINISHED_TRIGGERS,
+    metrics_queries.COUNT_RESTING_FUNCTION,
+    metrics_queries.COUNT_RESTING_DELETED_FUNCTION,
+    *metrics_queries.COUNT_RESTING_TRIGGERS,
 ):
     sa.event.listen(
         SessionRow.__table__,  # type: ignore[attr-defined]
@@ -564,6 +570,21 @@ class FinishedSessionCountRow(SQLModel, table=True):
     shard: int = Field(
         default=0,
         sa_column=sa.Column(sa.SmallInteger, primary_key=True, server_default="0"),
+    )
+
+
+class RestingSessionCountRow(SQLModel, table=True):
+    """Suspended and blocked sessions by agent and status, kept by triggers on
+    ``sessions`` (migration 0023) and sharded as the finished counts are, so a
+    /metrics scrape does not count the hundreds of thousands that may wait."""
+
+    __tablename__ = "resting_session_counts"
+
+    agent: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    status: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    shard: int = Field(sa_column=sa.Column(sa.SmallInteger, primary_key=True))
+    n: int = Field(
+        default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0")
     )
 
 

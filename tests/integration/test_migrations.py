@@ -29,7 +29,7 @@ from sqlmodel import SQLModel
 
 from resumable._internal.database_urls import libpq_url, sqlalchemy_url
 from resumable._internal.embedded import ServiceURLs
-from resumable.models import migrate
+from resumable.models import metrics_queries, migrate
 from resumable.models import tables as _tables
 from tests.conftest import ROOT, wait_until
 
@@ -271,6 +271,35 @@ def test_0016_counts_deletes_per_statement_and_its_downgrade_counts_per_row(
     assert delete_trigger_level_and_count_after_a_batch() == ("row", 0)
     migrate.upgrade(url)
     assert delete_trigger_level_and_count_after_a_batch() == ("statement", 0)
+
+
+def test_0023_counts_the_sessions_already_at_rest_and_its_downgrade_restores_the_index(
+    make_database: MakeDatabase,
+) -> None:
+    url = make_database()
+    config = migrate.alembic_config(url)
+    command.upgrade(config, "0022")
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO sessions (id, agent, status, state, input)"
+            " SELECT gen_random_uuid(), 'old', s, '{}', '{}'"
+            " FROM unnest(ARRAY['suspended', 'suspended', 'blocked', 'pending']) AS s"
+        )
+    migrate.upgrade(url)
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        kept = conn.execute(metrics_queries.RESTING_SESSIONS_BY_AGENT_AND_STATUS).fetchall()
+        assert sorted(kept) == [("old", "blocked", 1), ("old", "suspended", 2)]
+    command.downgrade(config, "0022")
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        indexes = {
+            r[0]
+            for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'sessions'")
+        }
+        triggers = conn.execute(
+            "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'sessions_count_resting%'"
+        ).fetchone()
+    assert "ix_sessions_live" in indexes and "ix_sessions_active" not in indexes
+    assert triggers == (0,)
 
 
 def test_upgrade_twice_is_a_no_op(make_database: MakeDatabase) -> None:
