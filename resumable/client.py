@@ -24,7 +24,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import dramatiq
 
@@ -48,7 +48,6 @@ from resumable.models.agent_queries import UnservedAgent
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.models.step_queries import HungSession
-from resumable.models.tables import SessionRow
 from resumable.schemas import (
     AcceptPreview,
     Checkpoint,
@@ -66,6 +65,9 @@ from resumable.services.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.services.inbox import Inbox, Verdict
 from resumable.services.time_travel import TimeTravel
 from resumable.settings import Settings, check_urls, load_settings
+
+if TYPE_CHECKING:
+    from resumable.models.tables import SessionRow
 
 logger = logging.getLogger(__name__)
 

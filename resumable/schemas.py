@@ -32,7 +32,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, Generic, Literal, TypeVar, Union
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, PlainValidator
 from pydantic.json_schema import JsonSchemaValue
@@ -40,12 +40,9 @@ from pydantic_core import core_schema
 from typing_extensions import TypeAliasType
 
 from resumable.models.status import SessionStatus, ToolCallStatus
-from resumable.models.tables import (
-    AuditEventRow,
-    DeadLetterRow,
-    SessionRow,
-    ToolCallRow,
-)
+
+if TYPE_CHECKING:
+    from resumable.models.tables import AuditEventRow, DeadLetterRow, SessionRow, ToolCallRow
 
 # A JSON value resumable can store: PostgreSQL refuses NUL in text and jsonb,
 # so no string (and no object key) may hold one. The web process refuses that

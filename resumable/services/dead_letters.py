@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import dramatiq
 
@@ -29,9 +29,11 @@ from resumable.errors import (
 from resumable.models import dead_letter_queries, event_queries, session_queries
 from resumable.models.database import Database
 from resumable.models.dead_letter_queries import DeadLetterGroup
-from resumable.models.tables import DeadLetterRow
 from resumable.services.state_patch import apply_state_patch
 from resumable.settings import Settings
+
+if TYPE_CHECKING:
+    from resumable.models.tables import DeadLetterRow
 
 Action = Literal["retry", "discard"]
 Compensation = Literal["none", "completed", "failed"]

@@ -60,10 +60,21 @@ def test_the_schema_check_knows_the_revisions_without_alembic() -> None:
     assert "alembic" not in loaded
 
 
-@pytest.mark.parametrize("module", ["resumable.queue.worker", "resumable.scheduler.process"])
-def test_a_worker_or_scheduler_loads_no_table_classes(module: str) -> None:
-    """They only run statements: SQLModel and the ORM (0.2 s of CPU a
-    process, and their memory in every worker child) stay out."""
+@pytest.mark.parametrize(
+    "module",
+    [
+        "resumable.queue.worker",
+        "resumable.scheduler.process",
+        "resumable.client",
+        "resumable.cli.sessions",
+    ],
+)
+def test_processes_and_commands_that_read_no_table_rows_load_no_table_classes(
+    module: str,
+) -> None:
+    """A worker and a scheduler only run statements, and ``enqueue`` only
+    starts a session: SQLModel and the ORM (0.2 s of CPU a process, and their
+    memory in every worker child) load only for a read of whole table rows."""
     assert "sqlmodel" not in _loaded_after(f"import {module}")
 
 
