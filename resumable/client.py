@@ -177,7 +177,11 @@ class Client:
             from resumable.models import migrate
 
             migrate.upgrade(urls.database_url)  # the embedded database, as the CLI does
-        db = Database(urls.database_url, pool_size=settings.db_pool_size)
+        db = Database(
+            urls.database_url,
+            pool_size=settings.db_pool_size,
+            prepared_statements=settings.db_prepared_statements,
+        )
         self._owned.callback(db.close)
         broker = build_broker(settings, urls.redis_url)
         self._owned.callback(broker.close)

@@ -132,6 +132,14 @@ class Settings(BaseSettings):
     db_pool_size: int = Field(
         default=10, gt=0, le=1000, description="Database connections per process."
     )
+    db_prepared_statements: bool = Field(
+        default=True,
+        description="Server-side prepared statements: the claim and the step commit from "
+        "their first run on a connection, other statements from their fifth. Set false "
+        "behind PgBouncer in transaction mode before 1.21 (or with max_prepared_statements "
+        "= 0), which hands each transaction another server connection where a prepared "
+        "statement does not exist.",
+    )
     reconcile_grace_seconds: float = Field(
         default=30.0,
         ge=0,

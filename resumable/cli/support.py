@@ -52,7 +52,11 @@ def connected(
     could not enqueue changes nothing."""
     with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
         check_servers(settings, urls, broker=broker)
-        db = Database(urls.database_url, pool_size=2)
+        db = Database(
+            urls.database_url,
+            pool_size=2,
+            prepared_statements=settings.db_prepared_statements,
+        )
         queue = build_broker(settings, urls.redis_url)
         try:
             yield Connected(

@@ -83,7 +83,9 @@ def _run(
     web_port, api_token, secret = free_port(), secrets.token_urlsafe(24), new_secret()
     public_url = f"http://127.0.0.1:{web_port}"
     demo_settings = settings.model_copy(update={"queue_name": DEMO_QUEUE, "public_url": public_url})
-    db = Database(urls.database_url, pool_size=2)
+    db = Database(
+        urls.database_url, pool_size=2, prepared_statements=settings.db_prepared_statements
+    )
     broker = build_broker(demo_settings, urls.redis_url)
     client = Client(demo_settings, db, broker)
     env = {

@@ -43,6 +43,8 @@ def pipelined_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
 # A server that does not answer (a host gone from the network) would otherwise
 # hold a connection attempt for the operating system's TCP timeout, minutes.
 CONNECT_TIMEOUT_SECONDS = 5
+# psycopg's own default: a statement is prepared on its fifth run.
+PREPARE_THRESHOLD = 5
 
 
 class Database:
@@ -55,8 +57,18 @@ class Database:
     hanging.
     """
 
-    def __init__(self, url: str, pool_size: int = 10, pool_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        pool_size: int = 10,
+        pool_timeout: float = 30.0,
+        *,
+        prepared_statements: bool = True,
+    ) -> None:
         self.url = sqlalchemy_url(url)  # validated: a PostgreSQL URL, as the migrations read it
+        #: psycopg's prepare_threshold for this database's connections (None:
+        #: nothing is prepared), for a connection of its own made beside the pool.
+        self.prepare_threshold: int | None = PREPARE_THRESHOLD if prepared_statements else None
         self._returned_at: dict[int, float] = {}
         self._pinned = threading.local()
         self.pool: ConnectionPool[psycopg.Connection[dict[str, object]]] = ConnectionPool(
@@ -68,6 +80,10 @@ class Database:
                 "autocommit": True,
                 "row_factory": dict_row,
                 "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+                # psycopg prepares a statement on its fifth run on a connection;
+                # None: never (RESUMABLE_DB_PREPARED_STATEMENTS, a pooler that
+                # hands each transaction another server connection).
+                "prepare_threshold": self.prepare_threshold,
             },
             connection_class=psycopg.Connection[dict[str, object]],
             check=self._check_if_idle,

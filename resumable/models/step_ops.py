@@ -69,7 +69,7 @@ def claim(
                 "starts": starts,
                 "lease_seconds": lease_seconds,
             },
-            prepare=True,
+            prepare=rows.prepared(conn),
         )
         .fetchone()
     )
@@ -266,7 +266,9 @@ def commit_step(
     if records is not None:
         statement = COMMIT_STEP_WITH_RECORDS
         params["records"], params["record_keys"] = records, record_keys
-    committed = conn.cursor(row_factory=tuple_row).execute(statement, params, prepare=True)
+    committed = conn.cursor(row_factory=tuple_row).execute(
+        statement, params, prepare=rows.prepared(conn)
+    )
     row = committed.fetchone()
     return None if row is None else int(row[0])
 

@@ -52,6 +52,7 @@ class WorkerHeartbeat:
         fingerprints: dict[str, str] | None = None,
     ) -> None:
         self._url = libpq_url(db.url)
+        self._prepare_threshold = db.prepare_threshold
         self.worker_id = worker_id
         self._agents = agents
         #: {"agent": version} (0: unversioned) and ["agent@older_version"].
@@ -71,7 +72,12 @@ class WorkerHeartbeat:
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self._url, autocommit=True, connect_timeout=5)
+            self._conn = psycopg.connect(
+                self._url,
+                autocommit=True,
+                connect_timeout=5,
+                prepare_threshold=self._prepare_threshold,
+            )
         return self._conn
 
     @contextmanager

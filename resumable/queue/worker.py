@@ -100,7 +100,11 @@ class WorkerRuntime:
 def build_runtime(
     settings: Settings, database_url: str, redis_url: str, registry: AgentRegistry
 ) -> WorkerRuntime:
-    db = Database(database_url, pool_size=settings.db_pool_size)
+    db = Database(
+        database_url,
+        pool_size=settings.db_pool_size,
+        prepared_statements=settings.db_prepared_statements,
+    )
     broker = build_broker(settings, redis_url)
     keeper = LeaseKeeper(db, settings.lease_seconds)
     shutdown = Shutdown()

@@ -73,7 +73,7 @@ def run_scheduler(
     event-sourced histories."""
     # The pool narrates each failed reconnection; Outages says it once.
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
-    db = Database(database_url, pool_size=2)
+    db = Database(database_url, pool_size=2, prepared_statements=settings.db_prepared_statements)
     # A job waits this long for a pooled connection (the pool's default is
     # 30 s), so an outage is noticed and reported within seconds.
     db.pool.timeout = PROBE_TIMEOUT

@@ -94,6 +94,7 @@ def create_app(
                 urls.database_url,
                 pool_size=settings.db_pool_size,
                 pool_timeout=POOL_TIMEOUT_SECONDS,
+                prepared_statements=settings.db_prepared_statements,
             )
             broker = build_broker(settings, urls.redis_url)
             app.state.resumable = WebState(

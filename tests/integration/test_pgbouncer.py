@@ -1,0 +1,118 @@
+"""Behind PgBouncer in transaction mode, as many production databases are.
+
+Debian 12's PgBouncer is 1.18: in transaction mode each transaction may run on
+another server connection, and a statement prepared on one does not exist on
+the next. With ``RESUMABLE_DB_PREPARED_STATEMENTS=false`` every process
+prepares nothing, and a workload of steps, recorded tool calls, signals, callbacks (through the web
+process) and timers runs through it to the end with every effect made once. The same
+workload with prepared statements on shows why the setting exists.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import psycopg
+import pytest
+import redis
+
+from resumable._internal.database_urls import libpq_url
+from resumable.broker.redis import build_broker
+from resumable.client import Client
+from resumable.models.database import Database
+from resumable.settings import Settings
+from tests import pgbouncer
+from tests.conftest import LocalDeployment, wait_until
+from tests.fake_api import FakeAPI
+from tests.signing import signed_headers
+
+COUNTERS = 12
+SIGNALLED = 6
+SLEEPERS = 4
+APPROVALS = 4
+
+
+@pytest.fixture
+def bouncer(settings: Settings, db: Database) -> Iterator[pgbouncer.Bouncer]:
+    """The test database behind a PgBouncer 1.18 in transaction mode (clean
+    tables first: `db` truncates them on the direct connection)."""
+    assert settings.database_url
+    with pgbouncer.running(settings.database_url) as running:
+        yield running
+
+
+def _client(settings: Settings, url: str, *, prepared: bool) -> Client:
+    db = Database(url, pool_size=4, prepared_statements=prepared)
+    return Client(
+        settings.model_copy(update={"database_url": url, "db_prepared_statements": prepared}),
+        db,
+        build_broker(settings, settings.redis_url or ""),
+    )
+
+
+def _run_workload(client: Client, api: FakeAPI) -> list[uuid.UUID]:
+    """Start every kind of session; answer the signals once they wait."""
+    counters = [client.start("counter", {"api": api.url, "steps": 5}) for _ in range(COUNTERS)]
+    waiting = [client.start("signalled", {"topic": "go"}) for _ in range(SIGNALLED)]
+    sleepers = [client.start("sleeper", {"seconds": 0.5}) for _ in range(SLEEPERS)]
+    approvals = [client.start("approval", {}) for _ in range(APPROVALS)]
+    wait_until(
+        lambda: all(client.get(i).status == "suspended" for i in [*waiting, *approvals]),
+        60,
+        what="the signalled and approval sessions to wait",
+    )
+    for session_id in waiting:
+        client.signal(session_id, "go", {"ok": True})
+    for session_id in approvals:  # through the web process's callback route
+        url = client.state(session_id)["callback_url"]
+        body = json.dumps({"approved": True})
+        assert httpx.post(url, content=body, headers=signed_headers(body)).status_code == 202
+    return [*counters, *waiting, *sleepers, *approvals]
+
+
+def test_a_workload_runs_to_the_end_behind_pgbouncer_1_18_without_prepared_statements(
+    settings: Settings,
+    deployment: LocalDeployment,
+    bouncer: pgbouncer.Bouncer,
+    redis_client: redis.Redis,
+) -> None:
+    env = {"DATABASE_URL": bouncer.url, "RESUMABLE_DB_PREPARED_STATEMENTS": "false"}
+    deployment.web(**env)
+    deployment.worker(**env)
+    deployment.worker(**env)
+    deployment.scheduler(**env)
+    client = _client(settings, bouncer.url, prepared=False)
+    try:
+        with FakeAPI() as api:
+            ids = _run_workload(client, api)
+            wait_until(
+                lambda: all(client.get(i).status == "completed" for i in ids),
+                120,
+                what="every session to complete",
+            )
+            assert api.effect_count() == COUNTERS * 5  # one charge per step, none twice
+    finally:
+        client.db.close()
+        client.broker.close()
+    assert "PgBouncer 1." in bouncer.version
+    log = bouncer.log.read_text()
+    assert "prepared statement" not in log
+
+
+def test_prepared_statements_through_pgbouncer_1_18_break_as_the_setting_says(
+    bouncer: pgbouncer.Bouncer,
+) -> None:
+    """Why the setting exists: a statement prepared in one transaction is not
+    found by a later one that PgBouncer runs on another server connection."""
+    url = libpq_url(bouncer.url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT %s::int", [1], prepare=True)  # prepared on server connection A
+        with psycopg.connect(url) as holder:
+            # An open transaction holds A (PgBouncer hands out the server
+            # connection used last), so the next statement runs on another.
+            holder.execute("SELECT 1")
+            with pytest.raises(psycopg.errors.InvalidSqlStatementName, match="does not exist"):
+                conn.execute("SELECT %s::int", [1], prepare=True)
