@@ -131,7 +131,9 @@ ORDER BY seq
 
 
 def dict_connect(url: str) -> DictConnection:
-    return psycopg.connect(url, autocommit=True, row_factory=dict_row)
+    return psycopg.connect(
+        url, autocommit=True, row_factory=dict_row, prepare_threshold=harness.prepare_threshold()
+    )
 
 
 def one(conn: DictConnection, sql: str, params: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -17,7 +17,14 @@ imported by their module. The fault matrix and the chaos run (``tests/faults``)
 use it too.
 """
 
-from benchmarks.harness.database import BENCH_TAG, connect, reset_data, scalar, settle
+from benchmarks.harness.database import (
+    BENCH_TAG,
+    connect,
+    prepare_threshold,
+    reset_data,
+    scalar,
+    settle,
+)
 from benchmarks.harness.deployment import (
     DEFAULT_POOL_SIZE,
     START_TIMEOUT,
@@ -45,6 +52,7 @@ __all__ = [
     # Database
     "BENCH_TAG",
     "connect",
+    "prepare_threshold",
     "reset_data",
     "scalar",
     "settle",

@@ -10,6 +10,9 @@ from typing import Any
 import psycopg
 import redis
 
+from resumable.models.database import PREPARE_THRESHOLD
+from resumable.settings import Settings
+
 BENCH_TAG = "/* bench */"  # marks the benchmark's own statements in pg_stat_statements
 
 
@@ -17,8 +20,16 @@ BENCH_TAG = "/* bench */"  # marks the benchmark's own statements in pg_stat_sta
 SESSION_COUNT_TABLES = ("finished_session_counts", "resting_session_counts")
 
 
+def prepare_threshold() -> int | None:
+    """psycopg's threshold for the benchmark's own connections, as the
+    deployment's: None (prepare nothing) when RESUMABLE_DB_PREPARED_STATEMENTS
+    is false, as behind PgBouncer in transaction mode, where a statement
+    prepared by a poll would not exist on the next poll's server connection."""
+    return None if Settings().db_prepared_statements is False else PREPARE_THRESHOLD
+
+
 def connect(url: str, *, autocommit: bool = True) -> psycopg.Connection[tuple[Any, ...]]:
-    return psycopg.connect(url, autocommit=autocommit)
+    return psycopg.connect(url, autocommit=autocommit, prepare_threshold=prepare_threshold())
 
 
 def scalar(url: str, sql: str) -> Any:

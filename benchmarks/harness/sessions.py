@@ -24,7 +24,11 @@ from resumable.settings import Settings
 def bench_client(settings: Settings, pool_size: int) -> Iterator[Client]:
     """A Client on its own pool and broker, closed on the way out."""
     assert settings.database_url and settings.redis_url
-    db = Database(settings.database_url, pool_size=pool_size)
+    db = Database(
+        settings.database_url,
+        pool_size=pool_size,
+        prepared_statements=settings.db_prepared_statements,
+    )
     broker = build_broker(settings, settings.redis_url)
     try:
         yield Client(settings, db, broker)
