@@ -94,6 +94,8 @@ TRUNCATED = (
 TARGET_P50_MS = 3.0  # phase A (issue 16)
 TARGET_P99_MS = 10.0  # phase A
 TARGET_B_P99_MS = 50.0  # phase B, --concurrency senders
+TARGET_B_RATE = 600.0  # phase B resumes/s (issue 38)
+TARGET_B_CPU_MS = 3.0  # phase B CPU per resume, the deployment's processes (issue 38)
 FLOOR_KEY = "bench:resume:floor"
 
 PG = psycopg.Connection[tuple[Any, ...]]
@@ -547,6 +549,7 @@ def report(
     load: Throughput,
     contention: tuple[str, str],
     cpu: tuple[str, str],
+    cpu_b_ms: float,
 ) -> None:
     resume = [s.resume for s in latency]
     accepted = [s.accepted for s in latency]
@@ -630,6 +633,13 @@ def report(
     print(
         f"target (phase B resume, {args.concurrency} senders): p99 < {TARGET_B_P99_MS:g} ms:"
         f" {'PASS' if b99 < TARGET_B_P99_MS else 'MISS'} ({b99:.2f} ms)"
+    )
+    rate = len(load.samples) / (load.last_finished - load.first_sent)
+    print(
+        f"target (phase B): >= {TARGET_B_RATE:g} resumes/s: "
+        f"{'PASS' if rate >= TARGET_B_RATE else 'MISS'} ({rate:.1f});"
+        f" CPU per resume <= {TARGET_B_CPU_MS:g} ms (the deployment's processes):"
+        f" {'PASS' if cpu_b_ms <= TARGET_B_CPU_MS else 'MISS'} ({cpu_b_ms:.2f} ms)"
     )
 
 
@@ -724,6 +734,7 @@ def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
         load,
         contention,
         cpu,
+        cpu_b.deployment_ms(cpu_before_b, len(load.samples)),
     )
 
 

@@ -244,6 +244,12 @@ class GroupCpu:
             }
         )
 
+    def deployment_ms(self, before: GroupCpu, count: int) -> float:
+        """Milliseconds of CPU per one of `count`, every group but this process."""
+        total = sum(self.seconds.values()) - sum(before.seconds.values())
+        own = self.seconds["this process"] - before.seconds["this process"]
+        return (total - own) / count * 1e3
+
     def describe(self, before: GroupCpu, count: int) -> str:
         """Milliseconds of CPU per one of `count` (resumes, steps), by group,
         since `before`; the total of the deployment (every group but this
@@ -254,8 +260,7 @@ class GroupCpu:
             for name, seconds in self.seconds.items()
         ]
         total = sum(self.seconds.values()) - sum(before.seconds.values())
-        ours = total - (self.seconds["this process"] - before.seconds["this process"])
         return (
-            f"{', '.join(parts)}; the deployment {ours / count * 1e3:.2f} ms"
+            f"{', '.join(parts)}; the deployment {self.deployment_ms(before, count):.2f} ms"
             f" (all but this process), in all {total / count * 1e3:.2f} ms"
         )
