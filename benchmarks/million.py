@@ -297,7 +297,11 @@ def measure(services: Services, repeat: int) -> dict[str, Cost]:
     with harness.connect(services.pg_url) as conn:
         conn.execute("VACUUM ANALYZE")
         results = {query.name: time_query(conn, query, repeat) for query in PERIODIC}
-    db = Database(services.database_url, pool_size=1)
+    db = Database(
+        services.database_url,
+        pool_size=1,
+        prepared_statements=services.settings().db_prepared_statements,
+    )
     try:
         collector = DatabaseCollector(db)
         results["/metrics scrape (as it stands)"] = Cost(

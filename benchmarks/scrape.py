@@ -100,7 +100,7 @@ def load(url: str, redis_url: str, sessions: int, history_per_session: int) -> i
         # One transaction counted every finished session into the same dozen rows,
         # leaving thousands of dead row versions; in service each finish is its own
         # transaction and those are pruned as they go (HOT), so compact it as they would be.
-        conn.execute("VACUUM FULL finished_session_counts")
+        conn.execute("VACUUM FULL finished_session_counts, resting_session_counts")
         conn.execute("VACUUM ANALYZE " + ", ".join(_TABLES))
     return sessions * per * 2
 
@@ -125,7 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     results: list[tuple[int, int, float, float]] = []
     with harness.bench_services(args.home) as services:
         print(f"servers: {services.where}")
-        db = Database(services.database_url, pool_size=2)
+        db = Database(
+            services.database_url,
+            pool_size=2,
+            prepared_statements=services.settings().db_prepared_statements,
+        )
         broker = build_broker(services.settings(), services.redis_url)
         metrics = Metrics(db, broker, "resumable")
         try:

@@ -80,9 +80,10 @@ class Database:
                 "autocommit": True,
                 "row_factory": dict_row,
                 "connect_timeout": CONNECT_TIMEOUT_SECONDS,
-                # psycopg prepares a statement on its fifth run on a connection;
-                # None: never (RESUMABLE_DB_PREPARED_STATEMENTS, a pooler that
-                # hands each transaction another server connection).
+                # psycopg prepares a statement on its fifth run on a connection
+                # (the claim and the step commit on their first); None: never,
+                # not even those (RESUMABLE_DB_PREPARED_STATEMENTS, a pooler
+                # that hands each transaction another server connection).
                 "prepare_threshold": self.prepare_threshold,
             },
             connection_class=psycopg.Connection[dict[str, object]],

@@ -40,15 +40,6 @@ def table_row(table: type[Row]) -> Callable[..., Row]:
     return build
 
 
-def prepared(conn: psycopg.Connection[Any]) -> bool | None:
-    """``prepare=`` for a hot statement prepared from its first run: True,
-    unless the connection prepares nothing (``prepare_threshold`` None, behind
-    a pooler in transaction mode that cannot keep prepared statements), where
-    True would still prepare it and the next transaction, on another server
-    connection, would not find it."""
-    return None if conn.prepare_threshold is None else True
-
-
 def one(
     conn: psycopg.Connection[Any],
     row: Callable[..., Row],

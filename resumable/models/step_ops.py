@@ -69,7 +69,9 @@ def claim(
                 "starts": starts,
                 "lease_seconds": lease_seconds,
             },
-            prepare=rows.prepared(conn),
+            # Prepared from its first run, unless the connection prepares
+            # nothing (prepare_threshold None: psycopg then ignores this).
+            prepare=True,
         )
         .fetchone()
     )
@@ -266,9 +268,7 @@ def commit_step(
     if records is not None:
         statement = COMMIT_STEP_WITH_RECORDS
         params["records"], params["record_keys"] = records, record_keys
-    committed = conn.cursor(row_factory=tuple_row).execute(
-        statement, params, prepare=rows.prepared(conn)
-    )
+    committed = conn.cursor(row_factory=tuple_row).execute(statement, params, prepare=True)
     row = committed.fetchone()
     return None if row is None else int(row[0])
 

@@ -75,8 +75,8 @@ def _run_workload(client: Client, api: FakeAPI) -> list[uuid.UUID]:
 
 def test_a_workload_runs_to_the_end_behind_pgbouncer_1_18_without_prepared_statements(
     settings: Settings,
+    bouncer: pgbouncer.Bouncer,  # before the deployment: it outlives the processes using it
     deployment: LocalDeployment,
-    bouncer: pgbouncer.Bouncer,
     redis_client: redis.Redis,
 ) -> None:
     env = {"DATABASE_URL": bouncer.url, "RESUMABLE_DB_PREPARED_STATEMENTS": "false"}
