@@ -20,6 +20,8 @@ import psycopg
 import pytest
 import redis
 from dramatiq.message import Message
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 from sqlalchemy.engine import make_url
 from starlette.applications import Starlette
@@ -35,6 +37,7 @@ from resumable.models import migrate
 from resumable.models.database import Database
 from resumable.settings import Settings
 from resumable.webhooks.app import create_app
+from resumable.webhooks.metrics import Metrics
 from tests.tables import RUNTIME_TABLES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,6 +98,18 @@ def exit_status(process: Process, timeout: float) -> int:
             f"{process.name} still running after {timeout:g} s; its log:\n{process.tail(60)}"
             f"\n{python_stacks(process.pid)}"
         ) from None
+
+
+def scraped_session_counts(db: Database) -> dict[tuple[str, str], float]:
+    """What the web process's /metrics collector exports as
+    ``resumable_sessions``, by (agent, status), read as Prometheus would."""
+    text = generate_latest(Metrics(db).registry).decode()
+    return {
+        (sample.labels["agent"], sample.labels["status"]): sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "resumable_sessions"
+        for sample in family.samples
+    }
 
 
 def python_stacks(pid: int) -> str:

@@ -44,18 +44,23 @@ RESTING = sql_values([SessionStatus.SUSPENDED, SessionStatus.BLOCKED])
 
 FINISHED_COUNT_SHARDS = 64
 
-COUNT_FINISHED_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION resumable_count_finished() RETURNS trigger LANGUAGE plpgsql AS $$
+
+def _count_rows_function(function: str, table: str, statuses: str) -> str:
+    """A row trigger's function keeping `table` (agent, status, shard, n) for
+    the sessions in `statuses`: one off the old row's count, one on the new
+    row's, in this connection's shard (see the module's docstring)."""
+    return f"""
+CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     mine smallint := mod(pg_backend_pid(), {FINISHED_COUNT_SHARDS});
 BEGIN
-    IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.status IN ({TERMINAL}) THEN
-        INSERT INTO finished_session_counts AS f (agent, status, shard, n)
+    IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.status IN ({statuses}) THEN
+        INSERT INTO {table} AS f (agent, status, shard, n)
         VALUES (OLD.agent, OLD.status, mine, -1)
         ON CONFLICT (agent, status, shard) DO UPDATE SET n = f.n - 1;
     END IF;
-    IF TG_OP IN ('UPDATE', 'INSERT') AND NEW.status IN ({TERMINAL}) THEN
-        INSERT INTO finished_session_counts AS f (agent, status, shard, n)
+    IF TG_OP IN ('UPDATE', 'INSERT') AND NEW.status IN ({statuses}) THEN
+        INSERT INTO {table} AS f (agent, status, shard, n)
         VALUES (NEW.agent, NEW.status, mine, 1)
         ON CONFLICT (agent, status, shard) DO UPDATE SET n = f.n + 1;
     END IF;
@@ -63,6 +68,30 @@ BEGIN
 END
 $$
 """
+
+
+def _count_deleted_function(function: str, table: str, statuses: str) -> str:
+    """A statement trigger's function counting down `table` once per agent
+    and status for the rows a DELETE removed (its transition table
+    ``deleted``)."""
+    return f"""
+CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO {table} AS f (agent, status, shard, n)
+    SELECT agent, status, mod(pg_backend_pid(), {FINISHED_COUNT_SHARDS}), -count(*)
+    FROM deleted WHERE status IN ({statuses})
+    GROUP BY agent, status
+    ON CONFLICT (agent, status, shard) DO UPDATE SET n = f.n + excluded.n;
+    RETURN NULL;
+END
+$$
+"""
+
+
+COUNT_FINISHED_FUNCTION = _count_rows_function(
+    "resumable_count_finished", "finished_session_counts", TERMINAL
+)
 
 # The function as migration 0009 wrote it (one row per agent and status), for
 # that migration and for 0014's downgrade.
@@ -107,19 +136,9 @@ ROW_COUNT_FINISHED_TRIGGERS = (
 # row, each upsert of the same counts row in one transaction walks every
 # version of it the transaction wrote before, so a batch cost its size
 # squared (16,000 sessions of one agent: 1.6 s; 64,000 now take 1.1 s).
-COUNT_FINISHED_DELETED_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION resumable_count_finished_deleted() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO finished_session_counts AS f (agent, status, shard, n)
-    SELECT agent, status, mod(pg_backend_pid(), {FINISHED_COUNT_SHARDS}), -count(*)
-    FROM deleted WHERE status IN ({TERMINAL})
-    GROUP BY agent, status
-    ON CONFLICT (agent, status, shard) DO UPDATE SET n = f.n + excluded.n;
-    RETURN NULL;
-END
-$$
-"""
+COUNT_FINISHED_DELETED_FUNCTION = _count_deleted_function(
+    "resumable_count_finished_deleted", "finished_session_counts", TERMINAL
+)
 STATEMENT_DELETE_TRIGGER = """CREATE TRIGGER sessions_count_finished_delete AFTER DELETE ON sessions
     REFERENCING OLD TABLE AS deleted
     FOR EACH STATEMENT EXECUTE FUNCTION resumable_count_finished_deleted()"""
@@ -133,39 +152,13 @@ COUNT_FINISHED_TRIGGERS = (_INSERT_TRIGGER, _UPDATE_TRIGGER, STATEMENT_DELETE_TR
 # the module's docstring), in shards of their own. An agent's sessions change
 # agent never, but a fork or an operator's fix could: the update trigger
 # watches both columns.
-COUNT_RESTING_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION resumable_count_resting() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    mine smallint := mod(pg_backend_pid(), {FINISHED_COUNT_SHARDS});
-BEGIN
-    IF TG_OP = 'UPDATE' AND OLD.status IN ({RESTING}) THEN
-        INSERT INTO resting_session_counts AS r (agent, status, shard, n)
-        VALUES (OLD.agent, OLD.status, mine, -1)
-        ON CONFLICT (agent, status, shard) DO UPDATE SET n = r.n - 1;
-    END IF;
-    IF NEW.status IN ({RESTING}) THEN
-        INSERT INTO resting_session_counts AS r (agent, status, shard, n)
-        VALUES (NEW.agent, NEW.status, mine, 1)
-        ON CONFLICT (agent, status, shard) DO UPDATE SET n = r.n + 1;
-    END IF;
-    RETURN NULL;
-END
-$$
-"""
+COUNT_RESTING_FUNCTION = _count_rows_function(
+    "resumable_count_resting", "resting_session_counts", RESTING
+)
 
-COUNT_RESTING_DELETED_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION resumable_count_resting_deleted() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO resting_session_counts AS r (agent, status, shard, n)
-    SELECT agent, status, mod(pg_backend_pid(), {FINISHED_COUNT_SHARDS}), -count(*)
-    FROM deleted WHERE status IN ({RESTING})
-    GROUP BY agent, status
-    ON CONFLICT (agent, status, shard) DO UPDATE SET n = r.n + excluded.n;
-    RETURN NULL;
-END
-$$
-"""
+COUNT_RESTING_DELETED_FUNCTION = _count_deleted_function(
+    "resumable_count_resting_deleted", "resting_session_counts", RESTING
+)
 
 COUNT_RESTING_TRIGGERS = (
     f"""CREATE TRIGGER sessions_count_resting_insert AFTER INSERT ON sessions

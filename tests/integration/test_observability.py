@@ -15,7 +15,6 @@ import httpx
 import psycopg
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import use_span
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from resumable import tracing
@@ -24,8 +23,7 @@ from resumable.client import Client
 from resumable.models import metrics_queries
 from resumable.models.database import Database
 from resumable.settings import Settings
-from resumable.webhooks.metrics import Metrics
-from tests.conftest import LocalDeployment, free_port, wait_until
+from tests.conftest import LocalDeployment, free_port, scraped_session_counts, wait_until
 from tests.signing import signed_headers
 
 _TRACED = "tests.traced_agents"
@@ -108,13 +106,7 @@ def test_the_scrape_counts_finished_sessions_from_the_trigger_kept_counts(
     with db.connection() as conn:
         conn.execute("DELETE FROM sessions WHERE id = %(id)s", {"id": ids[0]})  # as retention
         full = conn.execute(metrics_queries.SESSIONS_BY_AGENT_AND_STATUS).fetchall()
-    text = generate_latest(Metrics(db).registry).decode()
-    exported = {
-        (s.labels["agent"], s.labels["status"]): s.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "resumable_sessions"
-        for s in family.samples
-    }
+    exported = scraped_session_counts(db)
     assert exported == {(r["agent"], r["status"]): float(r["n"]) for r in full}  # type: ignore[arg-type]
     assert exported == {
         ("five", "cancelled"): 1.0,
@@ -179,13 +171,7 @@ def test_sessions_finishing_together_do_not_wait_for_each_others_count(
         second.execute(finish, [second_id])  # LockNotAvailable if it had to wait
         second.commit()
         first.commit()
-    text = generate_latest(Metrics(db).registry).decode()
-    exported = {
-        (s.labels["agent"], s.labels["status"]): s.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "resumable_sessions"
-        for s in family.samples
-    }
+    exported = scraped_session_counts(db)
     assert exported == {("five", "cancelled"): 2.0}
 
 

@@ -9,14 +9,11 @@ import threading
 from typing import Any
 
 import psycopg
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from resumable.client import Client
 from resumable.models import metrics_queries
 from resumable.models.database import Database
-from resumable.webhooks.metrics import Metrics
-from tests.conftest import LocalDeployment, wait_until
+from tests.conftest import LocalDeployment, scraped_session_counts, wait_until
 
 ACTUAL = """SELECT agent, status, count(*) AS n FROM sessions
 WHERE status IN ('suspended', 'blocked') GROUP BY agent, status"""
@@ -121,13 +118,7 @@ def test_the_scrape_counts_suspended_sessions_of_a_real_worker(
         what="sessions to suspend",
     )
     client.cancel(ids[0], actor="test")
-    text = generate_latest(Metrics(db).registry).decode()
-    exported = {
-        (s.labels["agent"], s.labels["status"]): s.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "resumable_sessions"
-        for s in family.samples
-    }
+    exported = scraped_session_counts(db)
     assert exported == {("approval", "suspended"): 3.0, ("approval", "cancelled"): 1.0}
 
 
