@@ -22,11 +22,10 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
-
-import dramatiq
 
 from resumable import tracing
 from resumable._internal import serialization
@@ -67,6 +66,8 @@ from resumable.services.time_travel import TimeTravel
 from resumable.settings import Settings, check_urls, load_settings
 
 if TYPE_CHECKING:
+    import dramatiq
+
     from resumable.models.tables import SessionRow
 
 logger = logging.getLogger(__name__)
@@ -125,7 +126,8 @@ class Client:
     - ``Client(database_url=..., redis_url=...)``: those servers (a URL left
       out falls back to the environment, then to an embedded server).
     - ``Client(settings, db, broker, registry)``: parts the caller owns (the
-      web process, the CLI, tests).
+      web process, the CLI, tests); ``make_broker=`` instead of `broker`
+      builds it on the first send (the CLI's reads never need one).
 
     The first two own what they opened: use them as a context manager or call
     ``close()``. `registry`, when given, validates agent names before anything
@@ -140,30 +142,45 @@ class Client:
         *,
         database_url: str | None = None,
         redis_url: str | None = None,
+        make_broker: Callable[[], dramatiq.Broker] | None = None,
     ) -> None:
         self._owned = contextlib.ExitStack()
-        if db is not None and broker is not None:
+        self._broker: dramatiq.Broker | None = broker
+        self._make_broker = make_broker
+        if broker is not None and make_broker is not None:
+            raise TypeError("pass broker or make_broker, not both")
+        given_broker = broker is not None or make_broker is not None
+        if db is not None and given_broker:
             if database_url or redis_url:
                 raise TypeError("pass either db and broker, or database_url and redis_url")
             self.settings = settings if settings is not None else load_settings()
-            self.db, self.broker = db, broker
-        elif db is not None or broker is not None:
+            self.db = db
+        elif db is not None or given_broker:
             raise TypeError("pass db and broker together (or neither, to connect from URLs)")
         else:
             check_urls(database_url, redis_url)
             self.settings = settings if settings is not None else load_settings()
             try:
-                self.db, self.broker = self._connect(database_url, redis_url)
+                self.db, self._make_broker = self._connect(database_url, redis_url)
             except BaseException:
                 self._owned.close()
                 raise
         self.registry = registry
 
+    @property
+    def broker(self) -> dramatiq.Broker:
+        """The broker, built on first use when the client was given (or made)
+        a way to build one: a client that only reads never loads dramatiq or
+        redis-py, a seventh of a one-shot command's start-up."""
+        if self._broker is None:
+            assert self._make_broker is not None
+            self._broker = self._make_broker()
+        return self._broker
+
     def _connect(
         self, database_url: str | None, redis_url: str | None
-    ) -> tuple[Database, dramatiq.Broker]:
+    ) -> tuple[Database, Callable[[], dramatiq.Broker]]:
         from resumable._internal.embedded import service_urls
-        from resumable.broker.redis import build_broker
 
         settings = self.settings
         urls = self._owned.enter_context(
@@ -183,9 +200,15 @@ class Client:
             prepared_statements=settings.db_prepared_statements,
         )
         self._owned.callback(db.close)
-        broker = build_broker(settings, urls.redis_url)
-        self._owned.callback(broker.close)
-        return db, broker
+
+        def make_broker() -> dramatiq.Broker:
+            from resumable.broker.redis import build_broker
+
+            broker = build_broker(settings, urls.redis_url)
+            self._owned.callback(broker.close)
+            return broker
+
+        return db, make_broker
 
     @classmethod
     def from_env(cls, registry: AgentRegistry | None = None) -> Client:

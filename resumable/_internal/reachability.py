@@ -24,10 +24,7 @@ from typing import Literal
 
 import psycopg
 import psycopg.errors
-import psycopg_pool
-import redis
 import sqlalchemy.exc
-from dramatiq.errors import BrokerConnectionError
 from sqlalchemy.engine import make_url
 
 from resumable.errors import ResumableError
@@ -172,6 +169,12 @@ def reason(exc: BaseException) -> str:
 
 def which_server(exc: BaseException) -> Server | None:
     """The server an exception says is unreachable, or None if it is not that kind."""
+    # Imported here, not above: a one-shot read never loads the broker's
+    # libraries, and an exception of theirs exists only once they are loaded.
+    import psycopg_pool
+    import redis
+    from dramatiq.errors import BrokerConnectionError
+
     if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout):
         return "database"
     if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
@@ -205,6 +208,8 @@ def probe_database(url: str, setting: str = "DATABASE_URL", timeout: float = PRO
 
 def probe_redis(url: str, setting: str = "REDIS_URL", timeout: float = PROBE_TIMEOUT) -> None:
     """PING once; raise ServiceUnreachableError naming `setting` if that fails."""
+    import redis
+
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
         try:

@@ -8,6 +8,11 @@ and the reconciler re-enqueues from PostgreSQL whatever Redis loses anyway.
 Idle consumers block on a wake-up list instead of polling (``broker/redis.py``).
 Every send that follows a commit goes through ``enqueue_after_commit``, so an
 unreachable Redis fails them all the same way.
+
+dramatiq and redis-py load on the first send, not on import: the services
+that may send (the inbox, the dead-letter drain, a fork) are also what a
+one-shot read such as ``resumable sessions list`` imports, and those two
+libraries are a seventh of its start-up.
 """
 
 from __future__ import annotations
@@ -15,14 +20,13 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
-
-import dramatiq
-import redis
-from dramatiq.errors import BrokerError
+from typing import TYPE_CHECKING
 
 from resumable._internal.reachability import reason
-from resumable.broker.redis import WakingRedisBroker
 from resumable.settings import Settings
+
+if TYPE_CHECKING:
+    import dramatiq
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +36,8 @@ SESSION_ACTOR = "resumable_run_session"
 def session_message(settings: Settings, session_id: uuid.UUID | str) -> dramatiq.Message[None]:
     """A "run this session" message. Senders need no actor object, so the web
     process and the CLI can enqueue without importing any agent code."""
+    import dramatiq
+
     return dramatiq.Message(
         queue_name=settings.queue_name,
         actor_name=SESSION_ACTOR,
@@ -60,6 +66,8 @@ def enqueue_sessions(
     """Enqueue a "run" message for each session, a Redis round trip per
     ``ENQUEUE_CHUNK`` sessions (one per session on other brokers); return how
     many were sent."""
+    from resumable.broker.redis import WakingRedisBroker
+
     messages = [session_message(settings, session_id) for session_id in session_ids]
     if not isinstance(broker, WakingRedisBroker):
         for message in messages:
@@ -70,10 +78,15 @@ def enqueue_sessions(
     return len(messages)
 
 
-# What a send raises when the broker cannot be reached in time: redis-py's
-# errors (connection refused or dropped, a timeout), dramatiq's broker errors
-# (its other brokers wrap theirs so), and a socket error that escaped both.
-UNREACHABLE_BROKER_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, BrokerError, OSError)
+def unreachable_broker_errors() -> tuple[type[Exception], ...]:
+    """What a send raises when the broker cannot be reached in time: redis-py's
+    errors (connection refused or dropped, a timeout), dramatiq's broker errors
+    (its other brokers wrap theirs so), and a socket error that escaped both."""
+    import redis
+    from dramatiq.errors import BrokerError
+
+    return (redis.RedisError, BrokerError, OSError)
+
 
 # Sessions a failed send's log line names in its text, and in its
 # ``session_ids`` field (a worker's backlog can be ten thousand; the line
@@ -109,7 +122,7 @@ def enqueue_after_commit(
                 broker.enqueue(session_message(settings, session_id), delay=int(delay * 1000))
         else:
             enqueue_sessions(broker, settings, ids)
-    except UNREACHABLE_BROKER_ERRORS as exc:
+    except unreachable_broker_errors() as exc:
         _log_not_enqueued(ids, why, exc)
         return False
     return True

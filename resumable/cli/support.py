@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -25,13 +26,15 @@ from resumable._internal.reachability import (
     refused,
 )
 from resumable.agent import AgentRegistry
-from resumable.broker.redis import build_broker
 from resumable.client import Client
 from resumable.errors import (
     ConfigurationError,
 )
 from resumable.models.database import Database
 from resumable.settings import Settings
+
+if TYPE_CHECKING:
+    import dramatiq
 
 
 @dataclass
@@ -57,17 +60,26 @@ def connected(
             pool_size=2,
             prepared_statements=settings.db_prepared_statements,
         )
-        queue = build_broker(settings, urls.redis_url)
+        built: list[dramatiq.Broker] = []
+
+        def make_broker() -> dramatiq.Broker:
+            """Only a command that sends pays for the broker's libraries."""
+            from resumable.broker.redis import build_broker
+
+            built.append(build_broker(settings, urls.redis_url))
+            return built[-1]
+
         try:
             yield Connected(
                 settings,
                 urls.database_url,
                 urls.redis_url,
                 db,
-                Client(settings, db, queue, registry),
+                Client(settings, db, registry=registry, make_broker=make_broker),
             )
         finally:
-            queue.close()
+            for queue in built:
+                queue.close()
             db.close()
 
 

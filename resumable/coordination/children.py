@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dramatiq
 import psycopg
 
 from resumable._internal import serialization
@@ -32,6 +31,9 @@ from resumable.coordination.shared import CoordinationError
 from resumable.models import coordination_ops
 from resumable.models.database import Database
 from resumable.settings import Settings
+
+if TYPE_CHECKING:
+    import dramatiq
 
 logger = logging.getLogger(__name__)
 

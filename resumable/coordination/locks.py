@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dramatiq
 import psycopg
 
 from resumable.broker.messages import enqueue_after_commit
@@ -35,6 +34,9 @@ from resumable.errors import LeaseLostError
 from resumable.models import coordination_ops
 from resumable.models.database import Database
 from resumable.settings import Settings
+
+if TYPE_CHECKING:
+    import dramatiq
 
 logger = logging.getLogger(__name__)
 

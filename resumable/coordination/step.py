@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dramatiq
 import psycopg
 
 from resumable.coordination import children, locks
@@ -21,6 +20,9 @@ from resumable.coordination.shared import SharedState, check_name
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.settings import Settings
+
+if TYPE_CHECKING:
+    import dramatiq
 
 logger = logging.getLogger(__name__)
 

@@ -25,9 +25,8 @@ import logging
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import dramatiq
 import psycopg
 
 from resumable._internal import call_keys, serialization
@@ -45,6 +44,9 @@ from resumable.models.database import Database
 from resumable.models.status import ToolCallStatus
 from resumable.schemas import AcceptPreview, ArgumentChange, NewCall, SupersededEffect
 from resumable.settings import Settings
+
+if TYPE_CHECKING:
+    import dramatiq
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-import dramatiq
-
 from resumable._internal import serialization
 from resumable.broker.messages import enqueue_after_commit
 from resumable.errors import (
@@ -33,6 +31,8 @@ from resumable.services.state_patch import apply_state_patch
 from resumable.settings import Settings
 
 if TYPE_CHECKING:
+    import dramatiq
+
     from resumable.models.tables import DeadLetterRow
 
 Action = Literal["retry", "discard"]

@@ -30,9 +30,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
-
-import dramatiq
+from typing import TYPE_CHECKING, Any
 
 from resumable._internal import serialization
 from resumable.broker.messages import enqueue_after_commit
@@ -41,6 +39,9 @@ from resumable.models.database import Database, pipelined_transaction
 from resumable.models.status import TERMINAL_STATUSES
 from resumable.models.wait_ops import CallbackTarget, StoredDelivery
 from resumable.settings import Settings
+
+if TYPE_CHECKING:
+    import dramatiq
 
 logger = logging.getLogger(__name__)
 

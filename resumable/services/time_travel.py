@@ -17,9 +17,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any
-
-import dramatiq
+from typing import TYPE_CHECKING, Any
 
 from resumable.agent import AgentRegistry
 from resumable.broker.messages import enqueue_after_commit
@@ -36,6 +34,9 @@ from resumable.models.checkpoint_queries import CompensatedCall
 from resumable.models.database import Database
 from resumable.services.state_patch import apply_state_patch
 from resumable.settings import Settings
+
+if TYPE_CHECKING:
+    import dramatiq
 
 logger = logging.getLogger(__name__)
 

@@ -5,6 +5,7 @@ without --input, a worker started next to its module)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -560,6 +561,31 @@ def test_web_on_a_port_in_use_or_a_host_that_does_not_resolve_is_one_line(
     assert result.returncode == 1
 
 
+@contextlib.contextmanager
+def _taken_port_after_free_ones(free: int) -> Iterator[int]:
+    """A port held by a listening socket whose `free` ports below are free
+    when it is chosen: another test's ephemeral port just below made the
+    worker's error name that port instead (seen once under -n 2)."""
+    for _ in range(50):
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            port = taken.getsockname()[1]
+            if all(_bindable(port - k) for k in range(1, free + 1)):
+                taken.listen()
+                yield port
+                return
+    raise AssertionError("no port with free ones below it in 50 tries")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 @pytest.mark.parametrize("processes", ["1", "2"])
 def test_worker_metrics_on_a_port_in_use_is_one_line_naming_the_setting(
     client: Client, processes: str
@@ -568,10 +594,7 @@ def test_worker_metrics_on_a_port_in_use_is_one_line_naming_the_setting(
     processes, the second one's port was found taken only after the first
     had started."""
     agents = {"RESUMABLE_AGENTS": "tests.agents", "RESUMABLE_WORKER_PROCESSES": processes}
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with _taken_port_after_free_ones(int(processes) - 1) as port:
         first = port - int(processes) + 1  # the last process's port is the taken one
         env = {**agents, "RESUMABLE_WORKER_METRICS_PORT": str(first)}
         result = _run("worker", client=client, env=env)

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import dramatiq
 import pytest
 
 from resumable import (
@@ -64,6 +65,28 @@ def test_clients_built_from_the_environment_or_urls_close_what_they_opened(
         Client(settings, client.db)
     with pytest.raises(TypeError, match="either"):
         Client(settings, client.db, client.broker, database_url=settings.database_url)
+    with pytest.raises(TypeError, match="not both"):
+        Client(settings, client.db, client.broker, make_broker=lambda: client.broker)
+
+
+def test_a_client_given_make_broker_builds_it_on_its_first_send_only(
+    client: Client, settings: Settings, start_worker: Callable[..., ManagedProcess]
+) -> None:
+    built: list[object] = []
+
+    def make_broker() -> dramatiq.Broker:
+        built.append(client.broker)
+        return client.broker
+
+    lazy = Client(settings, client.db, make_broker=make_broker)
+    lazy.page_sessions(limit=5)
+    assert built == [], "a read needs no broker"
+    first = lazy.start("five", {"task": "lazy"})
+    second = lazy.start("five", {"task": "lazy again"})
+    assert len(built) == 1, "built once, on the first send"
+    start_worker()
+    for session_id in (first, second):
+        assert client.wait(session_id, timeout=30).status == "completed"
 
 
 @pytest.fixture

@@ -53,6 +53,17 @@ def test_a_one_shot_command_loads_neither_alembic_nor_the_web_stack(module: str)
     assert not loaded & {"alembic", "apscheduler", "starlette"}
 
 
+@pytest.mark.parametrize(
+    "module",
+    ["resumable.cli.sessions", "resumable.cli.dlq", "resumable.cli.shared", "resumable.client"],
+)
+def test_commands_and_the_client_load_the_broker_only_to_send(module: str) -> None:
+    """dramatiq and redis-py (with the OpenTelemetry SDK redis-py pulls in)
+    were 0.2 s of a ``sessions list``, which sends nothing: they load on the
+    first send (``broker/messages.py``, ``Client.broker``)."""
+    assert not _loaded_after(f"import {module}") & {"dramatiq", "redis"}
+
+
 def test_the_schema_check_knows_the_revisions_without_alembic() -> None:
     loaded = _loaded_after(
         "from resumable.models import migrate\nhead, known = migrate.known_revisions()"
