@@ -68,7 +68,7 @@ from resumable.settings import Settings, check_urls, load_settings
 if TYPE_CHECKING:
     import dramatiq
 
-    from resumable.models.tables import SessionRow
+    from resumable.models.records import SessionRecord
 
 logger = logging.getLogger(__name__)
 
@@ -454,7 +454,7 @@ class Client:
         hung_after: float | None,
         unserved: bool,
         parent: uuid.UUID | str | None = None,
-    ) -> tuple[list[SessionRow], str | None]:
+    ) -> tuple[list[SessionRecord], str | None]:
         parent_id = None if parent is None else _as_uuid(parent)
         before = decode_cursor(cursor) if cursor else None
         with self.db.connection() as conn:
@@ -499,7 +499,7 @@ class Client:
         assert state is not None  # a single session is always read with its state
         return state
 
-    def session_row(self, session_id: uuid.UUID | str) -> SessionRow:
+    def session_row(self, session_id: uuid.UUID | str) -> SessionRecord:
         """Internal: the table row itself, lease fields included, for code
         that works on leases (workers' tests, the console's waits). Not part of
         the public API: use `get`."""

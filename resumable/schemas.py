@@ -42,7 +42,12 @@ from typing_extensions import TypeAliasType
 from resumable.models.status import SessionStatus, ToolCallStatus
 
 if TYPE_CHECKING:
-    from resumable.models.tables import AuditEventRow, DeadLetterRow, SessionRow, ToolCallRow
+    from resumable.models.records import (
+        AuditEventRecord,
+        DeadLetterRecord,
+        SessionRecord,
+        ToolCallRecord,
+    )
 
 # A JSON value resumable can store: PostgreSQL refuses NUL in text and jsonb,
 # so no string (and no object key) may hold one. The web process refuses that
@@ -226,7 +231,7 @@ class Session(Record):
     finished_at: datetime | None
 
     @classmethod
-    def from_row(cls, row: SessionRow, *, include_state: bool = True) -> Session:
+    def from_row(cls, row: SessionRecord, *, include_state: bool = True) -> Session:
         wait = row.wait or {}
         return cls(
             session_id=row.id,
@@ -292,7 +297,7 @@ class Event(Record):
     at: datetime
 
     @classmethod
-    def from_row(cls, row: AuditEventRow) -> Event:
+    def from_row(cls, row: AuditEventRecord) -> Event:
         assert row.id is not None
         return cls(
             event_id=row.id,
@@ -369,7 +374,7 @@ class ToolCall(Record):
     updated_at: datetime
 
     @classmethod
-    def from_row(cls, row: ToolCallRow) -> ToolCall:
+    def from_row(cls, row: ToolCallRecord) -> ToolCall:
         return cls(
             idempotency_key=row.idempotency_key,
             session_id=row.session_id,
@@ -576,7 +581,7 @@ class DeadLetter(Record):
     resolution: str | None = Field(description="The operator's reason.")
 
     @classmethod
-    def from_row(cls, row: DeadLetterRow, *, include_traceback: bool = True) -> DeadLetter:
+    def from_row(cls, row: DeadLetterRecord, *, include_traceback: bool = True) -> DeadLetter:
         assert row.id is not None
         return cls(
             dead_letter_id=row.id,

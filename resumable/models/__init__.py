@@ -2,7 +2,7 @@
 pool, every SQL statement named by concern (``*_queries.py``) with the typed
 function that runs it (beside it, or in ``*_ops.py`` for the larger ones),
 and the migrations. Callers run the typed functions: they pass arguments and
-get rows back as dataclasses or table rows, never building parameters or
+get rows back as dataclasses (``records.py`` for whole table rows), never building parameters or
 picking row factories; no module outside this package imports SQLModel (an
 import-linter contract says so).
 

@@ -5,18 +5,15 @@ so retrying or discarding twice changes nothing."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
 from resumable._internal import serialization
 from resumable.models import columns, rows
-
-if TYPE_CHECKING:
-    from resumable.models.tables import DeadLetterRow
+from resumable.models.records import DeadLetterRecord
 
 # Retry: the dead letter closes and the session goes back to pending at its
 # failing step, attempts reset, state optionally replaced by the patched one.
@@ -119,14 +116,8 @@ DEAD_LETTERS_BY_ID = f"SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters WHERE id =
 # -- the typed functions ------------------------------------------------------------
 
 
-def _dead_letter_row() -> Callable[..., DeadLetterRow]:
-    from resumable.models.tables import DeadLetterRow
-
-    return rows.table_row(DeadLetterRow)
-
-
-def get(conn: psycopg.Connection[Any], dead_letter_id: int) -> DeadLetterRow | None:
-    return rows.one(conn, _dead_letter_row(), DEAD_LETTER, {"id": dead_letter_id})
+def get(conn: psycopg.Connection[Any], dead_letter_id: int) -> DeadLetterRecord | None:
+    return rows.one(conn, DeadLetterRecord, DEAD_LETTER, {"id": dead_letter_id})
 
 
 def find(
@@ -142,7 +133,7 @@ def find(
     until: datetime | None = None,
     compensation: str | None = None,
     ids: list[int] | None = None,
-) -> list[DeadLetterRow]:
+) -> list[DeadLetterRecord]:
     """Up to `limit` dead letters newest first, below `before_id` when given,
     matching each filter given (failed `since`, and before `until`; among
     `ids`)."""
@@ -159,7 +150,7 @@ def find(
         "ids": ids,
     }
     query = FIND_DEAD_LETTERS.format(where=_conditions(params))
-    return rows.every(conn, _dead_letter_row(), query, params)
+    return rows.every(conn, DeadLetterRecord, query, params)
 
 
 def _conditions(params: dict[str, Any]) -> str:
@@ -192,14 +183,14 @@ def groups(conn: psycopg.Connection[Any], *, limit: int, **filters: Any) -> list
 
 def of_session(
     conn: psycopg.Connection[Any], session_id: uuid.UUID, *, limit: int
-) -> list[DeadLetterRow]:
+) -> list[DeadLetterRecord]:
     params = {"session_id": session_id, "limit": limit}
-    return rows.every(conn, _dead_letter_row(), DEAD_LETTERS_OF_SESSION, params)
+    return rows.every(conn, DeadLetterRecord, DEAD_LETTERS_OF_SESSION, params)
 
 
-def by_id(conn: psycopg.Connection[Any], ids: list[int]) -> list[DeadLetterRow]:
+def by_id(conn: psycopg.Connection[Any], ids: list[int]) -> list[DeadLetterRecord]:
     """These dead letters, in the order given (those that exist)."""
-    letters = rows.every(conn, _dead_letter_row(), DEAD_LETTERS_BY_ID, {"ids": ids})
+    letters = rows.every(conn, DeadLetterRecord, DEAD_LETTERS_BY_ID, {"ids": ids})
     found = {row.id: row for row in letters}
     return [found[i] for i in ids if i in found]
 

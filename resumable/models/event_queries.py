@@ -1,18 +1,16 @@
 """Reading a session's audit log (``audit_events``; every statement that
 changes a session writes its events itself), with the typed functions that
-run the reads. Rows come back as ``AuditEventRow``, oldest first."""
+run the reads. Rows come back as ``AuditEventRecord``, oldest first."""
 
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
 from resumable.models import columns, rows
-
-if TYPE_CHECKING:
-    from resumable.models.tables import AuditEventRow
+from resumable.models.records import AuditEventRecord
 
 EVENT_COLUMNS = ", ".join(columns.AUDIT_EVENT_FIELDS)
 
@@ -36,22 +34,18 @@ LIMIT %(limit)s
 
 def events(
     conn: psycopg.Connection[Any], session_id: uuid.UUID, *, after: int = 0, limit: int | None
-) -> list[AuditEventRow]:
+) -> list[AuditEventRecord]:
     """The session's events after event `after`, oldest first, at most
     `limit` of them (None: all)."""
     params = {"session_id": session_id, "after": after, "limit": limit}
-    from resumable.models.tables import AuditEventRow
-
-    return rows.every(conn, rows.table_row(AuditEventRow), EVENTS, params)
+    return rows.every(conn, AuditEventRecord, EVENTS, params)
 
 
 def latest_events(
     conn: psycopg.Connection[Any], session_id: uuid.UUID, *, limit: int, after: int = 0
-) -> list[AuditEventRow]:
+) -> list[AuditEventRecord]:
     """The session's newest `limit` events after event `after`, oldest first."""
     params = {"session_id": session_id, "after": after, "limit": limit}
-    from resumable.models.tables import AuditEventRow
-
-    newest_first = rows.every(conn, rows.table_row(AuditEventRow), LATEST_EVENTS, params)
+    newest_first = rows.every(conn, AuditEventRecord, LATEST_EVENTS, params)
     newest_first.reverse()
     return newest_first

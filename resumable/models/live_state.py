@@ -10,7 +10,7 @@ patch is folded back (the step writes `state` whole, `state_patch` NULL) at
 each history snapshot, when it grows past a fraction of the state, and when
 the session completes. Every reader sees `state` with the patch applied, by
 ``apply`` below and nowhere else: the claim (``step_queries.ClaimedSession``)
-and every other read of a session row (``session_queries.SessionRow`` rows,
+and every other read of a session row (``session_queries.SessionRecord`` rows,
 through ``session_queries.live_row``).
 
 The diff compares the step's state against a private copy of the previous

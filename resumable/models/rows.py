@@ -1,6 +1,6 @@
 """Running a named statement and mapping what it answers: the one way the
 typed functions beside the statements (``*_queries.py``) read rows. A row
-becomes a frozen dataclass, a table's row class (``table_row``) or one
+becomes a dataclass (a whole table row's is in ``records.py``) or one
 value, whatever row factory the connection was opened with (the pool's are
 dicts, a worker heartbeat's tuples); no caller picks a row factory itself."""
 
@@ -14,30 +14,6 @@ from psycopg.rows import kwargs_row, scalar_row, tuple_row
 
 Row = TypeVar("Row")
 Params = Mapping[str, Any] | Sequence[Any] | None
-
-
-def table_row(table: type[Row]) -> Callable[..., Row]:
-    """Build rows of a table's class (``tables.py``) from their columns as
-    SQLAlchemy's loader does: the instance with its ORM state, the columns
-    set, and not the class's ``__init__``, whose work (meant for new rows)
-    costs twenty times as much: a page of 50 sessions took 4 ms more.
-
-    SQLAlchemy is imported here, not at the top: only the reads that return
-    whole table rows need it, and a worker, which never does, starts without
-    loading the ORM (a fifth of a second of CPU per process)."""
-    from sqlalchemy.orm import configure_mappers
-    from sqlalchemy.orm.instrumentation import manager_of_class
-
-    manager = manager_of_class(table)
-
-    def build(**columns: Any) -> Row:
-        if not manager.mapper.configured:  # as the first ORM use would (10 ms, once)
-            configure_mappers()
-        row: Row = manager.new_instance()
-        row.__dict__.update(columns)
-        return row
-
-    return build
 
 
 def one(

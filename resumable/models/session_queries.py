@@ -6,22 +6,19 @@ typed function follows the statements.
 
 from __future__ import annotations
 
-import functools
 import json
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
 from resumable.errors import SessionExistsError
 from resumable.models import columns, live_state, metrics_queries, rows
 from resumable.models.agent_queries import SERVED_ELSEWHERE
-
-if TYPE_CHECKING:
-    from resumable.models.tables import SessionRow
+from resumable.models.records import SessionRecord
 
 # Create a session and its first audit event. With an idempotency key that is
 # already taken nothing is inserted and no row comes back.
@@ -124,7 +121,7 @@ DEAD_LETTER_EXISTS = "SELECT 1 FROM dead_letters WHERE id = %(id)s"
 
 # -- reading sessions ---------------------------------------------------------------
 
-# Every column of `sessions`, as ``SessionRow`` names them (its fields are
+# Every column of `sessions`, as ``SessionRecord`` names them (its fields are
 # the table's columns: the migration test holds them equal).
 SESSION_COLUMNS = ", ".join(columns.SESSION_FIELDS)
 
@@ -155,7 +152,7 @@ SESSION_FILTERS = {
 }
 
 # A row of the console's sessions list: no state (it can be large), and when
-# the session last changed (``SessionRow.changed_at``, in SQL).
+# the session last changed (``SessionRecord.changed_at``, in SQL).
 SESSION_SUMMARIES = """
 SELECT id, agent, status, cursor, step_seq, attempts, created_at,
        greatest(updated_at, step_started_at) AS updated_at, error
@@ -194,18 +191,11 @@ SESSION_STATUSES = "SELECT id, status FROM sessions WHERE id = ANY(%(ids)s)"
 # -- the typed functions ------------------------------------------------------------
 
 
-@functools.cache
-def _session_row() -> Callable[..., SessionRow]:
-    from resumable.models.tables import SessionRow
-
-    return rows.table_row(SessionRow)
-
-
-def live_row(**values: Any) -> SessionRow:
+def live_row(**values: Any) -> SessionRecord:
     """A `sessions` row as its class, its `.state` the live state (see
     live_state.py): the row factory of every read of whole session rows."""
     values["state"] = live_state.apply(values["state"], values.get("state_patch"))
-    return _session_row()(**values)
+    return SessionRecord(**values)
 
 
 def create(
@@ -327,7 +317,7 @@ def dead_letter_exists(conn: psycopg.Connection[Any], dead_letter_id: int) -> bo
     return rows.found(conn, DEAD_LETTER_EXISTS, {"id": dead_letter_id})
 
 
-def get(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> SessionRow | None:
+def get(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> SessionRecord | None:
     """The session's row, with its live state; None if there is none."""
     return rows.one(conn, live_row, SESSION, {"id": session_id})
 
@@ -347,7 +337,7 @@ def page(
     hung_after: float | None = None,
     unserved: bool = False,
     before: tuple[datetime, uuid.UUID] | None = None,
-) -> list[SessionRow]:
+) -> list[SessionRecord]:
     """Up to `limit` sessions newest first (with their live states), older
     than `before` (a page's last ``created_at`` and id) when given."""
     params: dict[str, Any] = {

@@ -421,7 +421,7 @@ WITH s AS (
         finished_at = CASE WHEN %(status)s = 'completed' THEN now() END,
         -- A step that continues the run leaves updated_at (indexed) alone, so
         -- that its update writes no index entry (HOT); step_started_at says
-        -- when it committed (SessionRow.changed_at).
+        -- when it committed (SessionRecord.changed_at).
         updated_at = CASE WHEN %(status)s = 'running' AND NOT %(release)s
                           THEN updated_at ELSE now() END
     WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'

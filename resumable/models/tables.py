@@ -1,8 +1,9 @@
 """The tables, defined with SQLModel for the migrations (and the test that
 the migrated schema equals these models). Every statement, reads included,
 is named in the ``*_queries.py`` modules beside this one and run by the typed
-function beside it; a read of a whole row answers one of these classes (a
-``SessionRow`` with its live state: ``session_queries.live_row``)."""
+function beside it; a read of a whole row answers its dataclass of
+``records.py`` (which a test holds equal to these classes), so reads need
+neither SQLModel nor the ORM."""
 
 from __future__ import annotations
 
@@ -181,15 +182,6 @@ class SessionRow(SQLModel, table=True):
     step_seq_mark: int = Field(
         default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
     )
-
-    @property
-    def changed_at(self) -> datetime:
-        """When the session last changed: a step that continues its run
-        leaves `updated_at` alone (it is indexed; see COMMIT_STEP) and stamps
-        `step_started_at`, the moment it committed."""
-        if self.step_started_at is not None and self.step_started_at > self.updated_at:
-            return self.step_started_at
-        return self.updated_at
 
 
 class CheckpointRow(SQLModel, table=True):

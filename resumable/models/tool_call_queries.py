@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
 from resumable._internal import serialization
 from resumable.models import columns, rows
+from resumable.models.records import ToolCallRecord
 from resumable.models.status import ToolCallStatus
-
-if TYPE_CHECKING:
-    from resumable.models.tables import ToolCallRow
 
 
 @dataclass(frozen=True)
@@ -178,9 +176,7 @@ def fail_tool_call(
 
 def of_session(
     conn: psycopg.Connection[Any], session_id: uuid.UUID, *, limit: int
-) -> list[ToolCallRow]:
+) -> list[ToolCallRecord]:
     """The session's first `limit` recorded calls, in the order it made them."""
     params = {"session_id": session_id, "limit": limit}
-    from resumable.models.tables import ToolCallRow
-
-    return rows.every(conn, rows.table_row(ToolCallRow), TOOL_CALLS_OF_SESSION, params)
+    return rows.every(conn, ToolCallRecord, TOOL_CALLS_OF_SESSION, params)

@@ -7,13 +7,14 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from psycopg.rows import kwargs_row, scalar_row, tuple_row
 
 from resumable._internal import serialization
 from resumable.models import rows
+from resumable.models.records import CallbackRecord
 from resumable.models.status import TERMINAL_STATUSES
 from resumable.models.wait_queries import (
     CALLBACK_DELIVERY,
@@ -33,9 +34,6 @@ from resumable.models.wait_queries import (
     WAKE_FROM_CALLBACK,
     WAKE_FROM_DELIVERIES,
 )
-
-if TYPE_CHECKING:
-    from resumable.models.tables import CallbackRow
 
 
 def create_callback(
@@ -251,7 +249,5 @@ def delivery_age(conn: psycopg.Connection[Any], delivery_id: int) -> DeliveryAge
     return rows.one(conn, DeliveryAge, DELIVERY_AGE, {"id": delivery_id})
 
 
-def callbacks_by_token(conn: psycopg.Connection[Any], tokens: list[str]) -> list[CallbackRow]:
-    from resumable.models.tables import CallbackRow
-
-    return rows.every(conn, rows.table_row(CallbackRow), CALLBACKS_BY_TOKEN, {"tokens": tokens})
+def callbacks_by_token(conn: psycopg.Connection[Any], tokens: list[str]) -> list[CallbackRecord]:
+    return rows.every(conn, CallbackRecord, CALLBACKS_BY_TOKEN, {"tokens": tokens})

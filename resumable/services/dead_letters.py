@@ -27,13 +27,12 @@ from resumable.errors import (
 from resumable.models import dead_letter_queries, event_queries, session_queries
 from resumable.models.database import Database
 from resumable.models.dead_letter_queries import DeadLetterGroup
+from resumable.models.records import DeadLetterRecord
 from resumable.services.state_patch import apply_state_patch
 from resumable.settings import Settings
 
 if TYPE_CHECKING:
     import dramatiq
-
-    from resumable.models.tables import DeadLetterRow
 
 Action = Literal["retry", "discard"]
 Compensation = Literal["none", "completed", "failed"]
@@ -96,7 +95,7 @@ class DrainReport:
         }
 
 
-def refusal(action: Action, letter: DeadLetterRow, session_status: str | None) -> str | None:
+def refusal(action: Action, letter: DeadLetterRecord, session_status: str | None) -> str | None:
     """Why `action` on `letter` would be refused, or None if it would be done:
     the one rule book for real runs and dry runs."""
     if letter.status != "open":
@@ -125,7 +124,7 @@ class DeadLetters:
 
     def find(
         self, where: DeadLetterFilter, *, limit: int = 50, before_id: int | None = None
-    ) -> tuple[list[DeadLetterRow], int | None]:
+    ) -> tuple[list[DeadLetterRecord], int | None]:
         """Newest first; the id to pass as `before_id` for the next page, or None."""
         if where.compensation and where.compensation not in COMPENSATIONS:
             raise InvalidPatchError(
@@ -145,7 +144,7 @@ class DeadLetters:
         with self.db.connection() as conn:
             return dead_letter_queries.groups(conn, limit=limit, **_statement_filters(where))
 
-    def get(self, dead_letter_id: int) -> DeadLetterRow:
+    def get(self, dead_letter_id: int) -> DeadLetterRecord:
         with self.db.connection() as conn:
             row = dead_letter_queries.get(conn, dead_letter_id)
         if row is None:
@@ -160,7 +159,7 @@ class DeadLetters:
             recent = event_queries.latest_events(conn, letter.session_id, limit=events)
         assert session is not None
         return {
-            "dead_letter": letter.model_dump(mode="json"),
+            "dead_letter": _as_json(letter),
             "session": {
                 "status": session.status,
                 "step": session.cursor,
@@ -204,7 +203,7 @@ class DeadLetters:
         enqueue_after_commit(self.broker, self.settings, [session_id], why="dead letter retried")
         return session_id
 
-    def _session_statuses(self, letters: list[DeadLetterRow]) -> dict[uuid.UUID, str]:
+    def _session_statuses(self, letters: list[DeadLetterRecord]) -> dict[uuid.UUID, str]:
         ids = list({letter.session_id for letter in letters})
         if not ids:
             return {}
@@ -286,3 +285,12 @@ class DeadLetters:
             if pause > 0 and index + 1 < len(report.matched):
                 time.sleep(pause)
         return report
+
+
+def _as_json(letter: DeadLetterRecord) -> dict[str, Any]:
+    """The row as JSON values, as the table class's ``model_dump(mode="json")``
+    gave it (ISO times, ids as text)."""
+    from pydantic import TypeAdapter
+
+    dumped: dict[str, Any] = TypeAdapter(DeadLetterRecord).dump_python(letter, mode="json")
+    return dumped

@@ -10,8 +10,13 @@ from typing import Any
 import pydantic
 import pytest
 
+from resumable.models.records import (
+    AuditEventRecord,
+    DeadLetterRecord,
+    SessionRecord,
+    ToolCallRecord,
+)
 from resumable.models.status import SessionStatus
-from resumable.models.tables import AuditEventRow, DeadLetterRow, SessionRow, ToolCallRow
 from resumable.schemas import (
     Checkpoint,
     DeadLetter,
@@ -27,7 +32,7 @@ SID = uuid.uuid4()
 LEASE_FIELDS = {"lease_epoch", "lease_owner", "lease_expires_at", "epoch", "owner"}
 
 
-def _session_row(**changes: Any) -> SessionRow:
+def _session_row(**changes: Any) -> SessionRecord:
     fields: dict[str, Any] = {
         "id": SID,
         "agent": "support",
@@ -43,7 +48,7 @@ def _session_row(**changes: Any) -> SessionRow:
         "updated_at": NOW,
         **changes,
     }
-    return SessionRow(**fields)
+    return SessionRecord(**fields)
 
 
 def test_every_record_is_frozen_closed_and_named_in_one_vocabulary() -> None:
@@ -71,14 +76,14 @@ def test_a_session_from_its_row() -> None:
 
 def test_events_tool_calls_checkpoints_and_dead_letters_from_their_rows() -> None:
     event = Event.from_row(
-        AuditEventRow(
+        AuditEventRecord(
             id=41, session_id=SID, seq=2, step="s", event_type="step_completed", payload={},
             created_at=NOW,
         )
     )  # fmt: skip
     assert (event.event_id, event.type) == (41, "step_completed")
     call = ToolCall.from_row(
-        ToolCallRow(
+        ToolCallRecord(
             idempotency_key="k", session_id=SID, step_seq=1, step="s", call_index=0,
             tool="charge", request={"amount": 5}, status="completed", response={"id": "r"},
             lease_epoch=3, attempts=1, created_at=NOW, updated_at=NOW,
@@ -91,7 +96,7 @@ def test_events_tool_calls_checkpoints_and_dead_letters_from_their_rows() -> Non
     )
     assert checkpoint.kind == "delta"
     letter = DeadLetter.from_row(
-        DeadLetterRow(
+        DeadLetterRecord(
             id=7, session_id=SID, agent="a", error_code="permanent_error",
             error_type="PermanentError", error_message="no", traceback="Traceback", attempts=1,
             compensation="none", status="open", failed_at=NOW,

@@ -19,8 +19,13 @@ from resumable.models import (
 )
 from resumable.models import session_queries as sessions
 from resumable.models.database import Database
+from resumable.models.records import (
+    AuditEventRecord,
+    CallbackRecord,
+    DeadLetterRecord,
+    ToolCallRecord,
+)
 from resumable.models.session_queries import SessionSummary
-from resumable.models.tables import AuditEventRow, CallbackRow, DeadLetterRow, ToolCallRow
 
 __all__ = [
     "MAX_TOOL_CALLS",
@@ -41,7 +46,7 @@ MAX_TOOL_CALLS = 200
 
 def session_events(
     db: Database, session_id: uuid.UUID, *, after: int, limit: int
-) -> list[AuditEventRow]:
+) -> list[AuditEventRecord]:
     """A page of the audit log as rows (the templates read the table's names)."""
     with db.connection() as conn:
         return event_queries.events(conn, session_id, after=after, limit=limit)
@@ -91,19 +96,19 @@ def find_sessions(
     return rows[:limit], encode_cursor(last.created_at, last.id)
 
 
-def tool_calls(db: Database, session_id: uuid.UUID) -> list[ToolCallRow]:
+def tool_calls(db: Database, session_id: uuid.UUID) -> list[ToolCallRecord]:
     with db.connection() as conn:
         return tool_call_queries.of_session(conn, session_id, limit=MAX_TOOL_CALLS)
 
 
-def callbacks(db: Database, tokens: list[str]) -> dict[str, CallbackRow]:
+def callbacks(db: Database, tokens: list[str]) -> dict[str, CallbackRecord]:
     if not tokens:
         return {}
     with db.connection() as conn:
         return {row.token: row for row in wait_ops.callbacks_by_token(conn, tokens)}
 
 
-def dead_letters_of(db: Database, session_id: uuid.UUID) -> list[DeadLetterRow]:
+def dead_letters_of(db: Database, session_id: uuid.UUID) -> list[DeadLetterRecord]:
     """The session's dead letters, newest first (a retried session may fail again)."""
     with db.connection() as conn:
         return dead_letter_queries.of_session(conn, session_id, limit=20)
@@ -114,7 +119,7 @@ def known_agents(db: Database) -> list[str]:
         return agent_queries.agent_names(conn)
 
 
-def letters_by_id(db: Database, ids: list[int]) -> list[DeadLetterRow]:
+def letters_by_id(db: Database, ids: list[int]) -> list[DeadLetterRecord]:
     """These dead letters, in the order given (without their tracebacks' weight mattering)."""
     if not ids:
         return []

@@ -19,14 +19,14 @@ from typing import Any
 from resumable.checkpoints import apply_patch, diff
 from resumable.errors import ResumableError
 from resumable.models import checkpoint_queries
-from resumable.models.status import TERMINAL_STATUSES
-from resumable.models.tables import (
-    AuditEventRow,
-    CallbackRow,
-    DeadLetterRow,
-    SessionRow,
-    ToolCallRow,
+from resumable.models.records import (
+    AuditEventRecord,
+    CallbackRecord,
+    DeadLetterRecord,
+    SessionRecord,
+    ToolCallRecord,
 )
+from resumable.models.status import TERMINAL_STATUSES
 from resumable.schemas import Session
 from resumable.services.narration import doing_now
 from resumable.services.time_travel import TimeTravel
@@ -79,8 +79,8 @@ class WaitView:
 
 @dataclass
 class SessionView:
-    row: SessionRow
-    events: list[AuditEventRow]
+    row: SessionRecord
+    events: list[AuditEventRecord]
     next_events_after: int | None
     checkpoints: list[CheckpointView]
     # The checkpoint whose whole state is shown, and that state (or why not).
@@ -88,9 +88,9 @@ class SessionView:
     selected_state: Any
     selected_note: str | None
     earlier_at: int | None
-    tool_calls: list[ToolCallRow]
+    tool_calls: list[ToolCallRecord]
     wait: WaitView | None
-    dead_letters: list[DeadLetterRow]
+    dead_letters: list[DeadLetterRecord]
     # What it is doing now, in one sentence (the page's header).
     now: str = ""
     children: list[Session] = field(default_factory=list)
@@ -101,10 +101,10 @@ class SessionView:
     # Its steps, waits and tool calls on one time axis (SVG units of SCALE).
     bars: list[Bar] = field(default_factory=list)
     scale: int = SCALE
-    retry_events: list[AuditEventRow] = field(default_factory=list)
+    retry_events: list[AuditEventRecord] = field(default_factory=list)
 
     @property
-    def open_dead_letter(self) -> DeadLetterRow | None:
+    def open_dead_letter(self) -> DeadLetterRecord | None:
         return next((d for d in self.dead_letters if d.status == "open"), None)
 
     @property
@@ -117,12 +117,12 @@ class SessionView:
         return not self.finished and self.row.status != "compensating"
 
 
-def _wait(state: WebState, row: SessionRow) -> WaitView | None:
+def _wait(state: WebState, row: SessionRecord) -> WaitView | None:
     if row.status != "suspended" or not row.wait:
         return None
     wait = row.wait
     tokens = [t for t in wait.get("callbacks", []) if isinstance(t, str)]
-    rows: dict[str, CallbackRow] = queries.callbacks(state.db, tokens)
+    rows: dict[str, CallbackRecord] = queries.callbacks(state.db, tokens)
     base = state.settings.public_url.rstrip("/")
     return WaitView(
         then=wait.get("then"),
@@ -143,7 +143,7 @@ def _wait(state: WebState, row: SessionRow) -> WaitView | None:
 
 
 def _checkpoints(
-    history: TimeTravel, row: SessionRow, at: int | None
+    history: TimeTravel, row: SessionRecord, at: int | None
 ) -> tuple[list[CheckpointView], int | None, Any, str | None, int | None]:
     """A window of checkpoints ending at `at` (default: the latest), each with
     its diff to the previous one, and the whole state at `at`."""
@@ -193,7 +193,7 @@ def _checkpoints(
 
 
 def _window_in_one_read(
-    history: TimeTravel, row: SessionRow, start: int, first_kept: int, last: int
+    history: TimeTravel, row: SessionRecord, start: int, first_kept: int, last: int
 ) -> tuple[list[CheckpointView], int | None, Any, str | None, int | None] | None:
     """The window of checkpoints `start`..`last` from one read of its chain,
     folded forward: a snapshot's diff computed, a delta's the patch its step

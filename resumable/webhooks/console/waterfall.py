@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from resumable.models.tables import AuditEventRow, ToolCallRow
+from resumable.models.records import AuditEventRecord, ToolCallRecord
 from resumable.services.narration import duration
 
 # The SVG's width in its own units; a bar is never thinner than MIN_WIDTH so
@@ -37,11 +37,11 @@ class Bar:
         return duration((self.end - self.start).total_seconds())
 
 
-def bars(events: list[AuditEventRow], calls: list[ToolCallRow], now: datetime) -> list[Bar]:
+def bars(events: list[AuditEventRecord], calls: list[ToolCallRecord], now: datetime) -> list[Bar]:
     """The bars of `events` (one page of a session's log, oldest first) and
     `calls`, in start order, placed on one axis."""
     found: list[Bar] = []
-    waiting: AuditEventRow | None = None
+    waiting: AuditEventRecord | None = None
     for event in events:
         payload = event.payload or {}
         if event.event_type == "step_completed" and isinstance(payload.get("ms"), int | float):
