@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from resumable._internal.reachability import reason
+from resumable.broker.send_gate import gate_of
 from resumable.settings import Settings
 
 if TYPE_CHECKING:
@@ -116,6 +117,11 @@ def enqueue_after_commit(
     ids = [str(session_id) for session_id in session_ids]
     if not ids:
         return True
+    gate = gate_of(broker)
+    shut_because = gate.shut_because()
+    if shut_because is not None:  # out of reach a moment ago: not tried (send_gate.py)
+        _log_not_enqueued(ids, why, f"{shut_because}; not tried while it does not answer")
+        return False
     try:
         if delay > 0:
             for session_id in ids:
@@ -123,23 +129,24 @@ def enqueue_after_commit(
         else:
             enqueue_sessions(broker, settings, ids)
     except unreachable_broker_errors() as exc:
-        _log_not_enqueued(ids, why, exc)
+        failure = f"{type(exc).__name__}: {reason(exc)}"
+        gate.shut(failure)
+        _log_not_enqueued(ids, why, failure)
         return False
     return True
 
 
-def _log_not_enqueued(ids: Sequence[str], why: str, exc: Exception) -> None:
+def _log_not_enqueued(ids: Sequence[str], why: str, failure: str) -> None:
     named = ", ".join(ids[:_NAMED_IN_TEXT])
     more = f" and {len(ids) - _NAMED_IN_TEXT} more" if len(ids) > _NAMED_IN_TEXT else ""
     # One session: the line names it as its session; several: the ids field.
     own = {"session_id": ids[0]} if len(ids) == 1 else {}
     logger.warning(
-        "%s: %d session(s) committed but not enqueued (%s: %s); the scheduler's"
+        "%s: %d session(s) committed but not enqueued (%s); the scheduler's"
         " reconciler will re-enqueue them: %s%s",
         why,
         len(ids),
-        type(exc).__name__,
-        reason(exc),
+        failure,
         named,
         more,
         extra={

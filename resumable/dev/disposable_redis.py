@@ -17,6 +17,7 @@ import subprocess
 import time
 import warnings
 from pathlib import Path
+from typing import Self
 
 import redis
 
@@ -34,19 +35,35 @@ def valkey_binary() -> str:
 class DisposableRedis:
     """A valkey server under `directory` on 127.0.0.1:`port` (free by default)."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(self, directory: Path, port: int | None = None, bind: str = "127.0.0.1") -> None:
         self.directory = directory
         self.port = port or free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.bind = bind
+        self.url = f"redis://{bind}:{self.port}/0"
         self.pid: int | None = None
 
-    def start(self, timeout: float = 10.0) -> DisposableRedis:
+    def start(self, timeout: float = 10.0) -> Self:
         self.directory.mkdir(parents=True, exist_ok=True)
         pidfile = self.directory / "valkey.pid"
         pidfile.unlink(missing_ok=True)
-        args = [
+        subprocess.run(self.command(pidfile), check=True, capture_output=True)
+        deadline = time.monotonic() + timeout
+        while not (self.answers() and pidfile.exists()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"valkey on {self.url} did not answer in {timeout:g} s")
+            time.sleep(0.02)
+        self.pid = int(pidfile.read_text().strip())
+        return self
+
+    def command(self, pidfile: Path) -> list[str]:
+        """The server's command line (a harness that runs it on another
+        network namespace wraps it)."""
+        # Bound elsewhere than loopback, it must answer other hosts' clients.
+        protected = [] if self.bind == "127.0.0.1" else ["--protected-mode", "no"]
+        return [
             valkey_binary(),
-            "--bind", "127.0.0.1",
+            "--bind", self.bind,
+            *protected,
             "--port", str(self.port),
             "--daemonize", "yes",
             "--pidfile", str(pidfile),
@@ -55,14 +72,6 @@ class DisposableRedis:
             "--save", "",
             "--appendonly", "no",
         ]  # fmt: skip
-        subprocess.run(args, check=True, capture_output=True)
-        deadline = time.monotonic() + timeout
-        while not self.answers():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"valkey on port {self.port} did not answer in {timeout:g} s")
-            time.sleep(0.02)
-        self.pid = int(pidfile.read_text().strip())
-        return self
 
     def answers(self) -> bool:
         client = redis.Redis.from_url(self.url, socket_timeout=0.5, socket_connect_timeout=0.5)

@@ -283,8 +283,8 @@ class Deployment:
     def spawn(self, name: str, args: Sequence[str], ready_text: str, **env: str) -> Process:
         """Start ``python -m resumable.cli ARGS`` without waiting for it."""
         child = spawn(
-            name,
-            [sys.executable, "-m", "resumable.cli", *args],
+            self.label(name),
+            self.command(args),
             env={**os.environ, **self.env, **env},
             cwd=self.cwd,
             log=self._log_path(name),
@@ -292,6 +292,15 @@ class Deployment:
         )
         self.children.append(child)
         return child
+
+    def command(self, args: Sequence[str]) -> list[str]:
+        """The command line of ``resumable ARGS`` (a test harness that runs
+        processes elsewhere, say in a network namespace, wraps it)."""
+        return [sys.executable, "-m", "resumable.cli", *args]
+
+    def label(self, name: str) -> str:
+        """What a process is called in the deployment's messages."""
+        return name
 
     def web(self, port: int, *, name: str = "web", **env: str) -> Process:
         return self.spawn(name, ["web", "--port", str(port)], "Uvicorn running", **env)

@@ -78,10 +78,21 @@ def report(results: list[PhaseResult]) -> bool:
         )
     ok = True
     for r in results:
-        for line in r.lost[:5] + r.gaps[:5] + r.not_consuming[:5]:
+        for line in r.lost[:5] + r.gaps[:5] + r.not_consuming[:5] + r.problems[:5]:
             print(f"  {r.fault}: {line}")
         ok = ok and r.ok
     return ok
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser, *, lease: float) -> None:
+    """The options of the workload (``Matrix`` reads them), shared with ``tests.multihost``."""
+    parser.add_argument("--sessions", type=int, default=None, help="sessions per fault")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--threads", type=int, default=3)
+    parser.add_argument("--work-ms", type=float, default=150.0)
+    parser.add_argument("--lease", type=float, default=lease)
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per fault to finish")
+    parser.add_argument("--seed", type=int, default=11)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -90,15 +101,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--short", action="store_true", help="CI's form: smaller batches")
     parser.add_argument("--only", default="", help=f"comma-separated, of: {', '.join(FAULTS)}")
-    parser.add_argument("--sessions", type=int, default=None, help="sessions per fault")
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--threads", type=int, default=3)
-    parser.add_argument("--work-ms", type=float, default=150.0)
+    add_workload_arguments(parser, lease=2.0)
     parser.add_argument("--kills", type=int, default=None)
     parser.add_argument("--kill-every", type=float, default=1.0)
-    parser.add_argument("--lease", type=float, default=2.0)
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per fault to finish")
-    parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--home", type=Path, default=ROOT / ".resumable" / "faults")
     args = parser.parse_args(argv)
     args.sessions = args.sessions or (24 if args.short else 60)
@@ -133,20 +138,7 @@ def run(
 ) -> list[PhaseResult]:
     log_dir = log_dir_for(args.home)
     print(f"  logs in {log_dir}")
-    env = {
-        "DATABASE_URL": services.database_url,
-        "REDIS_URL": own_redis.url,
-        "PYTHONPATH": str(ROOT),
-        "RESUMABLE_LEASE_SECONDS": f"{args.lease:g}",
-        "RESUMABLE_HEARTBEAT_TIMEOUT_MS": "3000",
-        "RESUMABLE_MAINTENANCE_CHANCE": "200000",
-        "RESUMABLE_WORKER_THREADS": str(args.threads),
-        "RESUMABLE_WORKER_PREFETCH": str(args.threads),
-        "RESUMABLE_SCHEDULER_INTERVAL_SECONDS": "0.25",
-        "RESUMABLE_RECONCILE_GRACE_SECONDS": "2",
-        "RESUMABLE_API_TOKENS": TOKEN,
-        "RESUMABLE_WEBHOOK_SECRET": SECRET,
-    }
+    env = deployment_env(args, services.database_url, own_redis.url)
     results: list[PhaseResult] = []
     with (
         Ledger() as ledger,
@@ -163,20 +155,47 @@ def run(
         sender.start()
         matrix = Matrix(args, services, own_redis, fleet, client, ledger)
         try:
-            for name in args.faults:
-                print(f"  {name} ...", flush=True)
-                result = matrix.run_phase(name, getattr(matrix, name))
-                results.append(result)
-                print(
-                    f"    {result.sessions} sessions, {len(result.lost)} lost,"
-                    f" {result.two_keys} under two keys, all done {result.recovered_seconds:.1f} s"
-                    f" after the fault; {'; '.join(result.notes[-3:])}",
-                    flush=True,
-                )
+            results = run_phases(matrix, args.faults)
         finally:
             sender.stop()
         print(f"  stale lock writes refused by the ledger: {ledger.stale_refused}")
         print(f"  callbacks sent {len(sender.sent)}, failed sends retried {sender.failures}")
+    return results
+
+
+def deployment_env(args: argparse.Namespace, database_url: str, redis_url: str) -> dict[str, str]:
+    """The environment of every process of the deployment: leases, heartbeats
+    and the scheduler's pass short, so that a fault's effects (a takeover, a
+    redelivery, a reconciled session) show within seconds, not minutes."""
+    return {
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "PYTHONPATH": str(ROOT),
+        "RESUMABLE_LEASE_SECONDS": f"{args.lease:g}",
+        "RESUMABLE_HEARTBEAT_TIMEOUT_MS": "3000",
+        "RESUMABLE_MAINTENANCE_CHANCE": "200000",
+        "RESUMABLE_WORKER_THREADS": str(args.threads),
+        "RESUMABLE_WORKER_PREFETCH": str(args.threads),
+        "RESUMABLE_SCHEDULER_INTERVAL_SECONDS": "0.25",
+        "RESUMABLE_RECONCILE_GRACE_SECONDS": "2",
+        "RESUMABLE_API_TOKENS": TOKEN,
+        "RESUMABLE_WEBHOOK_SECRET": SECRET,
+    }
+
+
+def run_phases(matrix: Matrix, names: list[str]) -> list[PhaseResult]:
+    """Each named fault (a method of `matrix`) in turn, a line after each."""
+    results: list[PhaseResult] = []
+    for name in names:
+        print(f"  {name} ...", flush=True)
+        result = matrix.run_phase(name, getattr(matrix, name))
+        results.append(result)
+        print(
+            f"    {result.sessions} sessions, {len(result.lost)} lost,"
+            f" {result.two_keys} under two keys, all done {result.recovered_seconds:.1f} s"
+            f" after the fault; {'; '.join(result.notes[-3:])}",
+            flush=True,
+        )
     return results
 
 

@@ -8,6 +8,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from datetime import UTC, datetime
 
 import psycopg
@@ -26,6 +27,7 @@ class CallbackSender:
         self.webhook = Webhook(secret)
         self.sent: set[str] = set()
         self.failures = 0
+        self.errors: Counter[str] = Counter()  # each failure, by what it was
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="callbacks", daemon=True)
 
@@ -67,7 +69,9 @@ class CallbackSender:
             if exc.code in (404, 409):
                 return True  # closed or superseded: nothing more to deliver
             self.failures += 1
+            self.errors[f"HTTP {exc.code}"] += 1
             return False
-        except OSError:
+        except OSError as exc:
             self.failures += 1
+            self.errors[str(getattr(exc, "reason", None) or exc)] += 1
             return False  # the web is down (a fault): sent again next round

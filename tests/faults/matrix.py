@@ -53,10 +53,11 @@ class PhaseResult:
     recovered_seconds: float = 0.0
     not_consuming: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # what a fault checks of its own
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.two_keys or self.gaps or self.not_consuming)
+        return not (self.lost or self.two_keys or self.gaps or self.not_consuming or self.problems)
 
 
 class Matrix:
@@ -222,9 +223,9 @@ class Matrix:
 
     def probe(self, phase: str, result: PhaseResult) -> None:
         leaves = self.fleet.leaves()
-        before = {pid: self.steps_run(port) for pid, port in leaves.items()}
-        for pid, port in leaves.items():
-            status, body = http_get(f"http://127.0.0.1:{port}/readyz")
+        before = {pid: self.steps_run(url) for pid, url in leaves.items()}
+        for pid, url in leaves.items():
+            status, body = http_get(f"{url}/readyz")
             if status != 200:
                 result.not_consuming.append(f"worker pid {pid}: /readyz {status} {body}")
         status, body = http_get(f"{self.fleet.web_url}/readyz")
@@ -251,13 +252,13 @@ class Matrix:
             )
         except TimeoutError as exc:
             result.not_consuming.append(str(exc))
-        for pid, port in leaves.items():
-            if self.steps_run(port) <= before[pid]:
+        for pid, url in leaves.items():
+            if self.steps_run(url) <= before[pid]:
                 result.not_consuming.append(f"worker pid {pid} ran no probe step")
 
     @staticmethod
-    def steps_run(port: int) -> float:
-        status, text = http_get(f"http://127.0.0.1:{port}/metrics")
+    def steps_run(metrics_url: str) -> float:
+        status, text = http_get(f"{metrics_url}/metrics")
         if status != 200:
             return -1.0
         pattern = r"^resumable_step_duration_seconds_count\{[^}]*\} (\S+)$"

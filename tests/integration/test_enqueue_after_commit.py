@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,8 +163,19 @@ def test_the_one_policy_logs_one_line_while_redis_is_down_and_sends_once_it_is_b
         assert "1200 session(s)" in record.getMessage()
         assert record.exc_info is None  # an outage is no bug: no traceback
 
+        # Not tried while Redis is known to be down: one timeout per outage,
+        # not one per send (broker/send_gate.py).
+        began = time.monotonic()
+        assert enqueue_after_commit(broker, settings, ids, why="test batch") is False
+        assert time.monotonic() - began < 0.5
+        assert "not tried while it does not answer" in caplog.records[-1].getMessage()
+
         server.start()
-        assert enqueue_after_commit(broker, settings, ids, why="test batch") is True
+        wait_until(
+            lambda: enqueue_after_commit(broker, settings, ids, why="test batch"),
+            timeout=15,
+            what="the sends to go once a ping reaches Redis again",
+        )
         assert server.answers()
     finally:
         broker.close()
