@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from resumable.dev.fake_server import Reply, Request
@@ -35,12 +36,30 @@ def scripted_reply(messages: list[dict[str, Any]]) -> dict[str, Any]:
     return {"role": "assistant", "content": f"Done: {tool_results[-1].get('content')}"}
 
 
+def media_reply(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The media script: ask for a video transcoded elsewhere (and, when the
+    prompt says so, in the same turn, for a refund a human approves), then
+    say what each call answered."""
+    tool_results = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
+    if tool_results:
+        return {"role": "assistant", "content": "Done: " + " | ".join(tool_results)}
+    calls = [_tool_call("t1", "transcode", '{"video": "v1", "format": "webm"}')]
+    prompt = " ".join(str(m.get("content")) for m in messages if m.get("role") == "user")
+    if "refund" in prompt:
+        calls.append(_tool_call("r1", "refund", '{"order": "o1", "amount": 10}'))
+    return {"role": "assistant", "tool_calls": calls}
+
+
 class FakeOpenAI(FakeAPI):
-    """Chat completions from ``scripted_reply``; tool effects (``POST
+    """Chat completions from a script (``scripted_reply``); tool effects (``POST
     /effects``) counted by idempotency key, as ``FakeAPI`` does."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, script: Callable[[list[dict[str, Any]]], dict[str, Any]] = scripted_reply
+    ) -> None:
         super().__init__()
+        #: What the model answers, from the messages it is sent.
+        self.script = script
         self.model_requests = 0
         #: Model requests by turn (how many tool results they carry).
         self.turns: Counter[int] = Counter()
@@ -70,7 +89,7 @@ class FakeOpenAI(FakeAPI):
         if n == self.hold_at:
             self.held.set()
             self.release.wait(60)
-        message = scripted_reply(body["messages"])
+        message = self.script(body["messages"])
         return Reply(
             200,
             {

@@ -58,3 +58,29 @@ openai_refunds = durable(
 openai_refunds_sync = durable(
     support, name="openai_refunds_sync", context=_context, model_provider=FakeProvider(), sync=True
 )
+
+
+@function_tool
+def transcode(video: str, format: str) -> str:
+    """Transcode a video (a render farm does it, and posts the result back)."""
+    raise AssertionError("a tool executed elsewhere is never called on a worker")
+
+
+@function_tool(needs_approval=True, name_override="refund")
+def refund_media(order: str, amount: int) -> str:
+    """Refund an order (a human approves it first)."""
+    return f"refunded {amount} on {order}"
+
+
+media = Agent(name="media", instructions="Help.", tools=[transcode, refund_media], model="fake")
+
+openai_media = durable(
+    media, name="openai_media", model_provider=FakeProvider(), external_tools=["transcode"]
+)
+openai_media_timeout = durable(
+    media,
+    name="openai_media_timeout",
+    model_provider=FakeProvider(),
+    external_tools=["transcode"],
+    approval_timeout=3600,
+)

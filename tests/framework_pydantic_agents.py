@@ -4,11 +4,12 @@ answer (so the server counts every model request, across worker processes)."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, ExternalToolset, RunContext
 from pydantic_ai.messages import (
     ModelMessage,
     ModelResponse,
@@ -16,8 +17,10 @@ from pydantic_ai.messages import (
     TextPart,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import ToolDefinition
 
 from resumable.integrations.pydantic_ai import durable
 from tests.framework_tools import effect, fake_url
@@ -103,3 +106,69 @@ two_refunds = Agent(FunctionModel(_two_refunds_model), name="two_refunds")
 def refund_order(order: str, amount: int) -> str:
     """Refund an order (a human approves it first)."""
     return f"refunded {amount} on {order}"
+
+
+# -- a tool executed elsewhere, answered at a signed callback URL ------------------------
+
+
+def _answers(messages: list[ModelMessage]) -> list[str]:
+    """What each tool call answered (a failure too), as the model is shown it."""
+    return [
+        part.model_response_str()
+        for message in messages
+        for part in message.parts
+        if isinstance(part, ToolReturnPart)
+    ]
+
+
+async def media_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """Ask a render farm to transcode a video (and, when the prompt says so,
+    in the same turn, for a refund a human approves); then say what each call
+    answered. Each model request is counted at the test's fake server."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        counted = await http.post(
+            f"{fake_url()}/model",
+            json={"messages": len(messages)},
+            headers={"Idempotency-Key": uuid.uuid4().hex},
+        )
+    counted.raise_for_status()
+    answers = _answers(messages)
+    if answers:
+        return ModelResponse(parts=[TextPart("Done: " + " | ".join(answers))])
+    calls = [ToolCallPart("transcode", {"video": "v1", "format": "webm"}, tool_call_id="t1")]
+    prompt = next(
+        part.content
+        for part in messages[0].parts
+        if isinstance(part, UserPromptPart) and isinstance(part.content, str)
+    )
+    if "refund" in prompt:
+        calls.append(ToolCallPart("refund", {"order": "o1", "amount": 10}, tool_call_id="r1"))
+    if "twice" in prompt:
+        calls.append(ToolCallPart("transcode", {"video": "v2", "format": "mp4"}, tool_call_id="t2"))
+    return ModelResponse(parts=calls)
+
+
+TRANSCODE = ToolDefinition(
+    name="transcode",
+    description="Transcode a video (a render farm does it, and posts the result back).",
+    parameters_json_schema={
+        "type": "object",
+        "properties": {"video": {"type": "string"}, "format": {"type": "string"}},
+        "required": ["video", "format"],
+    },
+)
+
+media = Agent(FunctionModel(media_model), name="media", toolsets=[ExternalToolset([TRANSCODE])])
+
+
+@media.tool_plain(requires_approval=True, name="refund")
+def refund_media(order: str, amount: int) -> str:
+    """Refund an order (a human approves it first)."""
+    return f"refunded {amount} on {order}"
+
+
+pydantic_media = durable(media, name="pydantic_media", external_tools=["transcode"])
+pydantic_media_sync = durable(media, name="pydantic_media_sync", external_tools=True, sync=True)
+pydantic_media_timeout = durable(
+    media, name="pydantic_media_timeout", external_tools=["transcode"], approval_timeout=2
+)

@@ -14,6 +14,20 @@ decided, runs the next turn with them. No worker, thread or task waits
 meanwhile. With a timeout, the deadline is fixed when the run stops
 (``state["deadline"]``, from the worker's clock): a signal that decides only
 some calls leaves the others the time that was left, not a new timeout.
+
+A call executed elsewhere can be answered at a single-use signed callback URL
+instead (the adapters' ``external_tools=``): its entry in ``state["pending"]``
+carries ``callback_url`` (and ``callback_token``), made with ``ctx.callback``,
+and the body POSTed there is the tool's result. The core closes every open
+callback of a session when the session wakes, for whatever reason; so that a
+URL handed out stays valid until it is answered or the deadline passes, the
+session waits on one such callback at a time, and on nothing else meanwhile:
+the next call's URL is made when the previous one is answered (its entry
+shows ``callback_url: null`` until then), and signals (approvals) posted
+meanwhile are kept by the signal route and taken once every callback call is
+answered. When the deadline passes during a callback wait, the signals
+already posted are taken first (a wait on the signal with no time left), so a
+decision that arrived in time is not reported as timed out.
 """
 
 from __future__ import annotations
@@ -32,7 +46,7 @@ from resumable.integrations._recording import (
     run_in_sync_step,
 )
 from resumable.retries import DEFAULT_POLICY, RetryPolicy
-from resumable.waits import Signal, Timer, Wait, check_seconds
+from resumable.waits import Callback, Signal, Timer, Wait, check_seconds
 
 
 @dataclass(frozen=True)
@@ -50,20 +64,28 @@ class TurnDone:
 @dataclass(frozen=True)
 class Paused:
     """The run stopped on calls someone else decides: each ``{"id", "tool",
-    "args", "kind"}``, ``kind`` being ``"approval"`` or ``"external"``."""
+    "args", "kind"}``, ``kind`` being ``"approval"`` or ``"external"``; an
+    external call to be answered at a callback URL also has ``"callback_url":
+    None`` (filled in when its URL is made)."""
 
     pending: list[dict[str, Any]] = field(default_factory=list)
 
 
 Outcome: TypeAlias = Finished | TurnDone | Paused
 #: ``{call id: {"approved": bool, "reason": str | None}}`` for approvals,
-#: ``{call id: {"result": value}}`` for calls executed elsewhere.
+#: ``{call id: {"result": value}}`` or ``{call id: {"error": message}}`` for
+#: calls executed elsewhere.
 Decisions: TypeAlias = dict[str, dict[str, Any]]
 #: One framework's way to run one turn: from the state, with the decisions
 #: on the calls it paused on (None on an ordinary turn).
 Advance: TypeAlias = Callable[[StepContext, Record, Decisions | None], Awaitable[Outcome]]
 
 TIMED_OUT_REASON = "No decision arrived in time."
+TIMED_OUT_RESULT = "No result arrived in time."
+#: How long, past the deadline, signals already posted are waited for (they
+#: wake the session as soon as it suspends; the margin keeps the timeout from
+#: overtaking that wake).
+DRAIN_SECONDS = 1.0
 
 
 def prompt_of(session_input: Any) -> Any:
@@ -84,12 +106,13 @@ def merge_decisions(pending: list[dict[str, Any]], decided: Decisions, payload: 
     Accepted: ``{"approved": bool, "reason": "..."}`` for every undecided
     approval; ``{"decisions": {id: {"approved": bool, "reason": "..."}}}``
     per call; ``{"results": {id: value}}`` for calls executed elsewhere.
-    Anything else decides nothing (a malformed signal changes nothing).
+    Anything else decides nothing (a malformed signal changes nothing). A
+    call answered at a callback URL is answered there only.
     """
     merged = dict(decided)
     if not isinstance(payload, dict):
         return merged
-    kinds = {call["id"]: call["kind"] for call in pending}
+    kinds = {call["id"]: call["kind"] for call in pending if not by_callback(call)}
     per_call = payload.get("decisions")
     if isinstance(per_call, dict):
         for call_id, decision in per_call.items():
@@ -107,21 +130,64 @@ def merge_decisions(pending: list[dict[str, Any]], decided: Decisions, payload: 
     return merged
 
 
+def by_callback(call: dict[str, Any]) -> bool:
+    """Whether the pending `call` is answered at a callback URL of its own."""
+    return "callback_url" in call
+
+
+def callback_topic(call: dict[str, Any]) -> str:
+    """The topic of the callback a pending call is answered at (the audit
+    events and the wake name it)."""
+    return f"result:{call['id']}"
+
+
+def posted_result(payload: Any) -> dict[str, Any]:
+    """A callback's body as a decision: ``{"result": value}`` and ``{"error":
+    "message"}`` (exactly that one key) say which; any other JSON body is the
+    tool's result as it is."""
+    if isinstance(payload, dict) and len(payload) == 1:
+        if "error" in payload:
+            return {"error": str(payload["error"])}
+        if "result" in payload:
+            return {"result": payload["result"]}
+    return {"result": payload}
+
+
+def merge_callback(
+    pending: list[dict[str, Any]], decided: Decisions, topic: str | None, payload: Any
+) -> Decisions:
+    """`decided` with the result POSTed to the callback of `topic`."""
+    merged = dict(decided)
+    for call in pending:
+        if by_callback(call) and callback_topic(call) == topic and call["id"] not in merged:
+            merged[call["id"]] = posted_result(payload)
+    return merged
+
+
 def _approval(decision: dict[str, Any]) -> dict[str, Any]:
     reason = decision.get("reason")
     return {"approved": decision.get("approved") is True, "reason": str(reason) if reason else None}
 
 
-def timed_out(pending: list[dict[str, Any]], decided: Decisions) -> Decisions:
-    """`decided`, every undecided call refused because the wait timed out."""
+def timed_out(
+    pending: list[dict[str, Any]], decided: Decisions, *, callbacks_only: bool = False
+) -> Decisions:
+    """`decided`, every undecided call (or only those answered at a callback
+    URL) refused because the wait timed out: an approval is rejected, an
+    external call fails, the model told why."""
     merged = dict(decided)
     for call in pending:
-        if call["id"] not in merged:
-            if call["kind"] == "approval":
-                merged[call["id"]] = {"approved": False, "reason": TIMED_OUT_REASON}
-            else:
-                merged[call["id"]] = {"result": TIMED_OUT_REASON}
+        if call["id"] in merged or (callbacks_only and not by_callback(call)):
+            continue
+        if call["kind"] == "approval":
+            merged[call["id"]] = {"approved": False, "reason": TIMED_OUT_REASON}
+        else:
+            merged[call["id"]] = {"error": TIMED_OUT_RESULT}
     return merged
+
+
+def _waiting_on_callback(pending: list[dict[str, Any]], decided: Decisions) -> bool:
+    return any(by_callback(call) and call["id"] not in decided for call in pending)
 
 
 @dataclass(frozen=True)
@@ -160,13 +226,20 @@ def build_agent(
         decided: Decisions = ctx.state.get("decided") or {}
         wake = ctx.wake
         if wake is not None and (wake.timed_out or wake.kind == "timer"):
-            decided = timed_out(pending, decided)
+            if _waiting_on_callback(pending, decided) and not ctx.state.get("draining"):
+                # The signal was not waited on: take what it already brought.
+                decided = timed_out(pending, decided, callbacks_only=True)
+                ctx.state["draining"] = True
+            else:
+                decided = timed_out(pending, decided)
+        elif wake is not None and wake.kind == "callback":
+            decided = merge_callback(pending, decided, wake.topic, wake.payload)
         elif wake is not None:
             decided = merge_decisions(pending, decided, wake.payload)
         if any(call["id"] not in decided for call in pending):
             ctx.state["decided"] = decided
             return _wait_again(ctx, shape)
-        for key in ("pending", "decided", "deadline"):
+        for key in ("pending", "decided", "deadline", "draining"):
             ctx.state.pop(key, None)
         return _after(ctx, await advance(ctx, record, decided), shape)
 
@@ -203,7 +276,7 @@ def _after(ctx: StepContext, outcome: Outcome, shape: SessionShape) -> str | Com
         if seconds is not None:
             deadline = datetime.now(UTC) + timedelta(seconds=seconds)
             ctx.state["deadline"] = deadline.isoformat()
-        return ctx.wait(Signal(shape.topic), then="decide", timeout=shape.timeout)
+        return ctx.wait(_condition(ctx, shape), then="decide", timeout=shape.timeout)
     return "turn"
 
 
@@ -212,7 +285,29 @@ def _wait_again(ctx: StepContext, shape: SessionShape) -> Wait:
     stopped on them: a decision on some calls does not give the others more
     time. (A ``timeout=`` would count again from now; a ``Timer`` at the
     deadline does not, and its firing reads as the wait's timeout.)"""
+    if ctx.state.get("draining"):
+        # Past the deadline: the signals posted in time (each wakes the
+        # session as soon as it suspends), then the timeout.
+        return ctx.wait(Signal(shape.topic), then="decide", timeout=DRAIN_SECONDS)
+    condition = _condition(ctx, shape)
     deadline = ctx.state.get("deadline")
     if deadline is None:
-        return ctx.wait(Signal(shape.topic), then="decide")
-    return ctx.wait(Signal(shape.topic), Timer(at=datetime.fromisoformat(deadline)), then="decide")
+        return ctx.wait(condition, then="decide")
+    return ctx.wait(condition, Timer(at=datetime.fromisoformat(deadline)), then="decide")
+
+
+def _condition(ctx: StepContext, shape: SessionShape) -> Callback | Signal:
+    """What the session waits on now: the callback of the first undecided
+    call answered at one (its URL made now, the first time), else the
+    signal. One open callback at a time: see the module's docstring."""
+    decided: Decisions = ctx.state.get("decided") or {}
+    for call in ctx.state.get("pending") or []:
+        if not by_callback(call) or call["id"] in decided:
+            continue
+        topic = callback_topic(call)
+        if call.get("callback_token"):
+            return Callback(call["callback_token"], topic, call["callback_url"])
+        callback = ctx.callback(topic)
+        call["callback_url"], call["callback_token"] = callback.url, callback.token
+        return callback
+    return Signal(shape.topic)

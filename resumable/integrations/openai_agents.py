@@ -22,6 +22,16 @@ and the next step runs the agent on it. An interruption (a tool that
 are applied with ``state.approve``/``state.reject(rejection_message=...)``
 and the run goes on with ``Runner.run(agent, state)``.
 
+Tools executed elsewhere: the SDK has no kind of tool whose call ends the
+run for someone else to answer, so ``durable(..., external_tools=[...])``
+models one with its public interface: the run works on a clone of each named
+``FunctionTool`` with ``needs_approval=True``, so that a call interrupts the
+run like an approval; the session waits on a single-use signed callback URL
+for it (``callback_url`` in the call's pending entry), and once the result is
+POSTed there the interruption is approved and the clone's ``on_invoke_tool``
+answers with that result (the tool's own function is never called); an
+error or a timeout rejects it with the message the model sees.
+
 Handoffs: the run goes on with the agent given to ``durable`` after a turn
 boundary (each turn is a new run on the conversation so far); tools of other
 agents are not recorded. Use it with one agent, or record those tools yourself.
@@ -31,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -137,6 +147,19 @@ class _RecordingModel(Model):
         raise NotImplementedError("streaming is not supported by resumable's integration")
 
 
+def _external_tool(tool: FunctionTool, results: Mapping[str, Any]) -> FunctionTool:
+    """`tool` executed elsewhere: a call interrupts the run (as an approval
+    would) and, once approved with its result, answers with that result."""
+
+    async def on_invoke_tool(ctx: Any, arguments: str) -> Any:
+        if ctx.tool_call_id not in results:  # pragma: no cover - approved only with a result
+            return f"No result for the call {ctx.tool_call_id!r} of {tool.name!r}."
+        result = results[ctx.tool_call_id]
+        return result if isinstance(result, str) else json.dumps(result)
+
+    return dataclasses.replace(tool, needs_approval=True, on_invoke_tool=on_invoke_tool)
+
+
 def _recorded_tool(tool: FunctionTool, record: Record) -> FunctionTool:
     invoke = tool.on_invoke_tool
 
@@ -161,11 +184,20 @@ class _Runner:
         context: Callable[[Any], Any] | None,
         model_provider: ModelProvider | None,
         max_turns: int,
+        external_tools: Collection[str] = (),
     ) -> None:
         self.agent = agent
         self.context = context
         self.model_provider = model_provider
         self.max_turns = max_turns
+        self.external_tools = frozenset(external_tools)
+        tools = {t.name for t in agent.tools if isinstance(t, FunctionTool)}
+        unknown = sorted(self.external_tools - tools)
+        if unknown:
+            raise ValueError(
+                f"external_tools names {', '.join(map(repr, unknown))}, not a function "
+                f"tool of agent {agent.name!r}"
+            )
 
     def _model(self) -> Model:
         model = self.agent.model
@@ -182,12 +214,12 @@ class _Runner:
         self, ctx: StepContext, record: Record, decisions: Decisions | None
     ) -> Outcome:
         state = ctx.state
-        agent = self.agent.clone(
-            tools=[
-                _recorded_tool(t, record) if isinstance(t, FunctionTool) else t
-                for t in self.agent.tools
-            ]
-        )
+        results = {
+            call_id: decision["result"]
+            for call_id, decision in (decisions or {}).items()
+            if "result" in decision
+        }
+        agent = self.agent.clone(tools=[self._tool(t, record, results) for t in self.agent.tools])
         context = self.context(deps_input(ctx.input)) if self.context is not None else None
         run_input: Any
         if decisions is not None:
@@ -213,19 +245,28 @@ class _Runner:
             return TurnDone()
         if result.interruptions:
             state["run_state"] = result.to_state().to_json()
-            return Paused(
-                [
-                    {
-                        "id": item.call_id,
-                        "tool": item.tool_name,
-                        "args": _arguments(item.arguments),
-                        "kind": "approval",
-                    }
-                    for item in result.interruptions
-                ]
-            )
+            return Paused([self._pending(item) for item in result.interruptions])
         state["input"] = to_jsonable_python(result.to_input_list())
         return Finished(to_jsonable_python(result.final_output))
+
+    def _tool(self, tool: Any, record: Record, results: Mapping[str, Any]) -> Any:
+        if not isinstance(tool, FunctionTool):
+            return tool
+        if tool.name in self.external_tools:
+            return _external_tool(tool, results)
+        return _recorded_tool(tool, record)
+
+    def _pending(self, item: Any) -> dict[str, Any]:
+        call = {
+            "id": item.call_id,
+            "tool": item.tool_name,
+            "args": _arguments(item.arguments),
+            "kind": "approval",
+        }
+        if item.tool_name in self.external_tools:
+            call["kind"] = "external"
+            call["callback_url"] = None  # made when the session waits on it
+        return call
 
 
 def _arguments(arguments: str | None) -> Any:
@@ -238,7 +279,11 @@ def _arguments(arguments: str | None) -> Any:
 def _decide(run_state: RunState[Any], decisions: Decisions) -> None:
     for item in run_state.get_interruptions():
         decision = decisions.get(item.call_id or "", {})
-        if decision.get("approved"):
+        if "result" in decision:
+            run_state.approve(item)  # the external tool answers with the result
+        elif "error" in decision:
+            run_state.reject(item, rejection_message=str(decision["error"]))
+        elif decision.get("approved"):
             run_state.approve(item)
         else:
             reason = decision.get("reason") or "The user rejected this tool call."
@@ -254,6 +299,7 @@ def durable(
     sync: bool = False,
     approval_topic: str = "approval",
     approval_timeout: float | timedelta | None = None,
+    external_tools: Collection[str] = (),
     max_turns: int = 10,
     retry: RetryPolicy = DEFAULT_POLICY,
     checkpoints: CheckpointStrategy | None = None,
@@ -266,8 +312,17 @@ def durable(
     ``sync`` runs the steps on worker threads instead of the event loop.
     ``approval_topic``/``approval_timeout``: the signal interruptions wait for,
     and how long (then each undecided call is rejected, the model told why).
+    ``external_tools``: names of the agent's function tools executed
+    elsewhere: a call suspends the session on a single-use signed callback
+    URL (``callback_url`` in its entry of ``state["pending"]``), the body
+    POSTed there is the tool's result the model sees (``{"result": ...}`` or
+    ``{"error": "..."}``); the tool's own function is never called. They
+    share the approval timeout (then the model sees "No result arrived in
+    time.").
     """
-    runner = _Runner(agent, context, model_provider, max_turns)
+    if isinstance(external_tools, str):
+        raise TypeError("external_tools takes tool names (a list or set), not one string")
+    runner = _Runner(agent, context, model_provider, max_turns, external_tools)
     return build_agent(
         name or agent.name,
         runner.advance,

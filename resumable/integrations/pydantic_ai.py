@@ -13,7 +13,11 @@ its result is the run's output as JSON. A tool declared with
 ``requires_approval=True`` (or one that raises ``ApprovalRequired`` or
 ``CallDeferred``) suspends the session on ``Signal("approval")`` with the
 calls in ``state["pending"]``; see ``resumable.integrations._session`` for
-the signal's payload.
+the signal's payload. With ``external_tools=``, a call executed elsewhere
+(an ``ExternalToolset`` tool, or one that raises ``CallDeferred``) is
+answered at a single-use signed callback URL instead, which its pending
+entry carries (``callback_url``): the external executor POSTs the tool's
+result there (``{"result": ...}`` or ``{"error": "..."}``).
 
 Only PydanticAI's public interface is used: a capability passed to
 ``Agent.run`` wraps each model request (``wrap_model_request``) and each tool
@@ -27,14 +31,20 @@ step continues it from the message history.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from pydantic import TypeAdapter
 from pydantic_ai import Agent as PydanticAgent
-from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
+from pydantic_ai import (
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    ToolDenied,
+    ToolFailed,
+)
 from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, ToolCallPart
@@ -130,10 +140,12 @@ class _Runner(Generic[DepsT]):
         agent: PydanticAgent[DepsT, Any],
         deps: Callable[[Any], DepsT] | None,
         run_options: dict[str, Any],
+        external_tools: bool | Collection[str] = False,
     ) -> None:
         self.agent = agent
         self.deps = deps
         self.run_options = run_options
+        self.external_tools = external_tools
         self.output_type = [*_flat(agent.output_type), DeferredToolRequests]
 
     async def advance(
@@ -165,8 +177,14 @@ class _Runner(Generic[DepsT]):
         state["messages"] = _dumped(result.all_messages())
         output = result.output
         if isinstance(output, DeferredToolRequests):
-            return Paused(_pending(output))
+            return Paused(_pending(output, self._by_callback))
         return Finished(to_jsonable_python(output))
+
+    def _by_callback(self, tool: str) -> bool:
+        """Whether an external call of `tool` is answered at a callback URL."""
+        if isinstance(self.external_tools, bool):
+            return self.external_tools
+        return tool in self.external_tools
 
 
 def _flat(output_type: Any) -> list[Any]:
@@ -179,14 +197,19 @@ def _dumped(messages: Sequence[ModelMessage]) -> Any:
     return ModelMessagesTypeAdapter.dump_python(list(messages), mode="json")
 
 
-def _pending(requests: DeferredToolRequests) -> list[dict[str, Any]]:
+def _pending(
+    requests: DeferredToolRequests, by_callback: Callable[[str], bool]
+) -> list[dict[str, Any]]:
     def entry(part: ToolCallPart, kind: str) -> dict[str, Any]:
-        return {
+        call = {
             "id": part.tool_call_id,
             "tool": part.tool_name,
             "args": to_jsonable_python(part.args_as_dict()),
             "kind": kind,
         }
+        if kind == "external" and by_callback(part.tool_name):
+            call["callback_url"] = None  # made when the session waits on it
+        return call
 
     return [entry(p, "approval") for p in requests.approvals] + [
         entry(p, "external") for p in requests.calls
@@ -198,6 +221,8 @@ def _results(decisions: Decisions) -> DeferredToolResults:
     for call_id, decision in decisions.items():
         if "result" in decision:
             results.calls[call_id] = decision["result"]
+        elif "error" in decision:
+            results.calls[call_id] = ToolFailed(str(decision["error"]))
         elif decision.get("approved"):
             results.approvals[call_id] = True
         else:
@@ -214,6 +239,7 @@ def durable(
     sync: bool = False,
     approval_topic: str = "approval",
     approval_timeout: float | timedelta | None = None,
+    external_tools: bool | Collection[str] = False,
     retry: RetryPolicy = DEFAULT_POLICY,
     checkpoints: CheckpointStrategy | None = None,
     **run_options: Any,
@@ -226,13 +252,21 @@ def durable(
     runs the steps on worker threads instead of the worker's event loop.
     ``approval_topic``/``approval_timeout`` are the signal deferred calls wait
     for and how long (then each undecided call is refused, the model told
-    why). ``run_options`` are passed to every ``agent.run`` (``model=``,
-    ``model_settings=``, ``usage_limits=``: limits count per turn).
+    why). ``external_tools``: the tools (``True``: every tool) whose calls
+    executed elsewhere (``ExternalToolset``, ``CallDeferred``) are answered at
+    a single-use signed callback URL of their own, carried by the call's
+    entry in ``state["pending"]`` (``callback_url``), instead of through the
+    signal; they share the approval timeout (then the model sees "No result
+    arrived in time."). ``run_options`` are passed to every ``agent.run``
+    (``model=``, ``model_settings=``, ``usage_limits=``: limits count per
+    turn).
     """
     agent_name = name or agent.name
     if not agent_name:
         raise ValueError("durable(agent) needs name=... when the PydanticAI agent has no name")
-    runner = _Runner(agent, deps, run_options)
+    if isinstance(external_tools, str):
+        raise TypeError("external_tools takes tool names (a list or set) or True, not one string")
+    runner = _Runner(agent, deps, run_options, external_tools)
     return build_agent(
         agent_name,
         runner.advance,
