@@ -31,6 +31,9 @@ if TYPE_CHECKING:
         PermanentError,
         ReducerNotLoadedError,
         ResumableError,
+        ScheduleDefinitionError,
+        ScheduleExistsError,
+        ScheduleNotFoundError,
         SessionExistsError,
         SessionNotFoundError,
         SessionStateError,
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
     )
     from resumable.models.status import SessionStatus
     from resumable.retries import RetryPolicy
+    from resumable.schedules import Schedule
     from resumable.schemas import (
         AcceptPreview,
         Checkpoint,
@@ -50,6 +54,7 @@ if TYPE_CHECKING:
         Delivery,
         Event,
         Page,
+        ScheduleInfo,
         Session,
         ToolCall,
     )
@@ -90,6 +95,9 @@ _HOMES: dict[str, str] = {
     "PermanentError": "resumable.errors",
     "ReducerNotLoadedError": "resumable.errors",
     "ResumableError": "resumable.errors",
+    "ScheduleDefinitionError": "resumable.errors",
+    "ScheduleExistsError": "resumable.errors",
+    "ScheduleNotFoundError": "resumable.errors",
     "SessionExistsError": "resumable.errors",
     "SessionNotFoundError": "resumable.errors",
     "SessionStateError": "resumable.errors",
@@ -100,6 +108,7 @@ _HOMES: dict[str, str] = {
     "UnstorableArgumentError": "resumable.errors",
     "SessionStatus": "resumable.models.status",
     "RetryPolicy": "resumable.retries",
+    "Schedule": "resumable.schedules",
     "AcceptPreview": "resumable.schemas",
     "Checkpoint": "resumable.schemas",
     "CheckpointState": "resumable.schemas",
@@ -107,6 +116,7 @@ _HOMES: dict[str, str] = {
     "Delivery": "resumable.schemas",
     "Event": "resumable.schemas",
     "Page": "resumable.schemas",
+    "ScheduleInfo": "resumable.schemas",
     "Session": "resumable.schemas",
     "ToolCall": "resumable.schemas",
     "Settings": "resumable.settings",
@@ -146,6 +156,8 @@ __all__ = [
     "Timer",
     "Wait",
     "Wake",
+    # Starting them on a schedule
+    "Schedule",
     # Running them
     "AsyncClient",
     "Client",
@@ -160,6 +172,7 @@ __all__ = [
     "Delivery",
     "Event",
     "Page",
+    "ScheduleInfo",
     "Session",
     "ToolCall",
     "SharedDocument",
@@ -173,6 +186,9 @@ __all__ = [
     "DeadLetterNotFoundError",
     "DeadLetterStateError",
     "IdempotencyConflictError",
+    "ScheduleDefinitionError",
+    "ScheduleExistsError",
+    "ScheduleNotFoundError",
     "InvalidCursorError",
     "InvalidArgumentError",
     "InvalidPatchError",

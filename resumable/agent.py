@@ -16,7 +16,7 @@ import json
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 from resumable._internal.serialization import unstorable_text
@@ -25,11 +25,13 @@ from resumable.errors import (
     AgentDefinitionError,
     InvalidStepResultError,
     ResumableError,
+    ScheduleDefinitionError,
     UnknownAgentError,
     UnknownCheckError,
     UnknownStepError,
 )
 from resumable.retries import DEFAULT_POLICY, RetryPolicy
+from resumable.schedules import CatchUp, Overlap, Schedule
 from resumable.waits import Wait
 
 if TYPE_CHECKING:
@@ -116,6 +118,7 @@ class Agent:
         self.retry = _checked_policy(retry, f"agent {name!r}: retry")
         #: How each step's checkpoint row is stored (see resumable/checkpoints.py).
         self.checkpoints: CheckpointStrategy = _checked_strategy(name, checkpoints)
+        self._schedules: list[Schedule] = []
 
     @overload
     def step(
@@ -265,6 +268,48 @@ class Agent:
             return fn
 
         return register
+
+    def schedule(
+        self,
+        name: str,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        timezone: str = "UTC",
+        input: Any = None,
+        catch_up: CatchUp = "skip",
+        overlap: Overlap = "skip",
+    ) -> Schedule:
+        """Start a session of this agent with `input` on a cron expression (in
+        `timezone`) or `every` so many seconds. Each worker that loads the
+        agent records the schedule when it starts; the scheduler process
+        starts its sessions, one per due time however many schedulers run.
+        ``catch_up`` ("skip", "latest" or "all") says what due times missed
+        while no scheduler ran do; ``overlap`` ("skip", "allow" or "queue")
+        what a due time does while the schedule's last session is still live.
+        See ``resumable/schedules.py``."""
+        try:
+            defined = Schedule(
+                name=name,
+                agent=self.name,
+                cron=cron,
+                every=every,
+                timezone=timezone,
+                input=input,
+                catch_up=catch_up,
+                overlap=overlap,
+            )
+        except ScheduleDefinitionError as exc:
+            raise AgentDefinitionError(f"agent {self.name!r}: {exc.message}") from None
+        if any(existing.name == name for existing in self._schedules):
+            raise AgentDefinitionError(f"agent {self.name!r} already has a schedule named {name!r}")
+        self._schedules.append(defined)
+        return defined
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        """The schedules this agent's code defines (``schedule``)."""
+        return list(self._schedules)
 
     @property
     def takes_over(self) -> list[int]:
@@ -515,6 +560,13 @@ class AgentRegistry:
         if existing is not None and existing is not agent:
             raise AgentDefinitionError(f"two different agents are named {agent.name!r}")
         agent.start_step  # noqa: B018 - validates the definition early
+        for schedule in agent.schedules:
+            for other in self._agents.values():
+                if other is not agent and any(s.name == schedule.name for s in other.schedules):
+                    raise AgentDefinitionError(
+                        f"agents {other.name!r} and {agent.name!r} both define a schedule "
+                        f"named {schedule.name!r}: a schedule's name is unique"
+                    )
         self._agents[agent.name] = agent
 
     def get(self, name: str) -> Agent:

@@ -36,6 +36,7 @@ from resumable.client import HUNG_AFTER_SECONDS, Client, Started, WaitSchedule
 from resumable.coordination.records import SharedDocument, SharedVersion
 from resumable.models.agent_queries import UnservedAgent
 from resumable.models.step_queries import HungSession
+from resumable.schedules import Schedule
 from resumable.schemas import (
     AcceptPreview,
     Checkpoint,
@@ -45,6 +46,7 @@ from resumable.schemas import (
     Delivery,
     Event,
     Page,
+    ScheduleInfo,
     Session,
 )
 from resumable.services import arguments
@@ -322,6 +324,35 @@ class AsyncClient:
             step=step,
             limit=limit,
             cursor=cursor,
+        )
+
+    async def create_schedule(
+        self, schedule: Schedule, *, actor: str = "python", paused: bool = False
+    ) -> ScheduleInfo:
+        return await self._run(self.client.create_schedule, schedule, actor=actor, paused=paused)
+
+    async def schedules(self, *, agent: str | None = None, limit: int = 100) -> list[ScheduleInfo]:
+        return await self._run(self.client.schedules, agent=agent, limit=limit)
+
+    async def schedule(self, name: str) -> ScheduleInfo:
+        return await self._run(self.client.schedule, name)
+
+    async def pause_schedule(
+        self, name: str, *, reason: str | None = None, actor: str = "python"
+    ) -> ScheduleInfo:
+        return await self._run(self.client.pause_schedule, name, reason=reason, actor=actor)
+
+    async def resume_schedule(self, name: str, *, actor: str = "python") -> ScheduleInfo:
+        return await self._run(self.client.resume_schedule, name, actor=actor)
+
+    async def delete_schedule(self, name: str, *, actor: str = "python") -> None:
+        await self._run(self.client.delete_schedule, name, actor=actor)
+
+    async def trigger_schedule(
+        self, name: str, *, actor: str = "python", idempotency_key: str | None = None
+    ) -> uuid.UUID:
+        return await self._run(
+            self.client.trigger_schedule, name, actor=actor, idempotency_key=idempotency_key
         )
 
     async def dead_letter(self, dead_letter_id: int) -> DeadLetter:

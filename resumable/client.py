@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from resumable import tracing
 from resumable._internal import serialization
+from resumable._internal.serialization import unstorable_text
 from resumable.agent import AgentRegistry
 from resumable.broker.messages import enqueue_after_commit
 from resumable.coordination import children, shared
@@ -38,6 +39,8 @@ from resumable.errors import (
     InvalidArgumentError,
     InvalidCursorError,
     NotSerializableError,
+    ScheduleDefinitionError,
+    ScheduleNotFoundError,
     SessionNotFoundError,
     SessionStateError,
     UnstorableArgumentError,
@@ -47,6 +50,7 @@ from resumable.models.agent_queries import UnservedAgent
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.models.step_queries import HungSession
+from resumable.schedules import Schedule, check_schedule_name
 from resumable.schemas import (
     AcceptPreview,
     Checkpoint,
@@ -56,12 +60,14 @@ from resumable.schemas import (
     Delivery,
     Event,
     Page,
+    ScheduleInfo,
     Session,
 )
 from resumable.services import arguments
 from resumable.services.blocked import BlockedSessions
 from resumable.services.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.services.inbox import Inbox, Verdict
+from resumable.services.schedules import Schedules
 from resumable.services.time_travel import TimeTravel
 from resumable.settings import Settings, check_urls, load_settings
 
@@ -694,6 +700,60 @@ class Client:
         rows = shared.history(self.db, name, limit=limit, before=before)
         return [SharedVersion.from_row(row) for row in rows]
 
+    # -- schedules -------------------------------------------------------------------
+
+    def create_schedule(
+        self, schedule: Schedule, *, actor: str = "python", paused: bool = False
+    ) -> ScheduleInfo:
+        """Create a schedule at run time (``resumable.Schedule(...)``). The same
+        definition under its name again answers the existing schedule; another
+        is ScheduleExistsError. Its agent must have been announced by a worker."""
+        row, _ = self._schedules().create(schedule, actor=actor, paused=paused)
+        return ScheduleInfo.from_row(row)
+
+    def schedules(self, *, agent: str | None = None, limit: int = 100) -> list[ScheduleInfo]:
+        """Schedules by name (this agent's only, if given), at most `limit`."""
+        if agent is not None:
+            arguments.text(agent, "agent")
+        rows = self._schedules().page(
+            limit=arguments.count(limit, "limit", maximum=1000), agent=agent
+        )
+        return [ScheduleInfo.from_row(row) for row in rows]
+
+    def schedule(self, name: str) -> ScheduleInfo:
+        """One schedule; ScheduleNotFoundError if none has this name."""
+        return ScheduleInfo.from_row(self._schedules().get(_schedule_name(name)))
+
+    def pause_schedule(
+        self, name: str, *, reason: str | None = None, actor: str = "python"
+    ) -> ScheduleInfo:
+        """Start nothing until resumed."""
+        return ScheduleInfo.from_row(
+            self._schedules().pause(_schedule_name(name), actor=actor, reason=reason)
+        )
+
+    def resume_schedule(self, name: str, *, actor: str = "python") -> ScheduleInfo:
+        """Start sessions again from now on: the due times of the pause start nothing."""
+        return ScheduleInfo.from_row(self._schedules().resume(_schedule_name(name), actor=actor))
+
+    def delete_schedule(self, name: str, *, actor: str = "python") -> None:
+        """Delete a schedule; the sessions it started go on."""
+        self._schedules().delete(_schedule_name(name), actor=actor)
+
+    def trigger_schedule(
+        self, name: str, *, actor: str = "python", idempotency_key: str | None = None
+    ) -> uuid.UUID:
+        """Start a session of the schedule now (whatever its overlap policy,
+        paused or not); its due times stay as they were. The same
+        `idempotency_key` again answers the session it started."""
+        arguments.idempotency_key(idempotency_key)
+        return self._schedules().trigger(
+            _schedule_name(name), actor=actor, idempotency_key=idempotency_key
+        )
+
+    def _schedules(self) -> Schedules:
+        return Schedules(self.settings, self.db, lambda: self.broker)
+
     def _dead_letters(self) -> DeadLetters:
         return DeadLetters(self.settings, self.db, self.broker)
 
@@ -739,6 +799,17 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         return datetime.fromisoformat(created_at), uuid.UUID(session_id)
     except (ValueError, TypeError) as exc:
         raise InvalidCursorError(f"invalid cursor {cursor[:40]!r}") from exc
+
+
+def _schedule_name(name: object) -> str:
+    """A name to look up: any text is a name that may not exist, except text
+    no schedule can have (refused as a bad argument, not a missing one)."""
+    try:
+        return check_schedule_name(name)
+    except ScheduleDefinitionError:
+        if isinstance(name, str) and name and not unstorable_text(name) and len(name) <= 1000:
+            raise ScheduleNotFoundError(f"no schedule is named {name[:140]!r}") from None
+        raise
 
 
 def dead_letter_cursor(cursor: str | None) -> int | None:

@@ -196,6 +196,24 @@ class InvalidDrainError(ResumableError):
     code = "invalid_drain"
 
 
+class ScheduleDefinitionError(InvalidArgumentError):
+    """The schedule's definition is invalid (its cron, interval, time zone or policies)."""
+
+    code = "invalid_schedule"
+
+
+class ScheduleNotFoundError(ResumableError):
+    """No schedule has this name."""
+
+    code = "schedule_not_found"
+
+
+class ScheduleExistsError(ResumableError):
+    """A schedule with this name already exists with another definition."""
+
+    code = "schedule_exists"
+
+
 class CheckpointNotFoundError(ResumableError):
     """The session has no such checkpoint."""
 

@@ -40,11 +40,13 @@ from pydantic_core import core_schema
 from typing_extensions import TypeAliasType
 
 from resumable.models.status import SessionStatus, ToolCallStatus
+from resumable.schedules import describe
 
 if TYPE_CHECKING:
     from resumable.models.records import (
         AuditEventRecord,
         DeadLetterRecord,
+        ScheduleRecord,
         SessionRecord,
         ToolCallRecord,
     )
@@ -600,6 +602,106 @@ class DeadLetter(Record):
             resolved_at=row.resolved_at,
             resolved_by=row.resolved_by,
             resolution=row.resolution,
+        )
+
+
+class ScheduleInfo(Record):
+    """A schedule: when it starts sessions of its agent, and what it did last
+    (``GET /v1/schedules/{name}``, ``Client.schedule``)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "weekday-summary",
+                    "agent": "support",
+                    "cron": "0 8 * * 1-5",
+                    "every_seconds": None,
+                    "timezone": "Europe/Paris",
+                    "when": "At 08:00 on Monday through Friday (Europe/Paris)",
+                    "input": {"inbox": "support"},
+                    "catch_up": "skip",
+                    "overlap": "skip",
+                    "source": "code",
+                    "paused": False,
+                    "paused_by": None,
+                    "paused_reason": None,
+                    "next_due_at": "2026-12-07T07:00:00Z",
+                    "queued_due_at": None,
+                    "last_due_at": "2026-12-04T07:00:00Z",
+                    "last_session_id": "3f1c9b7e-8d2a-4c51-9a0e-6b7f2d9c1e45",
+                    "last_started_at": "2026-12-04T07:00:00.214Z",
+                    "started_runs": 41,
+                    "skipped_runs": 0,
+                    "created_at": "2026-10-01T12:00:00Z",
+                    "created_by": "worker:host:4242",
+                    "updated_at": "2026-10-01T12:00:00Z",
+                }
+            ]
+        }
+    )
+
+    name: str
+    agent: str
+    cron: str | None = Field(description="A five-field cron expression, read in `timezone`.")
+    every_seconds: float | None = Field(description="Or: the interval, in seconds.")
+    timezone: str
+    when: str = Field(description="When it starts sessions, in words.")
+    input: JsonValue = Field(description="Each session's input.")
+    catch_up: Literal["skip", "latest", "all"] = Field(
+        description="Due times missed while no scheduler ran: skipped, the latest started, "
+        "or all started."
+    )
+    overlap: Literal["skip", "allow", "queue"] = Field(
+        description="A due time while its last session is live: skipped, another session "
+        "beside it, or one queued until it ends."
+    )
+    source: Literal["code", "api"] = Field(
+        description="`code`: defined on its agent (`agent.schedule`), recorded by workers; "
+        "`api`: created at run time."
+    )
+    paused: bool
+    paused_by: str | None
+    paused_reason: str | None
+    next_due_at: datetime = Field(description="The next due time not yet handled.")
+    queued_due_at: datetime | None = Field(
+        description="A due time queued until the live session ends (`overlap: queue`)."
+    )
+    last_due_at: datetime | None
+    last_session_id: uuid.UUID | None = Field(description="The last session it started.")
+    last_started_at: datetime | None
+    started_runs: int
+    skipped_runs: int
+    created_at: datetime
+    created_by: str | None
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: ScheduleRecord) -> ScheduleInfo:
+        return cls(
+            name=row.name,
+            agent=row.agent,
+            cron=row.cron,
+            every_seconds=row.every_seconds,
+            timezone=row.timezone,
+            when=describe(row.cron, row.every_seconds, row.timezone),
+            input=row.input,
+            catch_up=row.catch_up,
+            overlap=row.overlap,
+            source=row.source,
+            paused=row.paused,
+            paused_by=row.paused_by,
+            paused_reason=row.paused_reason,
+            next_due_at=row.next_due_at,
+            queued_due_at=row.queued_due_at,
+            last_due_at=row.last_due_at,
+            last_session_id=row.last_session_id,
+            last_started_at=row.last_started_at,
+            started_runs=row.started_runs,
+            skipped_runs=row.skipped_runs,
+            created_at=row.created_at,
+            created_by=row.created_by,
+            updated_at=row.updated_at,
         )
 
 

@@ -191,6 +191,14 @@ class Settings(BaseSettings):
         le=3600,
         description="How often the scheduler wakes due timers and polls and reconciles.",
     )
+    schedule_grace_seconds: float = Field(
+        default=60.0,
+        ge=1,
+        le=_DAY,
+        description="A schedule's due time that a scheduler handles later than this after it "
+        "(no scheduler ran, or the database was down) is missed: its catch_up policy says "
+        "whether it still starts a session.",
+    )
 
     alert_webhook_url: str | None = Field(
         default=None,

@@ -21,4 +21,5 @@ RUNTIME_TABLES = (
     "shared_versions",
     "coordination_locks",
     "activity_samples",
+    "schedules",
 )

@@ -29,6 +29,7 @@ COMMANDS = {
     "sessions": "resumable.cli.sessions:sessions",
     "reconcile": "resumable.cli.sessions:reconcile",
     "dlq": "resumable.cli.dlq:dlq",
+    "schedules": "resumable.cli.schedules:schedules",
     "shared": "resumable.cli.shared:shared",
     "services": "resumable.cli.services:services",
 }

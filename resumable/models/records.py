@@ -141,3 +141,33 @@ class DeadLetterRecord:
     resolved_at: datetime | None = None
     resolved_by: str | None = None
     resolution: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class ScheduleRecord:
+    """A row of `schedules`: a schedule's definition, its next due time and its last run."""
+
+    name: str
+    agent: str
+    cron: str | None = None
+    every_seconds: float | None = None
+    timezone: str
+    input: Any = None
+    catch_up: str
+    overlap: str
+    source: str
+    agent_version: int = 0
+    paused: bool = False
+    paused_by: str | None = None
+    paused_reason: str | None = None
+    anchor_at: datetime
+    next_due_at: datetime
+    queued_due_at: datetime | None = None
+    last_due_at: datetime | None = None
+    last_session_id: uuid.UUID | None = None
+    last_started_at: datetime | None = None
+    started_runs: int = 0
+    skipped_runs: int = 0
+    created_at: datetime
+    created_by: str | None = None
+    updated_at: datetime

@@ -706,3 +706,62 @@ class ActivitySampleRow(SQLModel, table=True):
     resumes: int | None = Field(default=None, sa_column=sa.Column(sa.Integer, nullable=True))
     resume_p50_ms: float | None = Field(default=None, sa_column=sa.Column(sa.Float, nullable=True))
     resume_p95_ms: float | None = Field(default=None, sa_column=sa.Column(sa.Float, nullable=True))
+
+
+class ScheduleRow(SQLModel, table=True):
+    """A schedule (``resumable/schedules.py``, migration 0024): when to start
+    a session of `agent`, and what its last run did. ``next_due_at`` is the
+    next due time not yet handled; the scheduler locks a due row while it
+    starts its sessions and moves it on in the same transaction."""
+
+    __tablename__ = "schedules"
+    __table_args__ = (
+        sa.CheckConstraint("(cron IS NULL) <> (every_seconds IS NULL)", name="cron_or_every"),
+        sa.CheckConstraint("catch_up IN ('skip','latest','all')", name="catch_up"),
+        sa.CheckConstraint("overlap IN ('skip','allow','queue')", name="overlap"),
+        sa.CheckConstraint("source IN ('code','api')", name="source"),
+        # The scheduler's pass: due rows that are not paused, oldest first.
+        sa.Index(
+            "ix_schedules_next_due_at",
+            "next_due_at",
+            postgresql_where=sa.text("NOT paused"),
+        ),
+    )
+
+    name: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    agent: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    cron: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    every_seconds: float | None = Field(default=None, sa_column=sa.Column(sa.Float, nullable=True))
+    timezone: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    input: Any = Field(default=None, sa_column=_jsonb())
+    catch_up: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    overlap: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    source: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    # The version of the agent whose code defined it (0: unversioned, or made
+    # at run time): during a rolling deploy an older worker that starts does
+    # not put back its older definition.
+    agent_version: int = Field(
+        default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
+    )
+    paused: bool = Field(
+        default=False, sa_column=sa.Column(sa.Boolean, nullable=False, server_default="false")
+    )
+    paused_by: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    paused_reason: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    anchor_at: datetime = Field(sa_column=_timestamp())
+    next_due_at: datetime = Field(sa_column=_timestamp())
+    queued_due_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    last_due_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    last_session_id: uuid.UUID | None = Field(
+        default=None, sa_column=sa.Column(sa.Uuid, nullable=True)
+    )
+    last_started_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    started_runs: int = Field(
+        default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0")
+    )
+    skipped_runs: int = Field(
+        default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0")
+    )
+    created_at: datetime = Field(sa_column=_timestamp(default_now=True))
+    created_by: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    updated_at: datetime = Field(sa_column=_timestamp(default_now=True))

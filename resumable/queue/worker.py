@@ -56,6 +56,7 @@ from resumable.queue.startup_check import (
 from resumable.queue.thread_driver import ThreadDriver
 from resumable.queue.vitals import Vital, VitalSigns
 from resumable.queue.worker_metrics import watch as serve_health_from
+from resumable.services.schedules import Schedules
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -173,6 +174,10 @@ def announce_agents(runtime: WorkerRuntime) -> list[str]:
             )
     announce_versions(runtime.db, runtime.registry)
     warn_of_other_code(runtime.db, runtime.identity.worker_id, runtime.registry)
+    # The schedules its agents define in code (new or changed ones only).
+    Schedules(runtime.settings, runtime.db, None).sync_from_code(
+        list(runtime.registry), worker=runtime.identity.worker_id
+    )
     return unserved
 
 

@@ -29,6 +29,7 @@ from resumable.scheduler.alerts import AlertSender, sync_lingering
 from resumable.scheduler.reconcile import reconcile
 from resumable.scheduler.retention import compact_histories, retire_old_sessions
 from resumable.services.inbox import Inbox
+from resumable.services.schedules import Schedules
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -150,6 +151,10 @@ class SchedulerJobs:
         a release and the grant) or whose holder finished without releasing."""
         return locks.grant_waiting(self.db, self.broker, self.settings)
 
+    def start_schedules(self) -> int:
+        """Start the sessions of due schedules (``services/schedules.py``)."""
+        return len(Schedules(self.settings, self.db, self.broker).start_due().started)
+
     def wake_parents(self) -> int:
         """Parents whose children finished but whose wake-up was missed."""
         return children.wake_waiting_parents(self.db, self.broker, self.settings)
@@ -158,6 +163,7 @@ class SchedulerJobs:
     def jobs(self) -> list[Callable[[], object]]:
         return [
             self.wake_due,
+            self.start_schedules,
             self.wake_due_retries,
             self.wake_stranded,
             self.reconcile,

@@ -33,6 +33,7 @@ from resumable.webhooks import (
     dead_letter_routes,
     health_routes,
     metrics_routes,
+    schedule_routes,
     session_routes,
     shared_routes,
 )
@@ -55,6 +56,7 @@ ROUTES: tuple[BaseRoute, ...] = (
     *session_routes.routes,
     *checkpoint_routes.routes,
     *dead_letter_routes.routes,
+    *schedule_routes.routes,
     *health_routes.routes,
     *metrics_routes.routes,
     *shared_routes.routes,

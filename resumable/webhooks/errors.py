@@ -27,6 +27,9 @@ from resumable.errors import (
     NotSerializableError,
     ReducerNotLoadedError,
     ResumableError,
+    ScheduleDefinitionError,
+    ScheduleExistsError,
+    ScheduleNotFoundError,
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
@@ -67,6 +70,9 @@ _CLIENT_ERRORS: dict[type[ResumableError], int] = {
     CheckpointNotFoundError: 404,
     # The checkpoint exists; this deployment lacks the code to rebuild it.
     ReducerNotLoadedError: 409,
+    ScheduleDefinitionError: 422,
+    ScheduleNotFoundError: 404,
+    ScheduleExistsError: 409,
 }
 
 

@@ -34,6 +34,7 @@ _TAGS = [
     {"name": "signals and callbacks", "description": "Deliver events to waiting sessions."},
     {"name": "time travel", "description": "Checkpoints, past states and forks."},
     {"name": "dead letters", "description": "Inspect, retry, discard and drain failures."},
+    {"name": "schedules", "description": "Start sessions on a cron expression or an interval."},
     {"name": "shared state", "description": "Documents sessions share, and their history."},
     {"name": "operations", "description": "Health, readiness, metrics and this document."},
 ]

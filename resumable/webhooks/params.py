@@ -20,7 +20,7 @@ from starlette.requests import Request
 
 from resumable.errors import InvalidCursorError
 from resumable.webhooks.errors import ApiError
-from resumable.webhooks.request_models import MAX_ID, MAX_SEQ
+from resumable.webhooks.request_models import MAX_ID, MAX_SEQ, SCHEDULE_NAME_PATTERN
 
 Value = TypeVar("Value")
 
@@ -129,6 +129,15 @@ TOPIC: PathParam[str] = PathParam(
     status=422,
     code="invalid_request",
     example="approval",
+)
+SCHEDULE_NAME: PathParam[str] = PathParam(
+    "name",
+    "The schedule's name.",
+    {"type": "string", "pattern": SCHEDULE_NAME_PATTERN},
+    _matching(SCHEDULE_NAME_PATTERN),
+    code="schedule_not_found",
+    example="weekday-summary",
+    _what="schedule",
 )
 TOKEN: PathParam[str] = PathParam(
     "token",

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from resumable.models.status import SessionStatus
+from resumable.schedules import MAX_EVERY_SECONDS, MAX_SCHEDULE_NAME_LENGTH
 from resumable.schemas import JsonValue
 from resumable.services.dead_letters import MAX_RATE, MIN_RATE, Compensation
 from resumable.webhooks.errors import ApiError
@@ -43,6 +44,7 @@ MAX_DRAIN_LIMIT = 100_000
 
 NAME_PATTERN = r"^[A-Za-z0-9_.:\-]{1,200}$"
 NO_NUL_PATTERN = r"^[^\x00]*$"
+SCHEDULE_NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._:-]{{0,{MAX_SCHEDULE_NAME_LENGTH - 1}}}$"
 # Not blank as Python's str.strip() sees it (what the library and the CLI
 # refuse), spelt out: `\S` differs by regex engine (pydantic's Rust one, the one
 # a client validates the JSON Schema with), and lets \x1c-\x1f through in Rust.
@@ -71,6 +73,9 @@ def _integer_text(value: Any) -> Any:
 
 
 Name = Annotated[StrictStr, Field(pattern=NAME_PATTERN, examples=["support"])]
+ScheduleName = Annotated[
+    StrictStr, Field(pattern=SCHEDULE_NAME_PATTERN, examples=["weekday-summary"])
+]
 Text = Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=NO_NUL_PATTERN)]
 Reason = Annotated[StrictStr, Field(max_length=2000, pattern=NO_NUL_PATTERN)]
 NonBlankReason = Annotated[
@@ -185,6 +190,52 @@ class CreateSession(_Body):
     session_id: uuid.UUID | None = Field(
         default=None, description="Choose the id yourself; 409 if it is taken."
     )
+
+
+class CreateSchedule(_Body):
+    """A schedule created at run time (``resumable/schedules.py``): a cron
+    expression or an interval; 422 `invalid_schedule` for a bad one."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "weekday-summary",
+                    "agent": "support",
+                    "cron": "0 8 * * 1-5",
+                    "timezone": "Europe/Paris",
+                    "input": {"inbox": "support"},
+                },
+                {"name": "refund-check", "agent": "support", "every_seconds": 900},
+            ]
+        }
+    )
+
+    name: ScheduleName
+    agent: Name = Field(description="An announced agent; 422 `unknown_agent` otherwise.")
+    cron: (
+        Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=NO_NUL_PATTERN)] | None
+    ) = Field(default=None, description="Five fields: minute hour day-of-month month day-of-week.")
+    every_seconds: (
+        Annotated[float, Field(strict=True, ge=1, le=MAX_EVERY_SECONDS, allow_inf_nan=False)] | None
+    ) = Field(default=None, description="Or: every so many seconds, from now.")
+    timezone: Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=NO_NUL_PATTERN)] = (
+        Field(default="UTC", description="The cron expression's IANA time zone.")
+    )
+    input: JsonValue = Field(default=None, description="Each session's input.")
+    catch_up: Literal["skip", "latest", "all"] = Field(
+        default="skip", description="Due times missed while no scheduler ran."
+    )
+    overlap: Literal["skip", "allow", "queue"] = Field(
+        default="skip", description="A due time while the last session is live."
+    )
+    paused: StrictBool = Field(default=False, description="Create it paused.")
+
+
+class PauseSchedule(_Body):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"reason": "inbox migration"}]})
+
+    reason: Reason | None = None
 
 
 class CancelSession(_Body):
@@ -320,6 +371,14 @@ class _Query(BaseModel):
     """Unknown query parameters are ignored, as HTTP caches and proxies add some."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class ListSchedules(_Query):
+    agent: Name | None = None
+    limit: Annotated[int, Field(ge=1, le=1000, description="Schedules per page."), Digits] = 100
+    cursor: ScheduleName | None = Field(
+        default=None, description="The last name of the previous page."
+    )
 
 
 class ListSessions(_Query):

@@ -160,3 +160,21 @@ class BlockedSessionOutcome(Record):
     superseded: list[SupersededCall] = Field(
         description="The recorded calls an `accept` superseded (empty otherwise)."
     )
+
+
+class TriggeredSchedule(Record):
+    """What ``POST /v1/schedules/{name}/trigger`` started."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "schedule": "weekday-summary",
+                    "session_id": "3f1c9b7e-8d2a-4c51-9a0e-6b7f2d9c1e45",
+                }
+            ]
+        }
+    )
+
+    schedule: str
+    session_id: uuid.UUID

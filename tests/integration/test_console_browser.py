@@ -485,3 +485,57 @@ def test_the_workers_page_lists_the_live_worker_its_agents_and_what_no_worker_se
     tab.shot("workers")
     client.cancel(orphan, actor="test", reason="test over")
     assert not tab.dialogs and not tab.errors
+
+
+def test_an_operator_pauses_runs_resumes_and_deletes_a_schedule(
+    tab: Tab, client: Client, db: Database
+) -> None:
+    from resumable import Schedule
+
+    wait_until(lambda: _announced(db, "console_waiting"), what="the worker's agents")
+    client.create_schedule(
+        Schedule("nightly-review", "console_waiting", cron="30 2 * * *", timezone="Europe/Berlin")
+    )
+    tab.go("/ui/schedules")
+    tab.log_in()
+    tab.page.wait_for_url("**/ui/schedules")
+    row = tab.page.locator("#schedule-nightly-review")
+    assert "At 02:30 every day (Europe/Berlin)" in row.inner_text()
+    assert "active" in row.inner_text()
+
+    row.locator("input[name=reason]").fill("release freeze")
+    row.locator("button:has-text('Pause')").click()
+    assert "starts nothing until resumed" in tab.text("#notice")
+    row = tab.page.locator("#schedule-nightly-review")
+    assert "paused" in row.inner_text() and "release freeze" in row.inner_text()
+    assert "by console:Ada" in row.inner_text()
+    tab.shot("schedules-paused")
+
+    row.locator("button:has-text('Run now')").click()
+    tab.page.wait_for_url("**/ui/sessions/*")
+    session_id = uuid.UUID(tab.page.url.rsplit("/", 1)[1].split("?")[0])
+    assert client.get(session_id).agent == "console_waiting"
+    wait_until(lambda: client.get(session_id).status == "suspended", what="the run to wait")
+
+    tab.go("/ui/schedules")
+    row = tab.page.locator("#schedule-nightly-review")
+    assert str(session_id)[:8] in row.inner_text()
+    row.locator("button:has-text('Resume')").click()
+    assert "starts sessions again" in tab.text("#notice")
+    assert not client.schedule("nightly-review").paused
+
+    # Delete needs its box ticked (the browser refuses the form without it).
+    row = tab.page.locator("#schedule-nightly-review")
+    row.locator("button:has-text('Delete')").click()
+    assert client.schedule("nightly-review").name == "nightly-review"
+    row.locator("input[name=sure]").check()
+    row.locator("button:has-text('Delete')").click()
+    assert "Its sessions go on" in tab.text("#notice")
+    assert "No schedules yet" in tab.text("#schedules")
+    assert client.get(session_id).status == "suspended"
+    assert tab.dialogs == [] and tab.errors == []
+
+
+def _announced(db: Database, agent: str) -> bool:
+    with db.connection() as conn:
+        return conn.execute("SELECT 1 FROM agents WHERE name = %s", (agent,)).fetchone() is not None

@@ -101,6 +101,7 @@ def world(
         "compensated": str(compensated),
         "compensated_letter": letters[str(compensated)],
         "job_id": "no-such-drain",
+        "name": "no-such-schedule",
     }
 
 
@@ -130,7 +131,7 @@ def test_every_console_route_needs_the_session_cookie(
     app: Starlette, console: Starlette, browser: TestClient
 ) -> None:
     assert {"/", "/ui/login", "/ui/static"} == CONSOLE_PUBLIC_ROUTES
-    values = {"session_id": str(uuid.uuid4()), "dead_letter_id": "1", "job_id": "x"}
+    values = {"session_id": str(uuid.uuid4()), "dead_letter_id": "1", "job_id": "x", "name": "x"}
     signer = CookieSigner([API_TOKEN])
     forged = {
         "no cookie": None,

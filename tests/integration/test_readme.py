@@ -141,6 +141,7 @@ def test_every_python_block_is_run_or_checked() -> None:
             ("docs/guides/versions.md", "agent trip"): 1,
             ("docs/guides/embedding.md", "excerpt"): 1,
             ("docs/guides/frameworks.md", "standalone"): 2,
+            ("docs/guides/schedules.md", "agent inbox_summary"): 1,
         }
     )
     for page, test in RUN_ELSEWHERE.items():
@@ -240,7 +241,12 @@ def test_every_agent_definition_loads_as_a_worker_would(settings: Settings) -> N
         "AgentRegistry([v for v in list(globals().values()) if isinstance(v, Agent)])\n"
     )
     frameworks = "docs/guides/frameworks.md"
-    blocks = [*_of("agent booking"), *_of("agent trip"), *_of("standalone")]
+    blocks = [
+        *_of("agent booking"),
+        *_of("agent trip"),
+        *_of("standalone"),
+        *_of("agent inbox_summary"),
+    ]
     for block in [b for b in blocks if b.page != frameworks]:
         ran = _run(Block(block.page, block.source + register, None), settings)
         assert ran.returncode == 0, f"{block.page}: {ran.stderr}"

@@ -23,6 +23,7 @@ from resumable.models import records, tables
         (records.AuditEventRecord, tables.AuditEventRow),
         (records.SessionRecord, tables.SessionRow),
         (records.DeadLetterRecord, tables.DeadLetterRow),
+        (records.ScheduleRecord, tables.ScheduleRow),
     ],
     ids=lambda value: getattr(value, "__name__", ""),
 )

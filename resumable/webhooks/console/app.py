@@ -28,6 +28,7 @@ from resumable.webhooks.auth import BearerAuth, accepted_tokens, console_auth_mi
 from resumable.webhooks.console import (
     dead_letter_pages,
     login_routes,
+    schedule_pages,
     session_actions,
     session_pages,
     worker_pages,
@@ -121,6 +122,7 @@ def build_console(settings: Settings, auth: BearerAuth, web: Callable[[], WebSta
             *session_actions.routes,
             *dead_letter_pages.routes,
             *worker_pages.routes,
+            *schedule_pages.routes,
             Mount(
                 "/ui/static",
                 StaticFiles(packages=[("resumable.webhooks.console", "static")]),
