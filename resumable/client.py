@@ -755,7 +755,7 @@ class Client:
         return Schedules(self.settings, self.db, lambda: self.broker)
 
     def _dead_letters(self) -> DeadLetters:
-        return DeadLetters(self.settings, self.db, self.broker)
+        return DeadLetters(self.settings, self.db, lambda: self.broker)
 
     def _blocked(self) -> BlockedSessions:
         return BlockedSessions(self.settings, self.db, self.broker)

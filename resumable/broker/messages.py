@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, TypeAlias
 
 from resumable._internal.reachability import reason
 from resumable.broker.send_gate import gate_of
@@ -32,6 +32,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SESSION_ACTOR = "resumable_run_session"
+
+#: A broker, or a function that builds one when a send first needs it (a
+#: command that only reads never loads dramatiq and redis-py).
+BrokerSource: TypeAlias = "dramatiq.Broker | Callable[[], dramatiq.Broker]"
+
+
+def broker_of(source: BrokerSource) -> dramatiq.Broker:
+    """The broker a source names, built now if it is a function."""
+    return source() if callable(source) else source
 
 
 def session_message(settings: Settings, session_id: uuid.UUID | str) -> dramatiq.Message[None]:

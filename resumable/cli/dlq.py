@@ -125,7 +125,7 @@ def dlq_list(
         agent, error_type, step, since, until, compensation, None if status == "all" else status
     )
     with connected(settings) as c:
-        rows, next_before = DeadLetters(settings, c.db, c.client.broker).find(
+        rows, next_before = DeadLetters(settings, c.db, lambda: c.client.broker).find(
             where, limit=limit, before_id=dead_letter_cursor(cursor)
         )
     page = Page[DeadLetter](
@@ -196,7 +196,7 @@ def dlq_retry(
     parse_text(reason, "--reason")
     with connected(settings, broker=True) as c:
         number = resolve_dead_letter(c.db, dead_letter_id)
-        session_id = DeadLetters(settings, c.db, c.client.broker).retry(
+        session_id = DeadLetters(settings, c.db, lambda: c.client.broker).retry(
             number, actor=actor(by), reason=reason, state_patch=state_patch
         )
     console.print(f"retrying session {session_id}", highlight=False)
@@ -212,7 +212,9 @@ def dlq_discard(settings: Settings, dead_letter_id: str, reason: str, by: str | 
     parse_text(reason, "--reason")
     with connected(settings) as c:
         number = resolve_dead_letter(c.db, dead_letter_id)
-        DeadLetters(settings, c.db, c.client.broker).discard(number, actor=actor(by), reason=reason)
+        DeadLetters(settings, c.db, lambda: c.client.broker).discard(
+            number, actor=actor(by), reason=reason
+        )
     console.print(f"discarded dead letter {number}", highlight=False)
 
 
@@ -262,7 +264,7 @@ def dlq_drain(
         def advance(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        report = DeadLetters(settings, c.db, c.client.broker).drain(
+        report = DeadLetters(settings, c.db, lambda: c.client.broker).drain(
             action,  # type: ignore[arg-type]
             where,
             actor=who,

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from resumable._internal import serialization
-from resumable.broker.messages import enqueue_after_commit
+from resumable.broker.messages import BrokerSource, broker_of, enqueue_after_commit
 from resumable.errors import (
     DeadLetterNotFoundError,
     DeadLetterStateError,
@@ -32,7 +32,7 @@ from resumable.services.state_patch import apply_state_patch
 from resumable.settings import Settings
 
 if TYPE_CHECKING:
-    import dramatiq
+    pass
 
 Action = Literal["retry", "discard"]
 Compensation = Literal["none", "completed", "failed"]
@@ -117,7 +117,7 @@ def refusal(action: Action, letter: DeadLetterRecord, session_status: str | None
 
 
 class DeadLetters:
-    def __init__(self, settings: Settings, db: Database, broker: dramatiq.Broker) -> None:
+    def __init__(self, settings: Settings, db: Database, broker: BrokerSource) -> None:
         self.settings = settings
         self.db = db
         self.broker = broker
@@ -200,7 +200,9 @@ class DeadLetters:
             )
         if session_id is None:
             raise DeadLetterStateError(f"dead letter {dead_letter_id} is no longer open")
-        enqueue_after_commit(self.broker, self.settings, [session_id], why="dead letter retried")
+        enqueue_after_commit(
+            broker_of(self.broker), self.settings, [session_id], why="dead letter retried"
+        )
         return session_id
 
     def _session_statuses(self, letters: list[DeadLetterRecord]) -> dict[uuid.UUID, str]:

@@ -16,13 +16,12 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from resumable._internal import serialization
-from resumable.broker.messages import enqueue_after_commit
+from resumable.broker.messages import BrokerSource, broker_of, enqueue_after_commit
 from resumable.errors import (
     ScheduleDefinitionError,
     ScheduleExistsError,
@@ -38,8 +37,6 @@ from resumable.services import arguments
 from resumable.settings import Settings
 
 if TYPE_CHECKING:
-    import dramatiq
-
     from resumable.agent import Agent
 
 logger = logging.getLogger(__name__)
@@ -131,7 +128,7 @@ class Schedules:
         self,
         settings: Settings,
         db: Database,
-        broker: dramatiq.Broker | Callable[[], dramatiq.Broker] | None,
+        broker: BrokerSource | None,
     ) -> None:
         """`broker` sends what a trigger or a due time starts: a broker, a
         function that builds one when first needed (a command that only
@@ -399,8 +396,7 @@ class Schedules:
     def _send(self, session_ids: list[uuid.UUID], *, why: str) -> bool:
         if self.broker is None:
             return True  # the reconciler sends pending sessions
-        broker = self.broker() if callable(self.broker) else self.broker
-        return enqueue_after_commit(broker, self.settings, session_ids, why=why)
+        return enqueue_after_commit(broker_of(self.broker), self.settings, session_ids, why=why)
 
     def _require_agent(self, agent: str) -> None:
         with self.db.connection() as conn:

@@ -167,23 +167,20 @@ def test_the_command_line_manages_schedules(api: TestClient, client: Client) -> 
     assert made.stdout.startswith("schedule refund-check created: every 15 min; next due ")
     listed = _cli(client, "schedules", "list")
     assert "refund-check" in listed.stdout and "every 15 min" in listed.stdout
-    as_json = json.loads(_cli(client, "schedules", "list", "--json").stdout)
-    assert as_json["items"][0]["input"] == {"scope": "open"}
     assert "paused" in _cli(client, "schedules", "pause", "refund-check", "--reason", "x").stdout
     triggered = _cli(client, "schedules", "trigger", "refund-check")
     assert triggered.returncode == 0
     assert client.get(uuid.UUID(triggered.stdout.strip())).input == {"scope": "open"}
     shown = json.loads(_cli(client, "schedules", "show", "refund-check").stdout)
     assert shown["paused"] is True and shown["started_runs"] == 1
+    assert shown["input"] == {"scope": "open"} and shown["overlap"] == "queue"
     assert "resumed" in _cli(client, "schedules", "resume", "refund-check").stdout
     assert _cli(client, "schedules", "delete", "refund-check").returncode == 0
 
+    # Each kind of refusal once (the API test tries the definitions one by one).
     for args, says, status in [
         (["show", "refund-check"], "no schedule is named 'refund-check'", 1),
         (["create", "x", "--agent", "five", "--cron", "61 * * * *"], "not valid", 2),
-        (["create", "x", "--agent", "five"], "neither", 2),
-        (["create", "x", "--agent", "five", "--every", "0"], "--every", 2),
-        (["create", "x y", "--agent", "five", "--every", "60"], "schedule name", 2),
         (["create", "x", "--agent", "five", "--every", "60", "--input", "{"], "--input", 2),
         (["create", "x", "--agent", "nobody", "--every", "60"], "no worker has announced", 1),
     ]:
