@@ -726,6 +726,12 @@ class ScheduleRow(SQLModel, table=True):
             "next_due_at",
             postgresql_where=sa.text("NOT paused"),
         ),
+        # The runs kept until a live session ends (overlap "queue"): few.
+        sa.Index(
+            "ix_schedules_queued",
+            "last_session_id",
+            postgresql_where=sa.text("queued_due_at IS NOT NULL"),
+        ),
     )
 
     name: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))

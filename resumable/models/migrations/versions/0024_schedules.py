@@ -71,8 +71,15 @@ def upgrade() -> None:
         ["next_due_at"],
         postgresql_where=sa.text("NOT paused"),
     )
+    op.create_index(
+        "ix_schedules_queued",
+        "schedules",
+        ["last_session_id"],
+        postgresql_where=sa.text("queued_due_at IS NOT NULL"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_schedules_queued", table_name="schedules")
     op.drop_index("ix_schedules_next_due_at", table_name="schedules")
     op.drop_table("schedules")
