@@ -81,9 +81,14 @@ LOCK_SCHEDULE = f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE name = %(name)s
 # and again): the oldest due first, each locked for this transaction. Two
 # index scans (ix_schedules_next_due_at, ix_schedules_queued), not an OR
 # that read every schedule: an idle pass over 100,000 schedules took 204 ms.
-# A row both due and queued is named twice; IN takes it once.
+# A row both due and queued is named twice; IN takes it once. `live`: whether
+# the session it started last still runs or waits (read here, not by a
+# statement per schedule).
 LOCK_DUE = f"""
-SELECT {SCHEDULE_COLUMNS}, now() AS now FROM schedules
+SELECT {SCHEDULE_COLUMNS}, now() AS now,
+       EXISTS (SELECT 1 FROM sessions s WHERE s.id = schedules.last_session_id
+               AND s.status NOT IN ({TERMINAL})) AS live
+FROM schedules
 WHERE name IN (
     (SELECT name FROM schedules
      WHERE NOT paused AND next_due_at <= now()
@@ -97,11 +102,6 @@ WHERE name IN (
 ORDER BY next_due_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
-"""
-
-# Whether the session a schedule started last is still live.
-SESSION_LIVE = f"""
-SELECT status NOT IN ({TERMINAL}) FROM sessions WHERE id = %(id)s
 """
 
 # What one pass did to a schedule.
@@ -141,9 +141,11 @@ DELETE = "DELETE FROM schedules WHERE name = %(name)s RETURNING name"
 
 @dataclass(slots=True, kw_only=True)
 class DueSchedule(ScheduleRecord):
-    """A due schedule, locked, with the transaction's time."""
+    """A due schedule, locked, with the transaction's time and whether the
+    session it started last is live."""
 
     now: datetime
+    live: bool = False
 
 
 def sync_from_code(conn: psycopg.Connection[Any], **values: Any) -> ScheduleRecord | None:
@@ -181,12 +183,6 @@ def lock(conn: psycopg.Connection[Any], name: str) -> ScheduleRecord | None:
 
 def lock_due(conn: psycopg.Connection[Any], *, limit: int) -> list[DueSchedule]:
     return rows.every(conn, DueSchedule, LOCK_DUE, {"limit": limit})
-
-
-def session_live(conn: psycopg.Connection[Any], session_id: uuid.UUID | None) -> bool:
-    if session_id is None:
-        return False
-    return bool(rows.value(conn, SESSION_LIVE, {"id": session_id}))
 
 
 def advance(

@@ -328,15 +328,11 @@ class Schedules:
         decided for (a definition no longer valid, written by hand or by
         another version; a cron expression that never matches again) is
         paused with the reason, and the batch goes on. The decision is pure
-        Python over the row, so no savepoint is needed (two round trips per
-        schedule, measured: a third of a due time's cost)."""
+        Python over the locked row (which says whether the last session is
+        live), so no savepoint is needed (two round trips per schedule,
+        measured: a third of a due time's cost)."""
         try:
-            schedule = definition(row)
-            # Whether the last session is live matters only to skip and queue.
-            live = (schedule.overlap != "allow" or row.queued_due_at is not None) and (
-                schedule_queries.session_live(conn, row.last_session_id)
-            )
-            decided = plan(schedule, row, live=live, grace=self.grace)
+            decided = plan(definition(row), row, live=row.live, grace=self.grace)
         except Exception as exc:
             reason = exc.message if isinstance(exc, ScheduleDefinitionError) else repr(exc)
             schedule_queries.pause(conn, row.name, actor="scheduler", reason=reason[:2000])
