@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         UnknownStepError,
         UnstorableArgumentError,
     )
+    from resumable.limits import Concurrency
     from resumable.models.status import SessionStatus
     from resumable.retries import RetryPolicy
     from resumable.schedules import Schedule
@@ -106,6 +107,7 @@ _HOMES: dict[str, str] = {
     "UnknownAgentError": "resumable.errors",
     "UnknownStepError": "resumable.errors",
     "UnstorableArgumentError": "resumable.errors",
+    "Concurrency": "resumable.limits",
     "SessionStatus": "resumable.models.status",
     "RetryPolicy": "resumable.retries",
     "Schedule": "resumable.schedules",
@@ -156,8 +158,9 @@ __all__ = [
     "Timer",
     "Wait",
     "Wake",
-    # Starting them on a schedule
+    # Starting them on a schedule, and how many run at once
     "Schedule",
+    "Concurrency",
     # Running them
     "AsyncClient",
     "Client",

@@ -30,6 +30,7 @@ from resumable.errors import (
     UnknownCheckError,
     UnknownStepError,
 )
+from resumable.limits import Concurrency
 from resumable.retries import DEFAULT_POLICY, RetryPolicy
 from resumable.schedules import CatchUp, Overlap, Schedule
 from resumable.waits import Wait
@@ -96,6 +97,7 @@ class Agent:
         checkpoints: CheckpointStrategy | None = None,
         version: int | None = None,
         patches: Mapping[str, int] | None = None,
+        concurrency: Concurrency | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
             raise AgentDefinitionError("an agent needs a non-empty string name")
@@ -119,6 +121,14 @@ class Agent:
         #: How each step's checkpoint row is stored (see resumable/checkpoints.py).
         self.checkpoints: CheckpointStrategy = _checked_strategy(name, checkpoints)
         self._schedules: list[Schedule] = []
+        if concurrency is not None and not isinstance(concurrency, Concurrency):
+            raise AgentDefinitionError(
+                f"agent {name!r}: concurrency must be a Concurrency(limit=..., key=...)"
+            )
+        #: How many of its sessions run at once (``resumable/limits.py``); None: no limit.
+        self.concurrency = concurrency
+        #: Steps limited on their own (``step(..., concurrency=...)``).
+        self._step_limits: dict[str, Concurrency] = {}
 
     @overload
     def step(
@@ -129,6 +139,7 @@ class Agent:
         name: str | None = None,
         retry: RetryPolicy | None = None,
         aliases: Iterable[str] = (),
+        concurrency: Concurrency | None = None,
     ) -> S: ...
 
     @overload
@@ -140,6 +151,7 @@ class Agent:
         name: str | None = None,
         retry: RetryPolicy | None = None,
         aliases: Iterable[str] = (),
+        concurrency: Concurrency | None = None,
     ) -> Callable[[S], S]: ...
 
     def step(
@@ -150,11 +162,14 @@ class Agent:
         name: str | None = None,
         retry: RetryPolicy | None = None,
         aliases: Iterable[str] = (),
+        concurrency: Concurrency | None = None,
     ) -> S | Callable[[S], S]:
         """Register a step, as ``@agent.step`` or ``@agent.step(name="...")``.
 
         ``aliases`` are the names the step had before a rename: a session
         waiting at an old name runs this step (see ``resolve_step``).
+        ``concurrency`` limits how many sessions run this step at once
+        (``resumable/limits.py``); an agent limited as a whole takes none.
         Returns the function itself (or a decorator that does), so steps stay
         plain functions that tests can call directly.
         """
@@ -166,6 +181,8 @@ class Agent:
             )
         if retry is not None:
             _checked_policy(retry, f"agent {self.name!r}: a step's retry")
+        if concurrency is not None:
+            self._check_step_concurrency(concurrency)
 
         def register(fn: S) -> S:
             _require_function(fn, "a step", self.name)
@@ -187,6 +204,8 @@ class Agent:
                 self._async_steps.add(step_name)
             if retry is not None:
                 self._step_policies[step_name] = retry
+            if concurrency is not None:
+                self._step_limits[step_name] = concurrency
             return fn
 
         return register(func) if func is not None else register
@@ -310,6 +329,48 @@ class Agent:
     def schedules(self) -> list[Schedule]:
         """The schedules this agent's code defines (``schedule``)."""
         return list(self._schedules)
+
+    def _check_step_concurrency(self, concurrency: object) -> None:
+        if not isinstance(concurrency, Concurrency):
+            raise AgentDefinitionError(
+                f"agent {self.name!r}: a step's concurrency must be a"
+                " Concurrency(limit=..., key=...)"
+            )
+        if self.concurrency is not None:
+            raise AgentDefinitionError(
+                f"agent {self.name!r} is limited as a whole (concurrency=...): its steps"
+                " cannot have limits of their own"
+            )
+
+    def slot_scope(self, step: str | None) -> str | None:
+        """What a run at `step` holds a concurrency slot for: ``""`` (the
+        agent's limit, held for the whole run), the step's name (its own
+        limit, held for that step only), or None (no slot)."""
+        if self.concurrency is not None:
+            return ""
+        if step is None or not self._step_limits:
+            return None
+        resolved = self.resolve_step(step)
+        return resolved if resolved in self._step_limits else None
+
+    def limits_spec(self) -> dict[str, Any] | None:
+        """The limits as a worker's claim reads them (``step_queries.SLOT_SPEC``):
+        ``{"*": {"limit", "key"}}`` for the agent's, or ``{step: {"limit",
+        "key", "step"}}`` for its steps' (under their aliases too); None: no
+        limit."""
+        if self.concurrency is not None:
+            return {"*": self.concurrency.spec()}
+        if not self._step_limits:
+            return None
+        steps: dict[str, Any] = {}
+        for step, limit in self._step_limits.items():
+            for name in [step, *(old for old, new in self._aliases.items() if new == step)]:
+                steps[name] = {**limit.spec(), "step": step}
+        return steps
+
+    def step_concurrency(self, step: str) -> Concurrency | None:
+        """The limit of `step` itself, if it has one."""
+        return self._step_limits.get(self.resolve_step(step))
 
     @property
     def takes_over(self) -> list[int]:

@@ -41,6 +41,7 @@ from resumable.schemas import (
     AcceptPreview,
     Checkpoint,
     CheckpointState,
+    ConcurrencyKey,
     DeadLetter,
     DeadLetterStatus,
     Delivery,
@@ -330,6 +331,9 @@ class AsyncClient:
         self, schedule: Schedule, *, actor: str = "python", paused: bool = False
     ) -> ScheduleInfo:
         return await self._run(self.client.create_schedule, schedule, actor=actor, paused=paused)
+
+    async def concurrency_keys(self, *, limit: int = 50) -> list[ConcurrencyKey]:
+        return await self._run(self.client.concurrency_keys, limit=limit)
 
     async def schedules(self, *, agent: str | None = None, limit: int = 100) -> list[ScheduleInfo]:
         return await self._run(self.client.schedules, agent=agent, limit=limit)

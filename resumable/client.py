@@ -55,6 +55,7 @@ from resumable.schemas import (
     AcceptPreview,
     Checkpoint,
     CheckpointState,
+    ConcurrencyKey,
     DeadLetter,
     DeadLetterStatus,
     Delivery,
@@ -63,7 +64,7 @@ from resumable.schemas import (
     ScheduleInfo,
     Session,
 )
-from resumable.services import arguments
+from resumable.services import arguments, slots
 from resumable.services.blocked import BlockedSessions
 from resumable.services.dead_letters import DeadLetterFilter, DeadLetters
 from resumable.services.inbox import Inbox, Verdict
@@ -700,6 +701,13 @@ class Client:
         rows = shared.history(self.db, name, limit=limit, before=before)
         return [SharedVersion.from_row(row) for row in rows]
 
+    # -- concurrency keys -----------------------------------------------------------
+
+    def concurrency_keys(self, *, limit: int = 50) -> list[ConcurrencyKey]:
+        """The concurrency keys with a session running or waiting in them,
+        the most waiting first (``resumable/limits.py``), at most `limit`."""
+        return concurrency_keys(self.db, limit=arguments.count(limit, "limit", maximum=1000))
+
     # -- schedules -------------------------------------------------------------------
 
     def create_schedule(
@@ -763,6 +771,20 @@ class Client:
     def count_by_status(self) -> dict[str, int]:
         with self.db.connection() as conn:
             return session_queries.count_by_status(conn)
+
+
+def concurrency_keys(db: Database, *, limit: int = 50) -> list[ConcurrencyKey]:
+    """The busiest concurrency keys (the client, the HTTP API and the console)."""
+    return [
+        ConcurrencyKey(
+            key=usage.key,
+            limit=usage.limit,
+            running=usage.running,
+            waiting=usage.waiting,
+            oldest_wait_seconds=usage.oldest_wait_seconds if usage.waiting else None,
+        )
+        for usage in slots.usage(db, limit=limit)
+    ]
 
 
 def hung_sessions(

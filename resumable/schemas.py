@@ -153,6 +153,29 @@ class WaitingFor(Record):
     )
 
 
+class SlotWait(Record):
+    """A pending session waiting for a free slot of its concurrency key
+    (``Concurrency`` on its agent): it starts, in its turn, when a run of
+    the key ends."""
+
+    key: str = Field(description='The key, as a JSON array: ["agent", "input value"].')
+    limit: int | None = Field(description="How many sessions of the key may run at once.")
+    since: datetime = Field(description="When it began to wait.")
+
+
+class ConcurrencyKey(Record):
+    """One concurrency key (``Concurrency`` on an agent) as it stands: how
+    many of its sessions run in its slots and how many wait for one."""
+
+    key: str = Field(description='The key, as a JSON array: ["agent", "input value"].')
+    limit: int | None = Field(description="How many of its sessions may run at once.")
+    running: int = Field(ge=0, description="Its sessions running now, each in a slot.")
+    waiting: int = Field(ge=0, description="Its sessions pending for a free slot.")
+    oldest_wait_seconds: float | None = Field(
+        description="How long its longest wait for a slot has lasted; null: none waits."
+    )
+
+
 class Session(Record):
     """One run of an agent."""
 
@@ -205,6 +228,10 @@ class Session(Record):
     result: JsonValue = Field(description="What the agent completed with; null until then.")
     error: SessionError | None
     waiting_for: WaitingFor | None = Field(description="Set while the session is suspended.")
+    slot_wait: SlotWait | None = Field(
+        default=None,
+        description="Set while the session is pending for a free slot of its concurrency key.",
+    )
     blocked_reason: JsonObject | None = Field(
         default=None,
         description="Set while the session is blocked: why its replay diverged from the"
@@ -258,6 +285,13 @@ class Session(Record):
                 deadline=wait.get("deadline"),
                 lock=(wait.get("lock") or {}).get("name"),
                 children=(wait.get("children") or {}).get("need"),
+            ),
+            slot_wait=None
+            if row.status != SessionStatus.PENDING
+            or row.slot_wait_since is None
+            or row.concurrency_key is None
+            else SlotWait(
+                key=row.concurrency_key, limit=row.concurrency_limit, since=row.slot_wait_since
             ),
             blocked_reason=row.blocked_reason if row.status == SessionStatus.BLOCKED else None,
             version=row.agent_version,

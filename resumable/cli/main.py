@@ -30,6 +30,7 @@ COMMANDS = {
     "reconcile": "resumable.cli.sessions:reconcile",
     "dlq": "resumable.cli.dlq:dlq",
     "schedules": "resumable.cli.schedules:schedules",
+    "concurrency": "resumable.cli.concurrency:concurrency",
     "shared": "resumable.cli.shared:shared",
     "services": "resumable.cli.services:services",
 }

@@ -216,7 +216,8 @@ SELECT (SELECT count(*) FROM dead_letters WHERE status = 'open') AS dead_letters
        (SELECT count(*) FROM alerts a
           WHERE a.status = 'pending' AND NOT ({HELD_FOR_PARENT})) AS alerts,
        (SELECT coalesce(extract(epoch FROM now() - min(updated_at)), 0)
-          FROM sessions WHERE status = 'pending') AS oldest_pending,
+          FROM sessions WHERE status = 'pending' AND slot_wait_since IS NULL)
+          AS oldest_pending,
        (SELECT count(*) FROM sessions
           WHERE status = 'suspended' AND wake_at < now() - make_interval(secs => %(grace)s))
           AS overdue

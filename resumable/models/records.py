@@ -55,6 +55,9 @@ class SessionRecord:
     parent_id: uuid.UUID | None = None
     state_patch: list[Any] | None = None
     step_seq_mark: int = 0
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    slot_wait_since: datetime | None = None
 
     @property
     def changed_at(self) -> datetime:

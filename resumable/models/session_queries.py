@@ -46,13 +46,16 @@ SELECT id, agent, input, status FROM sessions WHERE idempotency_key = %(idempote
 # and running ones whose lease expired (their worker died). Locked rows are
 # skipped so several reconcilers never hand out the same session at once, and
 # the touch makes each session come back at most once per grace period.
-# Sessions no live worker can run (none loads the agent, serves the version
-# or migrates it) are left alone (untouched, so the oldest-pending alert sees
-# them): a worker that serves them enqueues them when it starts.
+# Sessions waiting for a concurrency slot have no message by design: the
+# end of a run of their key, or the scheduler's slot pass, wakes them
+# (``services/slots.py``). Sessions no live worker can run (none loads the
+# agent, serves the version or migrates it) are left alone (untouched, so
+# the oldest-pending alert sees them): a worker that serves them enqueues them when it starts.
 RECONCILE = f"""
 WITH due AS (
     SELECT id FROM sessions
-    WHERE ((status = 'pending' AND updated_at < now() - make_interval(secs => %(grace)s))
+    WHERE ((status = 'pending' AND updated_at < now() - make_interval(secs => %(grace)s)
+            AND slot_wait_since IS NULL)
        OR (status IN ('running', 'compensating') AND lease_expires_at < now()
            AND (updated_at < lease_expires_at
                 OR updated_at < now() - make_interval(secs => %(grace)s)))

@@ -47,10 +47,12 @@ def claim(
     versions: str,
     starts: str,
     lease_seconds: float,
+    limits: str = "{}",
 ) -> ClaimedSession | None:
     """Take the session's lease if this worker may run it now (`versions`:
     the worker's {"agent": version} as JSON; `starts`: {"agent": {"step",
-    "limit"}} as JSON); None if it may not.
+    "limit"}} as JSON; `limits`: {"agent": Concurrency.spec()} as JSON, whose
+    sessions this statement leaves to ``slot_queries``); None if it may not.
 
     Prepared at its first execution on a connection, as COMMIT_STEP is:
     psycopg sends the first five unprepared, each parsed and planned anew (a
@@ -68,6 +70,7 @@ def claim(
                 "versions": versions,
                 "starts": starts,
                 "lease_seconds": lease_seconds,
+                "limits": limits,
             },
             # Prepared from its first run, unless the connection prepares
             # nothing (prepare_threshold None: psycopg then ignores this).

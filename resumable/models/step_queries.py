@@ -59,6 +59,10 @@ class ClaimedSession:
     # Seconds since the delivery that woke the session was stored (None: no
     # delivery woke it, or it was woken before the wake recorded that time).
     waited: float | None = None
+    # The concurrency key whose slot this run holds (None: not limited); its
+    # end wakes the key's oldest waiters (``queue/slots.py``).
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", SessionStatus(self.status))
@@ -158,7 +162,13 @@ def compact(sql: str) -> str:
     return re.sub(r"\s+", " ", without_comments).strip()
 
 
-def _claim(runnable: str, *, stamp_start: bool = True) -> str:
+def claim_statement(
+    runnable: str,
+    *,
+    stamp_start: bool = True,
+    also_set: str = "concurrency_key = NULL, slot_wait_since = NULL,",
+    slot: bool = False,
+) -> str:
     """Take the lease of a claimable session that `runnable` lets this worker
     run, bumping the epoch (which fences out the previous owner), with its
     audit event; a session that never ran is stamped with this worker's version
@@ -170,12 +180,21 @@ def _claim(runnable: str, *, stamp_start: bool = True) -> str:
     queue message before committing its wake, see ``inbox``) waits for it
     and judges the row as committed. Filtered in the locking SELECT itself,
     a row that its snapshot saw suspended would be skipped without a wait,
-    and the wake lost until the reconciler."""
+    and the wake lost until the reconciler.
+
+    `also_set` adds assignments to the UPDATE: by default, that the run
+    holds no concurrency slot (the agent is not limited here, or it is a
+    saga's or a takeover's run) and waits for none; ``slot_queries`` sets
+    the slot's key instead, with `slot` (the row returned names the slot,
+    and the session's wait for one is read for `runnable`)."""
     start = _START if stamp_start else "NULL::jsonb"
+    slot_wait = ", slot_wait_since" if slot else ""
+    returned_slot = ", sessions.concurrency_key, sessions.concurrency_limit" if slot else ""
+    selected_slot = ", concurrency_key, concurrency_limit" if slot else ""
     return f"""
 WITH locked AS (
     SELECT id, status, lease_owner, lease_epoch, lease_expires_at, cursor, agent,
-           agent_version, wake_at
+           agent_version, wake_at{slot_wait}
     FROM sessions WHERE id = %(id)s
     FOR UPDATE
 ), old AS (
@@ -198,6 +217,7 @@ WITH locked AS (
         started_version = CASE WHEN old.cursor IS NULL THEN coalesce(
             (%(versions)s::jsonb ->> sessions.agent)::int, sessions.started_version)
             ELSE sessions.started_version END,
+        {also_set}
         updated_at = now()
     FROM old
     WHERE sessions.id = old.id
@@ -205,7 +225,7 @@ WITH locked AS (
               sessions.step_seq, sessions.lease_epoch, sessions.wait, sessions.wake,
               sessions.status, sessions.attempts, sessions.error, sessions.history_rebase,
               sessions.agent_version, sessions.started_version,
-              sessions.state_patch,
+              sessions.state_patch{returned_slot},
               old.status AS previous_status, old.lease_owner AS previous_owner,
               old.cursor AS claimed_cursor, old.start ->> 'step' IS NOT NULL AS started,
               -- Since the delivery that woke it was stored (the resume latency).
@@ -243,19 +263,36 @@ WITH locked AS (
 SELECT id AS session_id, agent, claimed_cursor AS cursor, state, input, step_seq,
        lease_epoch AS epoch, wait, wake, status, attempts, error, history_rebase,
        agent_version AS version, started_version, state_patch, recorded_calls, coordinated,
-       started, waited
+       started, waited{selected_slot}
 FROM s
 """
 
 
+# The concurrency limit a run of the session at its cursor is under
+# (``resumable/limits.py``): %(limits)s is the worker's {"agent":
+# Agent.limits_spec()}, an agent's own limit ({"*": {"limit", "key"}}) or
+# its steps' ({step: {"limit", "key", "step"}}); a new session is at its
+# first step (%(starts)s). NULL: none.
+SLOT_SPEC = """coalesce(%(limits)s::jsonb -> sessions.agent -> '*',
+         %(limits)s::jsonb -> sessions.agent
+         -> coalesce(sessions.cursor, %(starts)s::jsonb -> sessions.agent ->> 'step'))"""
+
+# A session whose run is under no concurrency limit here (SLOT_SPEC is
+# NULL; written shorter, and unqualified, to keep CLAIM_LEASE within
+# psycopg's 4 KB query cache), or a saga's compensations, which finish what
+# a run began and take no slot. A limited run is claimed by
+# ``slot_queries.CLAIM_WITH_SLOT`` instead.
+UNLIMITED_HERE = """(status = 'compensating' OR NOT coalesce(%(limits)s::jsonb -> agent
+    ?| ARRAY['*', coalesce(cursor, %(starts)s::jsonb -> agent ->> 'step')], false))"""
+
 # The hot path: one statement. A worker never claims a known agent it does
 # not load, nor a version it does not serve, so a session no live worker
 # serves causes no claims and no audit rows.
-CLAIM_LEASE = compact(_claim(RUNNABLE_HERE))
+CLAIM_LEASE = compact(claim_statement(f"{RUNNABLE_HERE} AND {UNLIMITED_HERE}"))
 
 # The same for a session of an older version this worker migrates; run in a
 # transaction with the migration (resumable/queue/takeover.py).
-TAKE_OVER = compact(_claim(TAKEN_OVER_HERE, stamp_start=False))
+TAKE_OVER = compact(claim_statement(TAKEN_OVER_HERE, stamp_start=False))
 
 
 # After TAKE_OVER, in its transaction: the state an older version's session

@@ -104,6 +104,20 @@ class SessionRow(SQLModel, table=True):
         # Migration 0015 (0011 had step_seq here): compaction candidates
         # without reading every session.
         sa.Index("ix_sessions_uncompacted", sa.text("(step_seq_mark - compacted_to)")),
+        # Migration 0025: the sessions holding a concurrency slot of a key,
+        # and those waiting for one, oldest first (resumable/limits.py).
+        sa.Index(
+            "ix_sessions_slot_holders",
+            "concurrency_key",
+            postgresql_where=sa.text("concurrency_key IS NOT NULL AND status = 'running'"),
+        ),
+        sa.Index(
+            "ix_sessions_slot_waiters",
+            "concurrency_key",
+            "slot_wait_since",
+            "id",
+            postgresql_where=sa.text("slot_wait_since IS NOT NULL AND status = 'pending'"),
+        ),
         # Room on each page for a row's next version: a HOT update needs it.
         {"postgresql_with": {"fillfactor": SESSIONS_FILLFACTOR}},
     )
@@ -182,6 +196,14 @@ class SessionRow(SQLModel, table=True):
     step_seq_mark: int = Field(
         default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
     )
+    # Added in migration 0025: the concurrency key (and its limit) a limited
+    # agent's claim stamped, and since when the session waits for a slot
+    # (NULL: it does not). See resumable/limits.py.
+    concurrency_key: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    concurrency_limit: int | None = Field(
+        default=None, sa_column=sa.Column(sa.Integer, nullable=True)
+    )
+    slot_wait_since: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
 
 
 class CheckpointRow(SQLModel, table=True):

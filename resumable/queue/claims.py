@@ -10,6 +10,11 @@ session another live worker serves (passed on), one no live worker serves
 (left to wait for one), or one of an older version this worker migrates
 (taken over, ``takeover.py``). A worker that is stopping claims nothing: the
 message goes straight back.
+
+A session of an agent with a concurrency limit (``resumable/limits.py``) is
+not the claim's: ``CLAIM_LEASE`` leaves it, and ``_claim_with_slot`` takes
+its key's lock, claims it if a slot is free, or else parks it to wait for
+one (holding no worker and no message) in the same transaction.
 """
 
 from __future__ import annotations
@@ -24,11 +29,12 @@ from dataclasses import dataclass
 
 from resumable.agent import AgentRegistry, version_label
 from resumable.broker.messages import enqueue_after_commit
-from resumable.models import step_ops
+from resumable.models import coordination_ops, slot_queries, step_ops
 from resumable.models.step_queries import ClaimedSession
 from resumable.queue.outcomes import RunOutcome
 from resumable.queue.scope import WorkerScope
 from resumable.queue.takeover import take_over
+from resumable.services.slots import LOCK_IDLE_SECONDS
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +85,11 @@ class Claims:
             },
             sort_keys=True,
         )
+        #: The limited agents' ``Concurrency.spec()`` (``resumable/limits.py``).
+        specs = {agent.name: agent.limits_spec() for agent in scope.registry}
+        limits = {name: spec for name, spec in specs.items() if spec is not None}
+        self._limited = bool(limits)
+        self._limits_json = json.dumps(limits, sort_keys=True)
 
     def _owner(self) -> str:
         return f"{self._identity.worker_id}:{threading.get_ident()}"
@@ -100,8 +111,59 @@ class Claims:
                 versions=self._versions_json,
                 starts=self._starts_json,
                 lease_seconds=scope.settings.lease_seconds,
+                limits=self._limits_json,
             )
-        return claim if claim is not None else self._not_claimed(session_id)
+        if claim is not None:
+            return claim
+        if self._limited:
+            slotted = self._claim_with_slot(session_id)
+            if slotted is not None:
+                return slotted
+        return self._not_claimed(session_id)
+
+    def _claim_with_slot(self, session_id: uuid.UUID) -> ClaimedSession | RunOutcome | None:
+        """A limited agent's session: claimed with a free slot of its key, or
+        parked to wait for one; None if it is not such a session (then it is
+        one the plain claim let go for another reason)."""
+        scope, owner = self._scope, self._owner()
+        with scope.db.connection() as conn:
+            slot = slot_queries.slot_needed(
+                conn,
+                session_id,
+                limits=self._limits_json,
+                versions=self._versions_json,
+                starts=self._starts_json,
+            )
+            if slot is None:
+                return None
+            with conn.transaction():
+                # A paused worker must not keep the key's lock (every claim of
+                # the key waits for it): the server ends the transaction.
+                coordination_ops.bound_idle(conn, LOCK_IDLE_SECONDS)
+                slot_queries.lock_key(conn, slot.key)
+                claim = slot_queries.claim_with_slot(
+                    conn,
+                    session_id,
+                    slot,
+                    owner=owner,
+                    versions=self._versions_json,
+                    starts=self._starts_json,
+                    lease_seconds=scope.settings.lease_seconds,
+                )
+                parked = claim is None and slot_queries.park_for_slot(
+                    conn, session_id, slot, owner=owner, versions=self._versions_json
+                )
+        if claim is not None:
+            return claim
+        if parked:
+            logger.debug(
+                "no free slot of %s (limit %d): the session waits for one",
+                slot.key,
+                slot.limit,
+                extra={"action": "slot_waiting"},
+            )
+            return RunOutcome.WAITING_FOR_SLOT
+        return RunOutcome.NOT_CLAIMED
 
     def _not_claimed(self, session_id: uuid.UUID) -> ClaimedSession | RunOutcome:
         """A message this worker cannot simply claim: a duplicate, a session

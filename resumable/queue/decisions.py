@@ -42,8 +42,13 @@ def transition(
     stopping: bool,
     steps_run: int,
     writer: CheckpointWriter,
+    slot_changes: bool = False,
 ) -> tuple[SessionStatus, list[dict[str, Any]]]:
-    """The status a step leaves the session in, and its audit events."""
+    """The status a step leaves the session in, and its audit events.
+
+    `slot_changes`: the next step is under another concurrency limit than
+    the one the run holds a slot of (or none); the run ends, so that the
+    next one is claimed under the right one (``resumable/limits.py``)."""
     decision = step.decision
     payload: dict[str, Any] = {
         "next": decision.next_step,
@@ -73,9 +78,10 @@ def transition(
         payload = {"reason": "worker stopping"}
         events.append({"step": decision.next_step, "type": "lease_released", "payload": payload})
         return SessionStatus.PENDING, events
-    if out_of_budget:
-        events.append(
-            {"step": decision.next_step, "type": "run_yielded", "payload": {"steps": steps_run}}
-        )
+    if out_of_budget or slot_changes:
+        yielded: dict[str, Any] = {"steps": steps_run}
+        if slot_changes and not out_of_budget:
+            yielded["reason"] = "concurrency slot"
+        events.append({"step": decision.next_step, "type": "run_yielded", "payload": yielded})
         return SessionStatus.PENDING, events
     return SessionStatus.RUNNING, events

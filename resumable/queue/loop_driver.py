@@ -74,6 +74,9 @@ class LoopDriver:
         outcome: RunOutcome | None = None
         try:
             outcome = await self._steps(run)
+            run.end(outcome)
+            if run.holds_slot:
+                await on_database_thread(run.free_slot)
         except asyncio.CancelledError:
             # The worker is exiting without this run (it outlived the shutdown
             # wait): its lease was released for another worker, or will lapse.
@@ -86,7 +89,8 @@ class LoopDriver:
                 "async run crashed at step %s", run.cursor, extra={"action": "run_crashed"}
             )
         finally:
-            run.end(outcome)
+            if outcome is None:  # crashed or cancelled: ended here
+                run.end(outcome)
             self._permits.release()
 
     async def _steps(self, run: Run) -> RunOutcome:

@@ -17,6 +17,7 @@ class RunOutcome(StrEnum):
     """Returned by ``ThreadDriver.run`` and a ``Run``'s stages (for tests and logs)."""
 
     NOT_CLAIMED = "not_claimed"  # a duplicate message, or the session is not runnable
+    WAITING_FOR_SLOT = "waiting_for_slot"  # its concurrency key has no free slot: parked
     LEASE_LOST = "lease_lost"  # another worker (or an operator) moved the epoch on
     YIELDED = "yielded"  # budget used or not loadable here: re-enqueued for any worker
     HANDED_BACK = "handed_back"  # the worker is stopping: lease released, re-enqueued

@@ -68,6 +68,7 @@ from resumable.queue.step_context import step_context
 from resumable.queue.tool_calls import recorded_calls
 from resumable.queue.wakes import resolve_wake, resumed_event, wake_if_delivered
 from resumable.retries import DEFAULT_POLICY
+from resumable.services import slots
 from resumable.waits import Wake
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class Run:
         self._seq = claim.step_seq
         self._attempts = claim.attempts
         self._wake: Wake | None = None
+        self._slot_scope: str | None = None
         self._writer: CheckpointWriter | None = None
         self._steps_run = 0
         self._started = time.monotonic()
@@ -153,6 +155,9 @@ class Run:
             pending_patch=claim.state_patch,
         )
         self._cursor, self._wake, self._started = cursor, wake, time.monotonic()
+        # The concurrency limit this run is under (the claim's slot): a step
+        # under another one ends the run first (``_commit``).
+        self._slot_scope = agent.slot_scope(cursor)
         resumed = resumed_event(claim, wake)
         if resumed is not None:
             self._events.append(resumed)
@@ -248,7 +253,11 @@ class Run:
             or time.monotonic() - self._started >= settings.max_seconds_per_run
         )
         stopping = scope.shutdown.stopping
-        status, events = transition(step, out_of_budget, stopping, steps_run, writer)
+        next_step = step.decision.next_step
+        slot_changes = next_step is not None and agent.slot_scope(next_step) != self._slot_scope
+        status, events = transition(
+            step, out_of_budget, stopping, steps_run, writer, slot_changes=slot_changes
+        )
         if self._events:  # committed with this step, or with nothing if it is not
             events, self._events = [*self._events, *events], []
         if status is not SessionStatus.RUNNING:
@@ -370,6 +379,29 @@ class Run:
         """The run goes on as `task` on the event loop (named so by the
         registry of runs in flight and the loop's watchdog)."""
         self._active.moved_to(task)
+
+    @property
+    def holds_slot(self) -> bool:
+        """Whether the run took a concurrency slot (``resumable/limits.py``)."""
+        return self._claim.concurrency_key is not None
+
+    def free_slot(self) -> None:
+        """The run is over and held a slot: wake its key's oldest waiters
+        (a database write: on a worker thread or a database thread). Best
+        effort: a wake this misses, the scheduler's next pass makes."""
+        scope, claim = self._scope, self._claim
+        key, limit = claim.concurrency_key, claim.concurrency_limit
+        if key is None or limit is None:
+            return
+        try:
+            slots.wake_waiters(scope.settings, scope.db, scope.broker, key, limit)
+        except Exception as exc:  # the database went away: the scheduler's pass wakes them
+            logger.warning(
+                "could not wake the sessions waiting for a slot of %s (%s); the scheduler will",
+                key,
+                exc,
+                extra={"action": "slot_wake_failed"},
+            )
 
     def end(self, outcome: RunOutcome | None) -> None:
         """The run is over (None: it crashed), on whichever thread or task

@@ -78,6 +78,8 @@ class ThreadDriver:
             finally:
                 if outcome is not RunOutcome.ON_LOOP:  # else its task ends it
                     run.end(outcome)
+                    if run.holds_slot:
+                        run.free_slot()
 
     def _drive(self, run: Run) -> RunOutcome:
         """Steps one after the other, each committed before the next starts."""

@@ -28,6 +28,7 @@ from resumable.models.database import Database
 from resumable.scheduler.alerts import AlertSender, sync_lingering
 from resumable.scheduler.reconcile import reconcile
 from resumable.scheduler.retention import compact_histories, retire_old_sessions
+from resumable.services import slots
 from resumable.services.inbox import Inbox
 from resumable.services.schedules import Schedules
 from resumable.settings import Settings
@@ -155,6 +156,13 @@ class SchedulerJobs:
         """Start the sessions of due schedules (``services/schedules.py``)."""
         return len(Schedules(self.settings, self.db, self.broker).start_due().started)
 
+    def wake_slot_waiters(self) -> int:
+        """Sessions waiting for a concurrency slot that is free and that no
+        run's end woke them for (its worker died holding the slot, or the
+        message was lost): ``services/slots.py``."""
+        grace = max(1.0, 2 * self.settings.scheduler_interval_seconds)
+        return len(slots.wake_missed(self.settings, self.db, self.broker, grace=grace))
+
     def wake_parents(self) -> int:
         """Parents whose children finished but whose wake-up was missed."""
         return children.wake_waiting_parents(self.db, self.broker, self.settings)
@@ -169,6 +177,7 @@ class SchedulerJobs:
             self.reconcile,
             self.lingering,
             self.grant_locks,
+            self.wake_slot_waiters,
             self.wake_parents,
             self.deliver_alerts,
             self.retention,

@@ -93,6 +93,11 @@ def doing_now(
     if status == SessionStatus.RUNNING:
         on = f" on {worker}" if worker else ""
         return f"running {step} for {duration((now - since).total_seconds())}{on}"
+    if status == SessionStatus.PENDING and session.slot_wait is not None:
+        slot = session.slot_wait
+        at_once = f", {slot.limit} at a time" if slot.limit is not None else ""
+        waited = duration((now - slot.since).total_seconds())
+        return f"waiting for a slot of {slot.key}{at_once}: {waited} so far"
     if status == SessionStatus.PENDING:
         return f"queued for {step}, {duration((now - since).total_seconds())} so far"
     if status == SessionStatus.SUSPENDED:

@@ -30,6 +30,7 @@ from resumable.settings import Settings
 from resumable.webhooks import (
     callback_routes,
     checkpoint_routes,
+    concurrency_routes,
     dead_letter_routes,
     health_routes,
     metrics_routes,
@@ -57,6 +58,7 @@ ROUTES: tuple[BaseRoute, ...] = (
     *checkpoint_routes.routes,
     *dead_letter_routes.routes,
     *schedule_routes.routes,
+    *concurrency_routes.routes,
     *health_routes.routes,
     *metrics_routes.routes,
     *shared_routes.routes,

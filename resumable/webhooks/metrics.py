@@ -30,11 +30,14 @@ from prometheus_client.registry import Collector
 from resumable.client import hung_sessions, unserved_agents
 from resumable.models import metrics_queries
 from resumable.models.database import Database
+from resumable.services import slots
 
 logger = logging.getLogger(__name__)
 
 # Counted up to this many; past it the gauge says "at least".
 _HUNG_COUNT_LIMIT = 10_000
+# The concurrency keys a scrape reports, the most waiting first.
+SLOT_KEYS_SHOWN = 50
 # A suspended session this long past its wake time was missed by the scheduler.
 OVERDUE_GRACE_SECONDS = 60.0
 
@@ -96,9 +99,44 @@ class DatabaseCollector(Collector):
             "Age of the longest-waiting pending session (a stuck queue shows here).",
             value=_num(others.oldest_pending),
         )
+        yield from self._slots()
         depth = self._queue_depth()
         if depth is not None:
             yield depth
+
+    def _slots(self) -> Iterator[GaugeMetricFamily]:
+        """Concurrency keys (``resumable/limits.py``): the busiest
+        ``SLOT_KEYS_SHOWN`` by waiting sessions, so a key per tenant does
+        not grow the scrape without bound."""
+        families = {
+            "running": GaugeMetricFamily(
+                "resumable_concurrency_running",
+                "Sessions running in a slot of a concurrency key, by key.",
+                labels=["key"],
+            ),
+            "waiting": GaugeMetricFamily(
+                "resumable_concurrency_waiting",
+                "Sessions waiting for a free slot of a concurrency key, by key.",
+                labels=["key"],
+            ),
+            "limit": GaugeMetricFamily(
+                "resumable_concurrency_limit",
+                "How many sessions of a concurrency key may run at once, by key.",
+                labels=["key"],
+            ),
+            "oldest": GaugeMetricFamily(
+                "resumable_concurrency_oldest_wait_seconds",
+                "How long the longest wait for a slot of a concurrency key has lasted, by key.",
+                labels=["key"],
+            ),
+        }
+        for usage in slots.usage(self.db, limit=SLOT_KEYS_SHOWN):
+            families["running"].add_metric([usage.key], float(usage.running))
+            families["waiting"].add_metric([usage.key], float(usage.waiting))
+            if usage.limit is not None:
+                families["limit"].add_metric([usage.key], float(usage.limit))
+            families["oldest"].add_metric([usage.key], usage.oldest_wait_seconds or 0.0)
+        yield from families.values()
 
     def _queue_depth(self) -> GaugeMetricFamily | None:
         """Messages waiting in Redis (not yet fetched by a worker), and delayed

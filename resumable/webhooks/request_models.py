@@ -381,6 +381,10 @@ class ListSchedules(_Query):
     )
 
 
+class ListConcurrencyKeys(_Query):
+    limit: Annotated[int, Field(ge=1, le=1000, description="Keys to list."), Digits] = 50
+
+
 class ListSessions(_Query):
     status: SessionStatus | None = None
     agent: Name | None = None

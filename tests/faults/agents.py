@@ -13,7 +13,10 @@ logical call both raw and deduplicated by key:
 - ``fm_saga``: two bookings, then a permanent failure: the saga's
   compensations undo both, each once, and the session ends ``failed``;
 - ``fm_lock``: takes a lock shared by every session of its kind, makes one
-  fenced call under it and lets it go.
+  fenced call under it and lets it go;
+- ``fm_limited``: ``fm_steps``' steps under a concurrency limit of two per
+  phase (``resumable/limits.py``): most of a batch's sessions wait for a
+  slot, parked without a message, when the fault strikes.
 """
 
 from __future__ import annotations
@@ -24,13 +27,16 @@ import time
 import urllib.request
 from typing import Any
 
-from resumable import Agent, Complete, StepContext
+from resumable import Agent, Complete, Concurrency, StepContext
 from resumable.errors import PermanentError
 from resumable.retries import RetryPolicy
 from resumable.waits import Timer, Wait
 
 STEPS, ASYNC, SAGA, LOCK = "fm_steps", "fm_async", "fm_saga", "fm_lock"
-KINDS = (STEPS, ASYNC, SAGA, LOCK)
+LIMITED = "fm_limited"
+KINDS = (STEPS, ASYNC, SAGA, LOCK, LIMITED)
+# The slots of each phase's key (its sessions' input "phase").
+LIMITED_SLOTS = 2
 LOCK_NAME = "fm-ledger"
 
 
@@ -79,6 +85,14 @@ def work(ctx: StepContext) -> str | Complete | Wait:
     ctx.tool("ledger", record_effect, ctx.input["ledger"], _call(ctx, f"step-{n}"))
     time.sleep(float(ctx.input.get("work_ms", 0)) / 1000)
     return _next(ctx, n)
+
+
+limited = Agent(
+    LIMITED,
+    concurrency=Concurrency(limit=LIMITED_SLOTS, key="phase"),
+    description="Fault matrix: the sync steps, two sessions of a phase at a time.",
+)
+limited.step(work)
 
 
 async_steps = Agent(ASYNC, description="Fault matrix: the same steps, async.")
@@ -149,7 +163,7 @@ def write(ctx: StepContext) -> Complete:
 
 def expected_calls(kind: str, session_input: dict[str, Any]) -> list[str]:
     """The logical calls a finished session of `kind` made, each exactly once."""
-    if kind in (STEPS, ASYNC):
+    if kind in (STEPS, ASYNC, LIMITED):
         return [f"step-{n}" for n in range(1, int(session_input["steps"]) + 1)]
     if kind == SAGA:
         return ["book-1", "book-2", "undo-book-1", "undo-book-2"]

@@ -180,6 +180,7 @@ def _claim(url: str, session_id: uuid.UUID) -> Any:
                 "owner": "test-worker:1",
                 "versions": '{"race": 0}',
                 "starts": "{}",
+                "limits": "{}",
                 "lease_seconds": 30,
             },
         ).fetchone()

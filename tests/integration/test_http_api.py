@@ -269,6 +269,7 @@ def test_openapi_describes_every_route(api: TestClient) -> None:
         ("/v1/schedules/{name}/pause", "POST"),
         ("/v1/schedules/{name}/resume", "POST"),
         ("/v1/schedules/{name}/trigger", "POST"),
+        ("/v1/concurrency-keys", "GET"),
         ("/healthz", "GET"),
         ("/metrics", "GET"),
         ("/readyz", "GET"),

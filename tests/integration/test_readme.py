@@ -142,6 +142,8 @@ def test_every_python_block_is_run_or_checked() -> None:
             ("docs/guides/embedding.md", "excerpt"): 1,
             ("docs/guides/frameworks.md", "standalone"): 2,
             ("docs/guides/schedules.md", "agent inbox_summary"): 1,
+            ("docs/guides/concurrency.md", "agent support"): 1,
+            ("docs/guides/concurrency.md", "agent research"): 1,
         }
     )
     for page, test in RUN_ELSEWHERE.items():
@@ -246,6 +248,8 @@ def test_every_agent_definition_loads_as_a_worker_would(settings: Settings) -> N
         *_of("agent trip"),
         *_of("standalone"),
         *_of("agent inbox_summary"),
+        *_of("agent support", "docs/guides/concurrency.md"),
+        *_of("agent research", "docs/guides/concurrency.md"),
     ]
     for block in [b for b in blocks if b.page != frameworks]:
         ran = _run(Block(block.page, block.source + register, None), settings)

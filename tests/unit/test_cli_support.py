@@ -78,7 +78,8 @@ def test_an_unknown_relation_says_to_migrate() -> None:
     ("args", "line"),
     [
         ([], "error: missing command: one of db, worker, web, scheduler, dev, demo, enqueue, "
-         "sessions, reconcile, dlq, schedules, shared, services (see `resumable --help`)"),
+         "sessions, reconcile, dlq, schedules, concurrency, shared, services "
+         "(see `resumable --help`)"),
         (["dlq"], "error: missing command: one of list, show, retry, discard, drain "
          "(see `resumable dlq --help`)"),
     ],

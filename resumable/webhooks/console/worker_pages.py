@@ -1,6 +1,7 @@
 """The workers page: which worker processes are alive, the agents and
-versions each serves, what each runs now; what no live worker serves; and
-charts of the last hour and day (steps, failures, queued and waiting).
+versions each serves, what each runs now; what no live worker serves; the
+concurrency keys with sessions running or waiting for a slot; and charts of
+the last hour and day (steps, failures, queued and waiting).
 
 An operator asking "is anything running my agent?" read ``/metrics`` or the
 database. Everything here comes from the workers' own heartbeat rows (a row
@@ -16,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from resumable.client import concurrency_keys
 from resumable.models import activity_queries, agent_queries
 from resumable.webhooks.console.charts import HEIGHT, WIDTH, charts
 from resumable.webhooks.console.render import page
@@ -24,6 +26,9 @@ from resumable.webhooks.database_calls import database_call
 
 # The most worker rows listed (a fleet larger than this is paged by its own tools).
 WORKERS_SHOWN = 200
+# The concurrency keys listed, the longest lines first (``resumable concurrency``
+# lists up to 1,000).
+KEYS_SHOWN = 50
 
 
 async def list_workers(request: Request) -> Response:
@@ -45,6 +50,7 @@ async def list_workers(request: Request) -> Response:
 
     workers, unserved, samples = await database_call(read)
     counts = await database_call(state.client.count_by_status)
+    keys = await database_call(concurrency_keys, state.db, limit=KEYS_SHOWN)
     return page(
         request,
         "workers.html",
@@ -52,6 +58,7 @@ async def list_workers(request: Request) -> Response:
         differing=differing_code(workers),
         live=sum(1 for w in workers if w.live),
         unserved=unserved,
+        keys=keys,
         blocked=counts.get("blocked", 0),
         hour=charts(samples, now - timedelta(hours=1), now),
         day=charts(samples, now - timedelta(days=1), now),

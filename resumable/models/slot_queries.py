@@ -1,0 +1,310 @@
+"""Named SQL for concurrency slots (``resumable/limits.py``), each statement's
+typed function after it.
+
+A slot is not a row: a session holds one of its key's slots while it is
+``running`` under a live lease (and its worker's heartbeat is live), so a
+slot whose worker died frees with the lease, by itself. Who may take a slot
+is decided under a transaction-scoped advisory lock on the key
+(``LOCK_KEY``): the claim and the park that follows it, and each wake of
+the key's waiters, take it first, so each sees the others' committed
+decisions (a statement's snapshot is taken after the lock is granted).
+Without it two claims could each see one free slot and both take it, or a
+run could end between a claimant's count and its park and wake nobody.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from resumable.models import rows
+from resumable.models.agent_queries import WORKER_OF_LEASE_OWNER
+from resumable.models.step_queries import (
+    CLAIMABLE,
+    RUNNABLE_HERE,
+    SLOT_SPEC,
+    ClaimedSession,
+    claim_statement,
+    compact,
+)
+
+# Serializes the decisions about one key's slots for the rest of the
+# transaction (a hash collision only serializes two keys' decisions too).
+# Transaction-scoped, so it works through PgBouncer's transaction pooling.
+LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 4242))"
+
+# The key of a session this worker runs and may claim now whose run is
+# under a concurrency limit (``SLOT_SPEC``), with the limit: as a JSON
+# array's text, the agent (or, for a step's own limit, [agent, step]) and
+# the input's value at the key's path, if the limit has one: ``["support",
+# "acme"]``, ``[["support", "call_llm"]]``; null where the input lacks it.
+SLOT_NEEDED = f"""
+SELECT (jsonb_build_array(CASE WHEN x.spec ? 'step'
+                               THEN jsonb_build_array(sessions.agent, x.spec ->> 'step')
+                               ELSE to_jsonb(sessions.agent) END)
+        || CASE WHEN jsonb_array_length(x.spec -> 'key') = 0 THEN '[]'::jsonb
+                ELSE jsonb_build_array(sessions.input #>> ARRAY(
+                         SELECT jsonb_array_elements_text(x.spec -> 'key'))) END
+       )::text AS key,
+       (x.spec ->> 'limit')::int AS "limit"
+FROM sessions CROSS JOIN LATERAL (SELECT {SLOT_SPEC} AS spec) x
+WHERE sessions.id = %(id)s AND x.spec IS NOT NULL AND sessions.status <> 'compensating'
+  AND {RUNNABLE_HERE} AND {CLAIMABLE}
+"""
+
+# A session of `alias` holds a slot of its key: running under a live lease,
+# its worker's heartbeat not expired (a crashed worker's slots free seconds
+# after the crash, as its sessions become claimable).
+_HOLDS_SLOT = """({a}.status = 'running' AND {a}.lease_expires_at > now()
+    AND NOT EXISTS (SELECT 1 FROM workers hb
+                    WHERE hb.id = {owner} AND hb.expires_at < now()))"""
+
+
+def _holders(key: str, *, but: str | None = None) -> str:
+    """How many sessions hold a slot of the key `key` (an SQL expression),
+    other than `but` (``ix_sessions_slot_holders``)."""
+    holds = _HOLDS_SLOT.format(a="o", owner=WORKER_OF_LEASE_OWNER.format(owner="o.lease_owner"))
+    other = "" if but is None else f" AND o.id <> {but}"
+    return f"""(SELECT count(*) FROM sessions o
+     WHERE o.concurrency_key = {key} AND o.status = 'running'{other} AND {holds})"""
+
+
+# A slot is free for this session when the key's holders and the waiters
+# ahead of it (all of them, for a session that was not waiting) leave one:
+# a key's sessions start in the order they began to wait, and a new
+# arrival does not overtake a waiter just woken for a freed slot. The
+# waiters are counted up to the limit only (``ix_sessions_slot_waiters``).
+HAS_FREE_SLOT = f"""(
+    {_holders("%(key)s", but="sessions.id")}
+    + (SELECT count(*) FROM (
+        SELECT 1 FROM sessions w
+        WHERE w.concurrency_key = %(key)s AND w.slot_wait_since IS NOT NULL
+          AND w.status = 'pending' AND w.id <> sessions.id
+          AND (sessions.slot_wait_since IS NULL
+               OR (w.slot_wait_since, w.id) < (sessions.slot_wait_since, sessions.id))
+        LIMIT %(limit)s) ahead)
+    < %(limit)s
+)"""
+
+# The claim of a limited agent's session, after LOCK_KEY: CLAIM_LEASE's,
+# taken only with a free slot, stamping the key and ending the wait.
+CLAIM_WITH_SLOT = compact(
+    claim_statement(
+        f"{RUNNABLE_HERE} AND sessions.status <> 'compensating' AND {HAS_FREE_SLOT}",
+        also_set="""concurrency_key = %(key)s, concurrency_limit = %(limit)s,
+                    slot_wait_since = NULL,""",
+        slot=True,
+    )
+)
+
+# No free slot: the session waits for one, pending with no queue message
+# (the reconciler leaves such sessions alone), since the first time it
+# found none; a session whose lease had expired is fenced off its old
+# owner. The first park of a wait writes its audit event.
+PARK_FOR_SLOT = f"""
+WITH prev AS (
+    SELECT id, slot_wait_since FROM sessions WHERE id = %(id)s
+), s AS (
+    UPDATE sessions SET
+        status = 'pending',
+        wake_at = NULL,
+        lease_epoch = CASE WHEN sessions.status = 'running'
+                           THEN sessions.lease_epoch + 1 ELSE sessions.lease_epoch END,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        concurrency_key = %(key)s,
+        concurrency_limit = %(limit)s,
+        slot_wait_since = coalesce(sessions.slot_wait_since, now()),
+        updated_at = now()
+    WHERE sessions.id = %(id)s AND sessions.status <> 'compensating'
+      AND {RUNNABLE_HERE} AND {CLAIMABLE}
+    RETURNING sessions.id, sessions.step_seq, sessions.cursor
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT s.id, s.step_seq, s.cursor, 'slot_waiting',
+           jsonb_build_object('key', %(key)s::text, 'limit', %(limit)s::int,
+                              'worker', %(owner)s::text)
+    FROM s JOIN prev ON prev.id = s.id
+    WHERE prev.slot_wait_since IS NULL
+)
+SELECT count(*) AS parked FROM s
+"""
+
+# After LOCK_KEY: the key's oldest waiters, as many as it has free slots,
+# for a queue message each; `updated_at` says when a waiter was last
+# woken, and one woken less than %(grace)s seconds ago is not woken again
+# (its message is on its way).
+WAKE_WAITERS = f"""
+WITH next AS (
+    SELECT w.id, w.updated_at FROM sessions w
+    WHERE w.concurrency_key = %(key)s AND w.slot_wait_since IS NOT NULL
+      AND w.status = 'pending'
+    ORDER BY w.slot_wait_since, w.id
+    LIMIT greatest(%(limit)s - {_holders("%(key)s")}, 0)
+), woken AS (
+    UPDATE sessions SET updated_at = now()
+    FROM next
+    WHERE sessions.id = next.id
+      AND next.updated_at <= now() - make_interval(secs => %(grace)s)
+    RETURNING sessions.id
+)
+SELECT id FROM woken
+"""
+
+# Keys whose waiters a wake missed (a worker died holding the slot, or
+# between its run's end and the wake; or a woken waiter's message was lost,
+# or the waiter was cancelled before it ran): each key with a waiter, a
+# free slot and an oldest waiter not woken in the last %(grace)s seconds,
+# with the limit its waiters were parked under. The keys are found by a
+# skip scan of ``ix_sessions_slot_waiters`` (one probe a key, not a row a
+# waiter).
+KEYS_TO_WAKE = f"""
+WITH RECURSIVE k AS (
+    (SELECT concurrency_key AS key FROM sessions
+     WHERE slot_wait_since IS NOT NULL AND status = 'pending'
+     ORDER BY concurrency_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT s.concurrency_key FROM sessions s
+            WHERE s.slot_wait_since IS NOT NULL AND s.status = 'pending'
+              AND s.concurrency_key > k.key
+            ORDER BY s.concurrency_key LIMIT 1)
+    FROM k WHERE k.key IS NOT NULL
+), oldest AS (
+    SELECT k.key, w.concurrency_limit AS "limit", w.updated_at
+    FROM k CROSS JOIN LATERAL (
+        SELECT concurrency_limit, updated_at FROM sessions
+        WHERE concurrency_key = k.key AND slot_wait_since IS NOT NULL AND status = 'pending'
+        ORDER BY slot_wait_since, id LIMIT 1) w
+    WHERE k.key IS NOT NULL
+)
+SELECT key, "limit" FROM oldest
+WHERE updated_at <= now() - make_interval(secs => %(grace)s)
+  AND {_holders("oldest.key")} < "limit"
+LIMIT %(max_keys)s
+"""
+
+# Per key with a holder or a waiter: how many run and how many wait, the
+# longest waits first (the console, the CLI and /metrics; bounded).
+SLOT_USAGE = """
+SELECT concurrency_key AS key,
+       count(*) FILTER (WHERE status = 'running') AS running,
+       count(*) FILTER (WHERE status = 'pending' AND slot_wait_since IS NOT NULL) AS waiting,
+       max(concurrency_limit) AS "limit",
+       extract(epoch FROM now() - min(slot_wait_since)
+                              FILTER (WHERE status = 'pending'))::float8 AS oldest_wait_seconds
+FROM sessions
+WHERE concurrency_key IS NOT NULL
+  AND ((status = 'running') OR (status = 'pending' AND slot_wait_since IS NOT NULL))
+GROUP BY concurrency_key
+ORDER BY waiting DESC, running DESC, concurrency_key
+LIMIT %(limit)s
+"""
+
+
+@dataclass(frozen=True)
+class SlotNeeded:
+    """A row of SLOT_NEEDED: the key a session's claim must find a slot in."""
+
+    key: str
+    limit: int
+
+
+@dataclass(frozen=True)
+class KeyToWake:
+    """A row of KEYS_TO_WAKE."""
+
+    key: str
+    limit: int
+
+
+@dataclass(frozen=True)
+class SlotUsage:
+    """A row of SLOT_USAGE: one key's slots as they stand."""
+
+    key: str
+    running: int
+    waiting: int
+    limit: int | None
+    oldest_wait_seconds: float | None
+
+
+def slot_needed(
+    conn: psycopg.Connection[Any],
+    session_id: uuid.UUID,
+    *,
+    limits: str,
+    versions: str,
+    starts: str,
+) -> SlotNeeded | None:
+    """The key and limit of a limited session this worker may claim now; None
+    when it is not one (unlimited here, not claimable, or a duplicate)."""
+    params = {"id": session_id, "limits": limits, "versions": versions, "starts": starts}
+    return rows.one(conn, SlotNeeded, SLOT_NEEDED, params)
+
+
+def lock_key(conn: psycopg.Connection[Any], key: str) -> None:
+    """Take the key's advisory lock until the transaction ends."""
+    conn.execute(LOCK_KEY, {"key": key})
+
+
+def claim_with_slot(
+    conn: psycopg.Connection[Any],
+    session_id: uuid.UUID,
+    slot: SlotNeeded,
+    *,
+    owner: str,
+    versions: str,
+    starts: str,
+    lease_seconds: float,
+) -> ClaimedSession | None:
+    """After ``lock_key``: the claim, if the key has a slot free for this session."""
+    params = {
+        "id": session_id,
+        "owner": owner,
+        "versions": versions,
+        "starts": starts,
+        "lease_seconds": lease_seconds,
+        "key": slot.key,
+        "limit": slot.limit,
+    }
+    return rows.one(conn, ClaimedSession, CLAIM_WITH_SLOT, params)
+
+
+def park_for_slot(
+    conn: psycopg.Connection[Any],
+    session_id: uuid.UUID,
+    slot: SlotNeeded,
+    *,
+    owner: str,
+    versions: str,
+) -> bool:
+    """After a claim found no free slot, in its transaction: wait for one."""
+    params = {
+        "id": session_id,
+        "key": slot.key,
+        "limit": slot.limit,
+        "owner": owner,
+        "versions": versions,
+    }
+    return bool(rows.value(conn, PARK_FOR_SLOT, params))
+
+
+def wake_waiters(
+    conn: psycopg.Connection[Any], key: str, limit: int, *, grace: float = 0.0
+) -> list[uuid.UUID]:
+    """After ``lock_key``: the waiters to send a message to, oldest first."""
+    params = {"key": key, "limit": limit, "grace": grace}
+    return [row["id"] for row in conn.execute(WAKE_WAITERS, params).fetchall()]
+
+
+def keys_to_wake(conn: psycopg.Connection[Any], *, grace: float, max_keys: int) -> list[KeyToWake]:
+    """Keys with a free slot whose oldest waiter nobody woke lately."""
+    return rows.every(conn, KeyToWake, KEYS_TO_WAKE, {"grace": grace, "max_keys": max_keys})
+
+
+def slot_usage(conn: psycopg.Connection[Any], *, limit: int = 50) -> list[SlotUsage]:
+    """The busiest keys: how many sessions of each run and wait."""
+    return rows.every(conn, SlotUsage, SLOT_USAGE, {"limit": limit})
