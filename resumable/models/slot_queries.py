@@ -34,7 +34,10 @@ from resumable.models.step_queries import (
 # Serializes the decisions about one key's slots for the rest of the
 # transaction (a hash collision only serializes two keys' decisions too).
 # Transaction-scoped, so it works through PgBouncer's transaction pooling.
-LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 4242))"
+# The server ends the transaction if its client goes quiet in it for
+# %(idle)s (a paused or partitioned process must not keep the key's lock).
+LOCK_KEY = """SELECT set_config('idle_in_transaction_session_timeout', %(idle)s, true),
+                     pg_advisory_xact_lock(hashtextextended(%(key)s, 4242))"""
 
 # The key of a session this worker runs and may claim now whose run is
 # under a concurrency limit (``SLOT_SPEC``), with the limit: as a JSON
@@ -53,6 +56,24 @@ SELECT (jsonb_build_array(CASE WHEN x.spec ? 'step'
 FROM sessions CROSS JOIN LATERAL (SELECT {SLOT_SPEC} AS spec) x
 WHERE sessions.id = %(id)s AND x.spec IS NOT NULL AND sessions.status <> 'compensating'
   AND {RUNNABLE_HERE} AND {CLAIMABLE}
+"""
+
+# SLOT_NEEDED, and the key's lock taken (as LOCK_KEY) when there is one: one
+# round trip where a read and a lock took two. The claim that follows is a
+# statement of its own, its snapshot taken after the lock was granted.
+SLOT_LOCKED = f"""
+SELECT n.key, n."limit",
+       set_config('idle_in_transaction_session_timeout', %(idle)s, true) AS idle,
+       pg_advisory_xact_lock(hashtextextended(n.key, 4242))::text AS locked
+FROM ({SLOT_NEEDED}) n
+"""
+
+# Whether a key has a session waiting for its slots (no lock: a run's end
+# asks first, and takes the key's lock only to wake someone).
+HAS_WAITERS = """
+SELECT EXISTS (SELECT 1 FROM sessions
+               WHERE concurrency_key = %(key)s AND slot_wait_since IS NOT NULL
+                 AND status = 'pending')
 """
 
 # A session of `alias` holds a slot of its key: running under a live lease,
@@ -231,23 +252,40 @@ class SlotUsage:
     oldest_wait_seconds: float | None
 
 
-def slot_needed(
+def lock_key(conn: psycopg.Connection[Any], key: str, *, idle_seconds: float) -> None:
+    """Take the key's advisory lock until the transaction ends (which the
+    server ends if the client idles in it for `idle_seconds`)."""
+    conn.execute(LOCK_KEY, {"key": key, "idle": _ms(idle_seconds)})
+
+
+def slot_locked(
     conn: psycopg.Connection[Any],
     session_id: uuid.UUID,
     *,
     limits: str,
     versions: str,
     starts: str,
+    idle_seconds: float,
 ) -> SlotNeeded | None:
-    """The key and limit of a limited session this worker may claim now; None
-    when it is not one (unlimited here, not claimable, or a duplicate)."""
-    params = {"id": session_id, "limits": limits, "versions": versions, "starts": starts}
-    return rows.one(conn, SlotNeeded, SLOT_NEEDED, params)
+    """In a transaction: ``slot_needed``, with its key's lock taken."""
+    params = {
+        "id": session_id,
+        "limits": limits,
+        "versions": versions,
+        "starts": starts,
+        "idle": _ms(idle_seconds),
+    }
+    row = conn.execute(SLOT_LOCKED, params).fetchone()
+    return None if row is None else SlotNeeded(key=row["key"], limit=row["limit"])
 
 
-def lock_key(conn: psycopg.Connection[Any], key: str) -> None:
-    """Take the key's advisory lock until the transaction ends."""
-    conn.execute(LOCK_KEY, {"key": key})
+def has_waiters(conn: psycopg.Connection[Any], key: str) -> bool:
+    """Whether a session waits for a slot of `key` (read without the lock)."""
+    return bool(rows.value(conn, HAS_WAITERS, {"key": key}))
+
+
+def _ms(seconds: float) -> str:
+    return f"{max(1, int(seconds * 1000))}ms"
 
 
 def claim_with_slot(

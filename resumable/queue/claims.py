@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 from resumable.agent import AgentRegistry, version_label
 from resumable.broker.messages import enqueue_after_commit
-from resumable.models import coordination_ops, slot_queries, step_ops
+from resumable.models import slot_queries, step_ops
+from resumable.models.database import pipelined_transaction
 from resumable.models.step_queries import ClaimedSession
 from resumable.queue.outcomes import RunOutcome
 from resumable.queue.scope import WorkerScope
@@ -126,33 +127,31 @@ class Claims:
         parked to wait for one; None if it is not such a session (then it is
         one the plain claim let go for another reason)."""
         scope, owner = self._scope, self._owner()
-        with scope.db.connection() as conn:
-            slot = slot_queries.slot_needed(
+        with scope.db.connection() as conn, pipelined_transaction(conn):
+            # The key's lock, which a paused worker must not keep (every claim
+            # of the key waits for it): the server ends the transaction.
+            slot = slot_queries.slot_locked(
                 conn,
                 session_id,
                 limits=self._limits_json,
                 versions=self._versions_json,
                 starts=self._starts_json,
+                idle_seconds=LOCK_IDLE_SECONDS,
             )
             if slot is None:
                 return None
-            with conn.transaction():
-                # A paused worker must not keep the key's lock (every claim of
-                # the key waits for it): the server ends the transaction.
-                coordination_ops.bound_idle(conn, LOCK_IDLE_SECONDS)
-                slot_queries.lock_key(conn, slot.key)
-                claim = slot_queries.claim_with_slot(
-                    conn,
-                    session_id,
-                    slot,
-                    owner=owner,
-                    versions=self._versions_json,
-                    starts=self._starts_json,
-                    lease_seconds=scope.settings.lease_seconds,
-                )
-                parked = claim is None and slot_queries.park_for_slot(
-                    conn, session_id, slot, owner=owner, versions=self._versions_json
-                )
+            claim = slot_queries.claim_with_slot(
+                conn,
+                session_id,
+                slot,
+                owner=owner,
+                versions=self._versions_json,
+                starts=self._starts_json,
+                lease_seconds=scope.settings.lease_seconds,
+            )
+            parked = claim is None and slot_queries.park_for_slot(
+                conn, session_id, slot, owner=owner, versions=self._versions_json
+            )
         if claim is not None:
             return claim
         if parked:

@@ -16,8 +16,8 @@ import logging
 import uuid
 
 from resumable.broker.messages import BrokerSource, broker_of, enqueue_after_commit
-from resumable.models import coordination_ops, slot_queries
-from resumable.models.database import Database
+from resumable.models import slot_queries
+from resumable.models.database import Database, pipelined_transaction
 from resumable.models.slot_queries import SlotUsage
 from resumable.settings import Settings
 
@@ -35,16 +35,23 @@ def woken_for_free_slots(
 ) -> list[uuid.UUID]:
     """Under the key's lock, the waiters the key's free slots make room for
     (committed as woken: ``updated_at``); the caller sends their messages."""
-    with db.connection() as conn, conn.transaction():
-        coordination_ops.bound_idle(conn, LOCK_IDLE_SECONDS)
-        slot_queries.lock_key(conn, key)
+    with db.connection() as conn, pipelined_transaction(conn):
+        slot_queries.lock_key(conn, key, idle_seconds=LOCK_IDLE_SECONDS)
         return slot_queries.wake_waiters(conn, key, limit, grace=grace)
 
 
 def wake_waiters(
     settings: Settings, db: Database, broker: BrokerSource, key: str, limit: int
 ) -> list[uuid.UUID]:
-    """A run that held a slot of `key` ended: wake the oldest waiters."""
+    """A run that held a slot of `key` ended: wake the oldest waiters.
+
+    Asked first without the key's lock: most runs end with nobody waiting,
+    and then this is one read. A claim that parks just after that read (its
+    count taken before this run's end committed) is woken by the
+    scheduler's pass instead (``wake_missed``), a pass or two later."""
+    with db.connection() as conn:
+        if not slot_queries.has_waiters(conn, key):
+            return []
     woken = woken_for_free_slots(db, key, limit)
     if woken:
         enqueue_after_commit(broker_of(broker), settings, woken, why="a concurrency slot freed")
