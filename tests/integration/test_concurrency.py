@@ -68,7 +68,9 @@ def test_a_keys_limit_holds_its_waiters_start_in_order_and_other_keys_go_ahead(
     client: Client, db: Database, deployment: LocalDeployment
 ) -> None:
     with Turnstile() as turnstile:
-        deployment.worker(AGENTS, RESUMABLE_WORKER_THREADS="6")
+        # Two worker processes: the limit holds across them.
+        deployment.worker(AGENTS, RESUMABLE_WORKER_THREADS="3")
+        deployment.worker(AGENTS, RESUMABLE_WORKER_THREADS="3")
         busy = [
             client.start("per-tenant", {"tenant": "a", "turnstile": turnstile.url, "seconds": 0.3})
             for _ in range(8)
