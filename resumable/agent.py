@@ -205,6 +205,11 @@ class Agent:
             if retry is not None:
                 self._step_policies[step_name] = retry
             if concurrency is not None:
+                if "*" in (step_name, *aliases):
+                    raise AgentDefinitionError(
+                        f"agent {self.name!r}: a step named '*' cannot have a limit of its own"
+                        " ('*' stands for the agent's own limit)"
+                    )
                 self._step_limits[step_name] = concurrency
             return fn
 

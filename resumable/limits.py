@@ -41,10 +41,10 @@ class Concurrency:
     """At most `limit` running sessions per value of `key`.
 
     `key` names a field of the session's input (``"tenant"``), or a path to
-    one (``("customer", "id")``); None: one limit for the whole agent. An
-    input that lacks the field (or is not an object) counts under the key's
-    missing value, shared by all such sessions. The value is compared as
-    text: ``7`` and ``"7"`` are the same key."""
+    one (``("customer", "id")``: objects by field, lists by position);
+    None: one limit for the whole agent. An input that lacks the field
+    counts under the key's missing value, shared by all such sessions. The
+    value is compared as text: ``7`` and ``"7"`` are the same key."""
 
     limit: int
     key: str | Sequence[str] | None = None

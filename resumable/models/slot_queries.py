@@ -35,9 +35,17 @@ from resumable.models.step_queries import (
 # transaction (a hash collision only serializes two keys' decisions too).
 # Transaction-scoped, so it works through PgBouncer's transaction pooling.
 # The server ends the transaction if its client goes quiet in it for
-# %(idle)s (a paused or partitioned process must not keep the key's lock).
+# %(idle)s (a paused or partitioned process must not keep the key's lock;
+# the transaction must then not be pipelined: the server starts that clock
+# only at a sync), and a wait for the lock gives up after as long
+# (``LockNotAvailable``: the caller tries again later).
 LOCK_KEY = """SELECT set_config('idle_in_transaction_session_timeout', %(idle)s, true),
+                     set_config('lock_timeout', %(idle)s, true),
                      pg_advisory_xact_lock(hashtextextended(%(key)s, 4242))"""
+
+# The longest input value a key holds as it is; a longer one is held as its
+# first 64 characters and its MD5 (an index entry holds at most 2.7 KB).
+MAX_KEY_VALUE = 200
 
 # The key of a session this worker runs and may claim now whose run is
 # under a concurrency limit (``SLOT_SPEC``), with the limit: as a JSON
@@ -49,11 +57,16 @@ SELECT (jsonb_build_array(CASE WHEN x.spec ? 'step'
                                THEN jsonb_build_array(sessions.agent, x.spec ->> 'step')
                                ELSE to_jsonb(sessions.agent) END)
         || CASE WHEN jsonb_array_length(x.spec -> 'key') = 0 THEN '[]'::jsonb
-                ELSE jsonb_build_array(sessions.input #>> ARRAY(
-                         SELECT jsonb_array_elements_text(x.spec -> 'key'))) END
+                WHEN length(v.value) > {MAX_KEY_VALUE}
+                THEN jsonb_build_array(left(v.value, 64) || '...md5:' || md5(v.value))
+                ELSE jsonb_build_array(v.value) END
        )::text AS key,
-       (x.spec ->> 'limit')::int AS "limit"
-FROM sessions CROSS JOIN LATERAL (SELECT {SLOT_SPEC} AS spec) x
+       (x.spec ->> 'limit')::int AS "limit",
+       x.spec ->> 'step' AS step
+FROM sessions
+CROSS JOIN LATERAL (SELECT {SLOT_SPEC} AS spec) x
+CROSS JOIN LATERAL (SELECT sessions.input #>> ARRAY(
+                        SELECT jsonb_array_elements_text(x.spec -> 'key')) AS value) v
 WHERE sessions.id = %(id)s AND x.spec IS NOT NULL AND sessions.status <> 'compensating'
   AND {RUNNABLE_HERE} AND {CLAIMABLE}
 """
@@ -62,10 +75,20 @@ WHERE sessions.id = %(id)s AND x.spec IS NOT NULL AND sessions.status <> 'compen
 # round trip where a read and a lock took two. The claim that follows is a
 # statement of its own, its snapshot taken after the lock was granted.
 SLOT_LOCKED = f"""
-SELECT n.key, n."limit",
+SELECT n.key, n."limit", n.step,
        set_config('idle_in_transaction_session_timeout', %(idle)s, true) AS idle,
+       set_config('lock_timeout', %(idle)s, true) AS waits,
        pg_advisory_xact_lock(hashtextextended(n.key, 4242))::text AS locked
 FROM ({SLOT_NEEDED}) n
+"""
+
+# A waiter that no live worker can run (none serves its version) stops
+# waiting: it would stand ahead of its key's line for good. It stays a
+# pending session no worker serves (listed, alerted on, and enqueued by the
+# first worker that serves it, whose claim parks it again if need be).
+STOP_WAITING = """
+UPDATE sessions SET slot_wait_since = NULL
+WHERE id = %(id)s AND status = 'pending' AND slot_wait_since IS NOT NULL
 """
 
 # Whether a key has a session waiting for its slots (no lock: a run's end
@@ -93,6 +116,12 @@ def _holders(key: str, *, but: str | None = None) -> str:
      WHERE o.concurrency_key = {key} AND o.status = 'running'{other} AND {holds})"""
 
 
+# The session, on its locked row, is still under the limit whose key was
+# locked (a duplicate message's run may have moved it on to another step
+# since SLOT_LOCKED read it): its spec names the same step, or none.
+SAME_LIMIT = f"""({SLOT_SPEC} IS NOT NULL
+    AND ({SLOT_SPEC}) ->> 'step' IS NOT DISTINCT FROM %(step)s)"""
+
 # A slot is free for this session when the key's holders and the waiters
 # ahead of it (all of them, for a session that was not waiting) leave one:
 # a key's sessions start in the order they began to wait, and a new
@@ -104,20 +133,40 @@ HAS_FREE_SLOT = f"""(
         SELECT 1 FROM sessions w
         WHERE w.concurrency_key = %(key)s AND w.slot_wait_since IS NOT NULL
           AND w.status = 'pending' AND w.id <> sessions.id
-          AND (sessions.slot_wait_since IS NULL
-               OR (w.slot_wait_since, w.id) < (sessions.slot_wait_since, sessions.id))
+          AND (w.slot_wait_since, w.id)
+              < (coalesce(sessions.slot_wait_since, 'infinity'), sessions.id)
         LIMIT %(limit)s) ahead)
     < %(limit)s
 )"""
+
+# Beside the claim: the key's running sessions that no longer hold their
+# slot (their lease ran out, or their worker's heartbeat did) are fenced
+# off: a new epoch and back to pending, where the reconciler finds them. A
+# paused holder that came back and renewed its lease before anyone claimed
+# its session would otherwise run beside the session its slot went to.
+FENCE_LAPSED = f"""lapsed AS (
+    UPDATE sessions f SET status = 'pending', lease_epoch = f.lease_epoch + 1,
+        lease_owner = NULL, lease_expires_at = NULL
+    WHERE f.concurrency_key = %(key)s AND f.status = 'running' AND f.id <> %(id)s
+      AND NOT {_HOLDS_SLOT.format(a="f", owner=WORKER_OF_LEASE_OWNER.format(owner="f.lease_owner"))}
+    RETURNING f.id, f.step_seq, f.cursor, f.lease_epoch
+), lapsed_e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT id, step_seq, cursor, 'slot_lapsed',
+           jsonb_build_object('key', %(key)s::text, 'epoch', lease_epoch)
+    FROM lapsed
+),"""
 
 # The claim of a limited agent's session, after LOCK_KEY: CLAIM_LEASE's,
 # taken only with a free slot, stamping the key and ending the wait.
 CLAIM_WITH_SLOT = compact(
     claim_statement(
-        f"{RUNNABLE_HERE} AND sessions.status <> 'compensating' AND {HAS_FREE_SLOT}",
+        f"""{RUNNABLE_HERE} AND sessions.status <> 'compensating' AND {HAS_FREE_SLOT}
+            AND {SAME_LIMIT}""",
         also_set="""concurrency_key = %(key)s, concurrency_limit = %(limit)s,
                     slot_wait_since = NULL,""",
         slot=True,
+        first=FENCE_LAPSED,
     )
 )
 
@@ -141,7 +190,7 @@ WITH prev AS (
         slot_wait_since = coalesce(sessions.slot_wait_since, now()),
         updated_at = now()
     WHERE sessions.id = %(id)s AND sessions.status <> 'compensating'
-      AND {RUNNABLE_HERE} AND {CLAIMABLE}
+      AND {RUNNABLE_HERE} AND {CLAIMABLE} AND {SAME_LIMIT}
     RETURNING sessions.id, sessions.step_seq, sessions.cursor
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
@@ -231,6 +280,8 @@ class SlotNeeded:
 
     key: str
     limit: int
+    #: The step whose own limit it is (None: the agent's).
+    step: str | None = None
 
 
 @dataclass(frozen=True)
@@ -276,7 +327,12 @@ def slot_locked(
         "idle": _ms(idle_seconds),
     }
     row = conn.execute(SLOT_LOCKED, params).fetchone()
-    return None if row is None else SlotNeeded(key=row["key"], limit=row["limit"])
+    return None if row is None else SlotNeeded(key=row["key"], limit=row["limit"], step=row["step"])
+
+
+def stop_waiting(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> None:
+    """The session no longer waits for a slot (see STOP_WAITING)."""
+    rows.run(conn, STOP_WAITING, {"id": session_id})
 
 
 def has_waiters(conn: psycopg.Connection[Any], key: str) -> bool:
@@ -296,17 +352,20 @@ def claim_with_slot(
     owner: str,
     versions: str,
     starts: str,
+    limits: str,
     lease_seconds: float,
 ) -> ClaimedSession | None:
-    """After ``lock_key``: the claim, if the key has a slot free for this session."""
+    """After ``slot_locked``: the claim, if the key has a slot free for this session."""
     params = {
         "id": session_id,
         "owner": owner,
         "versions": versions,
         "starts": starts,
+        "limits": limits,
         "lease_seconds": lease_seconds,
         "key": slot.key,
         "limit": slot.limit,
+        "step": slot.step,
     }
     return rows.one(conn, ClaimedSession, CLAIM_WITH_SLOT, params)
 
@@ -318,14 +377,19 @@ def park_for_slot(
     *,
     owner: str,
     versions: str,
+    starts: str,
+    limits: str,
 ) -> bool:
     """After a claim found no free slot, in its transaction: wait for one."""
     params = {
         "id": session_id,
         "key": slot.key,
         "limit": slot.limit,
+        "step": slot.step,
         "owner": owner,
         "versions": versions,
+        "starts": starts,
+        "limits": limits,
     }
     return bool(rows.value(conn, PARK_FOR_SLOT, params))
 

@@ -168,6 +168,7 @@ def claim_statement(
     stamp_start: bool = True,
     also_set: str = "concurrency_key = NULL, slot_wait_since = NULL,",
     slot: bool = False,
+    first: str = "",
 ) -> str:
     """Take the lease of a claimable session that `runnable` lets this worker
     run, bumping the epoch (which fences out the previous owner), with its
@@ -186,13 +187,14 @@ def claim_statement(
     holds no concurrency slot (the agent is not limited here, or it is a
     saga's or a takeover's run) and waits for none; ``slot_queries`` sets
     the slot's key instead, with `slot` (the row returned names the slot,
-    and the session's wait for one is read for `runnable`)."""
+    and the session's wait for one is read for `runnable`). `first` is a
+    statement's CTEs run beside the claim (ending in a comma)."""
     start = _START if stamp_start else "NULL::jsonb"
     slot_wait = ", slot_wait_since" if slot else ""
     returned_slot = ", sessions.concurrency_key, sessions.concurrency_limit" if slot else ""
     selected_slot = ", concurrency_key, concurrency_limit" if slot else ""
     return f"""
-WITH locked AS (
+WITH {first} locked AS (
     SELECT id, status, lease_owner, lease_epoch, lease_expires_at, cursor, agent,
            agent_version, wake_at{slot_wait}
     FROM sessions WHERE id = %(id)s

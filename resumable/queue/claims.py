@@ -27,10 +27,11 @@ import threading
 import uuid
 from dataclasses import dataclass
 
+import psycopg
+
 from resumable.agent import AgentRegistry, version_label
 from resumable.broker.messages import enqueue_after_commit
 from resumable.models import slot_queries, step_ops
-from resumable.models.database import pipelined_transaction
 from resumable.models.step_queries import ClaimedSession
 from resumable.queue.outcomes import RunOutcome
 from resumable.queue.scope import WorkerScope
@@ -127,9 +128,28 @@ class Claims:
         parked to wait for one; None if it is not such a session (then it is
         one the plain claim let go for another reason)."""
         scope, owner = self._scope, self._owner()
-        with scope.db.connection() as conn, pipelined_transaction(conn):
-            # The key's lock, which a paused worker must not keep (every claim
-            # of the key waits for it): the server ends the transaction.
+        try:
+            return self._slot_transaction(session_id, owner)
+        except psycopg.errors.LockNotAvailable:
+            # The key's lock stayed taken (a claimant paused or cut off in its
+            # transaction, until the server ends it): try again in a moment.
+            enqueue_after_commit(
+                scope.broker,
+                scope.settings,
+                [session_id],
+                why="its concurrency key's lock is busy",
+                delay=1.0,
+            )
+            return RunOutcome.YIELDED
+
+    def _slot_transaction(
+        self, session_id: uuid.UUID, owner: str
+    ) -> ClaimedSession | RunOutcome | None:
+        scope = self._scope
+        # Not pipelined: the server ends a transaction whose client idles in
+        # it only once a sync has told it so, and a paused worker must not
+        # keep the key's lock (every claim of the key waits for it).
+        with scope.db.connection() as conn, conn.transaction():
             slot = slot_queries.slot_locked(
                 conn,
                 session_id,
@@ -147,10 +167,17 @@ class Claims:
                 owner=owner,
                 versions=self._versions_json,
                 starts=self._starts_json,
+                limits=self._limits_json,
                 lease_seconds=scope.settings.lease_seconds,
             )
             parked = claim is None and slot_queries.park_for_slot(
-                conn, session_id, slot, owner=owner, versions=self._versions_json
+                conn,
+                session_id,
+                slot,
+                owner=owner,
+                versions=self._versions_json,
+                starts=self._starts_json,
+                limits=self._limits_json,
             )
         if claim is not None:
             return claim
@@ -204,6 +231,8 @@ class Claims:
                 delay=1.0,
             )
             return RunOutcome.YIELDED
+        with scope.db.connection() as conn:  # if it waited for a slot, no longer
+            slot_queries.stop_waiting(conn, session_id)
         if row.agent in identity.versions:
             logger.info(
                 "no live worker serves %s (this one runs %s); the session waits for one",

@@ -131,6 +131,12 @@ class Run:
             error = claim.error or {}
             self._active.at_step(error.get("step"))
             return compensate(scope, self._held(), agent, error, agent.policy(error.get("step")))
+        needs_slot = agent.slot_scope(claim.cursor or agent.start_step) is not None
+        if needs_slot and claim.concurrency_key is None:
+            # Claimed without the concurrency slot its step needs (taken over
+            # from an older version, which takes none): back to the queue,
+            # for a claim under its limit (``resumable/limits.py``).
+            return hand_back(scope, claim.session_id, claim.epoch, "its step needs a slot")
         try:
             # A renamed step's old name runs the step that has it as an alias.
             cursor = claim.cursor or agent.start_step

@@ -15,9 +15,11 @@ from __future__ import annotations
 import logging
 import uuid
 
+import psycopg
+
 from resumable.broker.messages import BrokerSource, broker_of, enqueue_after_commit
 from resumable.models import slot_queries
-from resumable.models.database import Database, pipelined_transaction
+from resumable.models.database import Database
 from resumable.models.slot_queries import SlotUsage
 from resumable.settings import Settings
 
@@ -35,7 +37,9 @@ def woken_for_free_slots(
 ) -> list[uuid.UUID]:
     """Under the key's lock, the waiters the key's free slots make room for
     (committed as woken: ``updated_at``); the caller sends their messages."""
-    with db.connection() as conn, pipelined_transaction(conn):
+    # Not pipelined: the server ends a transaction whose client idles in it
+    # only once a sync has told it so (see ``slot_queries.LOCK_KEY``).
+    with db.connection() as conn, conn.transaction():
         slot_queries.lock_key(conn, key, idle_seconds=LOCK_IDLE_SECONDS)
         return slot_queries.wake_waiters(conn, key, limit, grace=grace)
 
@@ -72,7 +76,11 @@ def wake_missed(
         keys = slot_queries.keys_to_wake(conn, grace=grace, max_keys=max_keys)
     woken: list[uuid.UUID] = []
     for key in keys:
-        woken += woken_for_free_slots(db, key.key, key.limit, grace=grace)
+        try:
+            woken += woken_for_free_slots(db, key.key, key.limit, grace=grace)
+        except psycopg.errors.LockNotAvailable:
+            continue  # its lock is held by a stalled claimant: the next pass
+
     if woken:
         logger.info(
             "woke %d sessions waiting for a concurrency slot that no run's end had woken",

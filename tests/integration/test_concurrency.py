@@ -242,3 +242,22 @@ def test_a_steps_own_limit_holds_for_that_step_only(
         waits = [e.payload for e in events if e.type == "slot_waiting"]
         assert all(w["key"] == '[["step-limited", "call"], "a"]' for w in waits)
     assert any(e.type == "slot_waiting" for s in ids for e in client.events(s))
+
+
+def test_a_long_key_value_is_held_as_its_digest(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    """An index entry holds 2.7 KB: a longer input value still makes a key."""
+    with Turnstile() as turnstile:
+        deployment.worker(AGENTS)
+        tenants = ["x" * 5000, "x" * 4999 + "y"]
+        ids = [
+            client.start("per-tenant", {"tenant": t, "turnstile": turnstile.url, "seconds": 0})
+            for t in tenants
+        ]
+        wait_until(lambda: _status(client, ids)["completed"] == 2, what="both sessions")
+    keys = {e.payload.get("key") for s in ids for e in client.events(s) if e.type == "slot_waiting"}
+    rows = [client.session_row(s).concurrency_key for s in ids]
+    assert all(key is not None and len(key) < 200 and "md5:" in key for key in rows), rows
+    assert rows[0] != rows[1]  # two values, two keys
+    assert keys <= set(rows)

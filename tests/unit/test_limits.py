@@ -78,3 +78,13 @@ def test_an_agent_limited_as_a_whole_takes_no_step_limit() -> None:
         whole.step(lambda ctx: None, name="s", concurrency=Concurrency(limit=1))
     with pytest.raises(AgentDefinitionError, match="Concurrency"):
         Agent("x").step(lambda ctx: None, name="s", concurrency=3)  # type: ignore[call-overload]
+
+
+def test_a_step_named_star_takes_no_limit_of_its_own() -> None:
+    """'*' stands for the agent's own limit in what a claim reads."""
+    with pytest.raises(AgentDefinitionError, match=r"'\*'"):
+        Agent("starred").step(lambda ctx: None, name="*", concurrency=Concurrency(limit=1))
+    with pytest.raises(AgentDefinitionError, match=r"'\*'"):
+        Agent("aliased").step(
+            lambda ctx: None, name="s", aliases=["*"], concurrency=Concurrency(limit=1)
+        )
