@@ -261,3 +261,23 @@ def test_a_long_key_value_is_held_as_its_digest(
     assert all(key is not None and len(key) < 200 and "md5:" in key for key in rows), rows
     assert rows[0] != rows[1]  # two values, two keys
     assert keys <= set(rows)
+
+
+def test_a_session_taken_over_by_a_limited_version_runs_in_a_slot(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    """A takeover claims without a slot: the run goes back to the queue
+    before its step and is claimed again under the new version's limit."""
+    old = deployment.worker("tests.limited_versions", LIMITED_AGENT_VERSION="1")
+    session_id = client.start("migrating", {})
+    wait_until(lambda: client.get(session_id).status == "suspended", what="the v1 wait")
+    old.stop()
+    deployment.worker("tests.limited_versions", LIMITED_AGENT_VERSION="2")
+    client.signal(session_id, "go")
+    wait_until(lambda: client.get(session_id).status == "completed", what="the v2 run")
+
+    assert client.get(session_id).result == {"version": 1, "migrated": True}  # started on v1
+    kinds = [e.type for e in client.events(session_id)]
+    migrated = kinds.index("session_migrated")
+    assert "step_completed" not in kinds[migrated:][:2]  # nothing ran before the hand-back
+    assert client.session_row(session_id).concurrency_key == '["migrating"]'
