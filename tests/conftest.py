@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import compileall
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -38,6 +39,7 @@ from resumable.models.database import Database
 from resumable.settings import Settings
 from resumable.webhooks.app import create_app
 from resumable.webhooks.metrics import Metrics
+from tests import cli_zygote
 from tests.tables import RUNTIME_TABLES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -232,11 +234,17 @@ WorkerProcess = Process
 
 
 def run_cli(
-    settings: Settings, *args: str, timeout: float = 120, **extra_env: str
+    settings: Settings,
+    *args: str,
+    timeout: float = 120,
+    fresh_interpreter: bool = False,
+    **extra_env: str,
 ) -> subprocess.CompletedProcess[str]:
     """``resumable ARGS`` run to its end against the test servers, its output
     captured; nothing else of this environment (no RESUMABLE_* leaks in)
-    but `extra_env`."""
+    but `extra_env`. A process forked from one that has started Python and
+    imported the command line already (tests/cli_zygote.py), or, with
+    `fresh_interpreter`, ``python -m resumable.cli`` from the start."""
     env = {
         "DATABASE_URL": settings.database_url or "",
         "REDIS_URL": settings.redis_url or "",
@@ -245,6 +253,8 @@ def run_cli(
         "HOME": "/tmp",
         **extra_env,
     }
+    if not fresh_interpreter:
+        return cli_zygote.run(args, env, cwd=ROOT, timeout=timeout)
     return subprocess.run(
         [sys.executable, "-m", "resumable.cli", *args],
         capture_output=True,
@@ -324,7 +334,15 @@ def deployment(
     process_env: dict[str, str],
     web_port: int,
 ) -> Iterator[LocalDeployment]:
-    """Web, workers and schedulers for one test, on clean tables and an empty Redis."""
+    """Web, workers and schedulers for one test, on clean tables and an empty Redis.
+
+    What the test leaves running is SIGKILLed when it ends (each process
+    group, waited for until it is gone), not stopped with SIGTERM: a worker's
+    clean stop waits out its threads' one-second poll of the work queue, a
+    second per test, and nothing checks it here; the next test starts on empty
+    tables and an empty Redis all the same. The clean stops are tested where
+    they are the point (test_shutdown.py, test_worker_processes.py,
+    test_readiness.py, test_dev.py, the SIGTERM tests of test_async_agents.py)."""
     env = {
         **WORKER_ENV,
         **process_env,
@@ -334,6 +352,9 @@ def deployment(
     }
     with Deployment(env, tmp_path, cwd=ROOT, grace_seconds=STOP_GRACE_SECONDS) as children:
         yield LocalDeployment(children, web_port)
+        for child in children.children:
+            child.signal(signal.SIGKILL)
+        # On the way out, Deployment waits for every group to be gone.
 
 
 # The deployment's parts one at a time, as most tests were first written.

@@ -15,7 +15,9 @@ from tests.conftest import ManagedProcess, run_cli, wait_until
 
 
 def _cli(client: Client, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli(client.settings, *args, timeout=60)
+    # `python -m resumable.cli` from the start, as a user runs it: the other
+    # tests' commands are forks of a process that has imported the CLI.
+    return run_cli(client.settings, *args, timeout=60, fresh_interpreter=True)
 
 
 def test_enqueue_then_inspect_a_session(

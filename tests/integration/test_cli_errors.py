@@ -27,6 +27,7 @@ from sqlalchemy.engine import make_url
 from resumable._internal.database_urls import libpq_url
 from resumable._internal.embedded import EmbeddedServices
 from resumable.client import Client
+from tests import cli_zygote
 from tests.conftest import ROOT, ManagedProcess, free_port, wait_until
 
 # The console script, as a user types it: unlike `python -m`, it does not put
@@ -47,8 +48,10 @@ def _run(
         full_env["DATABASE_URL"] = client.settings.database_url or ""
         full_env["REDIS_URL"] = client.settings.redis_url or ""
     full_env.update(env or {})
+    if command is None:  # `python -m resumable.cli`, forked (tests/cli_zygote.py)
+        return cli_zygote.run(args, full_env, cwd=cwd, timeout=timeout)
     return subprocess.run(
-        [*(command or [sys.executable, "-m", "resumable.cli"]), *args],
+        [*command, *args],
         capture_output=True,
         text=True,
         env=full_env,
@@ -67,28 +70,7 @@ def _run_all(
     full_env["DATABASE_URL"] = client.settings.database_url or ""
     full_env["REDIS_URL"] = client.settings.redis_url or ""
     full_env.update(env or {})
-    running = [
-        (
-            args,
-            subprocess.Popen(
-                [sys.executable, "-m", "resumable.cli", *args],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=full_env,
-                cwd=ROOT,
-            ),
-        )
-        for args in commands
-    ]
-    results = []
-    for args, process in running:
-        try:
-            out, err = process.communicate(timeout=60)
-        finally:
-            process.kill()
-        results.append(subprocess.CompletedProcess(list(args), process.returncode, out, err))
-    return results
+    return cli_zygote.run_all([(args, full_env) for args in commands], cwd=ROOT, timeout=60)
 
 
 def _one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
@@ -491,7 +473,9 @@ def test_worker_imports_agents_from_the_working_directory(client: Client, tmp_pa
 
 
 def _run_bytes(client: Client, *args: bytes) -> subprocess.CompletedProcess[str]:
-    """A command whose argv holds bytes that are not UTF-8 (Python sees lone surrogates)."""
+    """A command whose argv holds bytes that are not UTF-8 (Python sees lone
+    surrogates), on a fresh interpreter, which decodes them; an argv of UTF-8
+    is forked as `_run` does."""
     env = {
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": str(ROOT),
@@ -499,6 +483,12 @@ def _run_bytes(client: Client, *args: bytes) -> subprocess.CompletedProcess[str]
         "DATABASE_URL": client.settings.database_url or "",
         "REDIS_URL": client.settings.redis_url or "",
     }
+    try:
+        texts = [arg.decode() for arg in args]
+    except UnicodeDecodeError:
+        pass
+    else:
+        return cli_zygote.run(texts, env, cwd=ROOT, timeout=60)
     done = subprocess.run(
         [sys.executable.encode(), b"-m", b"resumable.cli", *args],
         capture_output=True, env=env, cwd=ROOT, check=False, timeout=60,

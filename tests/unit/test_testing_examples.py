@@ -12,10 +12,7 @@ from typing import Any
 
 import pytest
 
-from examples.async_research_agent import async_research
 from examples.fastapi_app import checkout
-from examples.openai_agents_approval import openai_research
-from examples.pydantic_ai_approval import pydantic_refunds
 from examples.refund_agent import refund
 from examples.research_agent import research
 from examples.research_team import SOURCES, planner, researcher
@@ -23,24 +20,46 @@ from resumable import Agent, SessionStatus, Signal, Wait, Wake
 from resumable.testing import TestSession, answers, run_step
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-TESTED = {
-    refund,
-    research,
-    async_research,
-    planner,
-    researcher,
-    checkout,
-    pydantic_refunds,
-    openai_research,
-}
+
+
+# The examples built on openai, the OpenAI Agents SDK and PydanticAI are
+# imported by the tests that run them, not when the module is collected: those
+# libraries cost 3 s of CPU to import, and every xdist worker collects every
+# module.
+def _async_research() -> Agent:
+    from examples.async_research_agent import async_research
+
+    return async_research
+
+
+def _openai_research() -> Agent:
+    from examples.openai_agents_approval import openai_research
+
+    return openai_research
+
+
+def _pydantic_refunds() -> Agent:
+    from examples.pydantic_ai_approval import pydantic_refunds
+
+    return pydantic_refunds
 
 
 def test_every_example_agent_is_unit_tested_here() -> None:
+    tested = {
+        refund,
+        research,
+        _async_research(),
+        planner,
+        researcher,
+        checkout,
+        _pydantic_refunds(),
+        _openai_research(),
+    }
     found = set()
     for path in sorted(EXAMPLES.glob("*.py")):
         module = importlib.import_module(f"examples.{path.stem}")
         found |= {value for value in vars(module).values() if isinstance(value, Agent)}
-    assert {a.name for a in found} == {a.name for a in TESTED}
+    assert {a.name for a in found} == {a.name for a in tested}
 
 
 # -- the refund agent (resumable demo) ------------------------------------------------------
@@ -160,7 +179,7 @@ def test_the_async_research_agent_awaits_its_tools() -> None:
         return PAGE
 
     session = TestSession(
-        async_research,
+        _async_research(),
         {"question": "q", "model": "fake", "approval_timeout": 60},
         tools={"llm": chat, "fetch_url": fetch_url},
     )
@@ -231,7 +250,7 @@ def test_the_pydantic_ai_refund_is_rejected_with_a_reason_the_model_reads() -> N
         return "refunded"
 
     session = TestSession(
-        pydantic_refunds,
+        _pydantic_refunds(),
         {"prompt": "Refund order o-17", "deps": {"currency": "EUR"}},
         tools={"tool:refund": payment_api},
     )
@@ -302,7 +321,7 @@ def test_the_openai_agents_fetch_runs_once_after_approval(monkeypatch: pytest.Mo
         return "Each step commits; a crashed step replays its recorded calls."
 
     session = TestSession(
-        openai_research,
+        _openai_research(),
         {"prompt": "How do durable agents survive crashes?"},
         tools={"model_request": answers(ASK_TO_FETCH, WRITE_REPORT), "tool:fetch_url": fetch_url},
     )
