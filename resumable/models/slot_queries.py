@@ -172,8 +172,11 @@ CLAIM_WITH_SLOT = compact(
 
 # No free slot: the session waits for one, pending with no queue message
 # (the reconciler leaves such sessions alone), since the first time it
-# found none; a session whose lease had expired is fenced off its old
-# owner. The first park of a wait writes its audit event.
+# found none: the moment it parks, under the key's lock (clock_timestamp,
+# not the transaction's start, which came before the wait for the lock), so
+# the line's order is the order of parks. A session whose lease had expired
+# is fenced off its old owner. The first park of a wait writes its audit
+# event.
 PARK_FOR_SLOT = f"""
 WITH prev AS (
     SELECT id, slot_wait_since FROM sessions WHERE id = %(id)s
@@ -187,7 +190,7 @@ WITH prev AS (
         lease_expires_at = NULL,
         concurrency_key = %(key)s,
         concurrency_limit = %(limit)s,
-        slot_wait_since = coalesce(sessions.slot_wait_since, now()),
+        slot_wait_since = coalesce(sessions.slot_wait_since, clock_timestamp()),
         updated_at = now()
     WHERE sessions.id = %(id)s AND sessions.status <> 'compensating'
       AND {RUNNABLE_HERE} AND {CLAIMABLE} AND {SAME_LIMIT}
