@@ -359,18 +359,10 @@ def claim_with_slot(
     lease_seconds: float,
 ) -> ClaimedSession | None:
     """After ``slot_locked``: the claim, if the key has a slot free for this session."""
-    params = {
-        "id": session_id,
-        "owner": owner,
-        "versions": versions,
-        "starts": starts,
-        "limits": limits,
-        "lease_seconds": lease_seconds,
-        "key": slot.key,
-        "limit": slot.limit,
-        "step": slot.step,
-    }
-    return rows.one(conn, ClaimedSession, CLAIM_WITH_SLOT, params)
+    params = _slot_params(session_id, slot, owner, versions, starts, limits)
+    return rows.one(
+        conn, ClaimedSession, CLAIM_WITH_SLOT, {**params, "lease_seconds": lease_seconds}
+    )
 
 
 def park_for_slot(
@@ -384,7 +376,15 @@ def park_for_slot(
     limits: str,
 ) -> bool:
     """After a claim found no free slot, in its transaction: wait for one."""
-    params = {
+    params = _slot_params(session_id, slot, owner, versions, starts, limits)
+    return bool(rows.value(conn, PARK_FOR_SLOT, params))
+
+
+def _slot_params(
+    session_id: uuid.UUID, slot: SlotNeeded, owner: str, versions: str, starts: str, limits: str
+) -> dict[str, Any]:
+    """What the claim and the park under a slot's lock both name."""
+    return {
         "id": session_id,
         "key": slot.key,
         "limit": slot.limit,
@@ -394,7 +394,6 @@ def park_for_slot(
         "starts": starts,
         "limits": limits,
     }
-    return bool(rows.value(conn, PARK_FOR_SLOT, params))
 
 
 def wake_waiters(

@@ -127,20 +127,19 @@ class Claims:
         """A limited agent's session: claimed with a free slot of its key, or
         parked to wait for one; None if it is not such a session (then it is
         one the plain claim let go for another reason)."""
-        scope, owner = self._scope, self._owner()
+        owner = self._owner()
         try:
             return self._slot_transaction(session_id, owner)
         except psycopg.errors.LockNotAvailable:
             # The key's lock stayed taken (a claimant paused or cut off in its
             # transaction, until the server ends it): try again in a moment.
-            enqueue_after_commit(
-                scope.broker,
-                scope.settings,
-                [session_id],
-                why="its concurrency key's lock is busy",
-                delay=1.0,
-            )
-            return RunOutcome.YIELDED
+            return self._again_soon(session_id, "its concurrency key's lock is busy")
+
+    def _again_soon(self, session_id: uuid.UUID, why: str) -> RunOutcome:
+        """The message goes back to the queue for a second (any worker's)."""
+        scope = self._scope
+        enqueue_after_commit(scope.broker, scope.settings, [session_id], why=why, delay=1.0)
+        return RunOutcome.YIELDED
 
     def _slot_transaction(
         self, session_id: uuid.UUID, owner: str
@@ -223,14 +222,7 @@ class Claims:
                 label,
                 extra={"action": "agent_not_loaded"},
             )
-            enqueue_after_commit(
-                scope.broker,
-                scope.settings,
-                [session_id],
-                why="passed on to a worker serving it",
-                delay=1.0,
-            )
-            return RunOutcome.YIELDED
+            return self._again_soon(session_id, "passed on to a worker serving it")
         with scope.db.connection() as conn:  # if it waited for a slot, no longer
             slot_queries.stop_waiting(conn, session_id)
         if row.agent in identity.versions:
