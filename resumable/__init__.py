@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         LeaseLostError,
         NotSerializableError,
         PermanentError,
+        RateLimited,
         ReducerNotLoadedError,
         ResumableError,
         ScheduleDefinitionError,
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
         UnknownStepError,
         UnstorableArgumentError,
     )
-    from resumable.limits import Concurrency
+    from resumable.limits import Concurrency, RateLimit
     from resumable.models.status import SessionStatus
     from resumable.retries import RetryPolicy
     from resumable.schedules import Schedule
@@ -103,11 +104,13 @@ _HOMES: dict[str, str] = {
     "SessionNotFoundError": "resumable.errors",
     "SessionStateError": "resumable.errors",
     "StepTimeoutError": "resumable.errors",
+    "RateLimited": "resumable.errors",
     "TransientError": "resumable.errors",
     "UnknownAgentError": "resumable.errors",
     "UnknownStepError": "resumable.errors",
     "UnstorableArgumentError": "resumable.errors",
     "Concurrency": "resumable.limits",
+    "RateLimit": "resumable.limits",
     "SessionStatus": "resumable.models.status",
     "RetryPolicy": "resumable.retries",
     "Schedule": "resumable.schedules",
@@ -158,9 +161,10 @@ __all__ = [
     "Timer",
     "Wait",
     "Wake",
-    # Starting them on a schedule, and how many run at once
+    # Starting them on a schedule, how many run at once, how fast they call
     "Schedule",
     "Concurrency",
+    "RateLimit",
     # Running them
     "AsyncClient",
     "Client",
@@ -199,6 +203,7 @@ __all__ = [
     "LeaseLostError",
     "NotSerializableError",
     "PermanentError",
+    "RateLimited",
     "ReducerNotLoadedError",
     "ResumableError",
     "SessionExistsError",

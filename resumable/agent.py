@@ -30,7 +30,7 @@ from resumable.errors import (
     UnknownCheckError,
     UnknownStepError,
 )
-from resumable.limits import Concurrency
+from resumable.limits import Concurrency, RateLimit
 from resumable.retries import DEFAULT_POLICY, RetryPolicy
 from resumable.schedules import CatchUp, Overlap, Schedule
 from resumable.waits import Wait
@@ -98,6 +98,7 @@ class Agent:
         version: int | None = None,
         patches: Mapping[str, int] | None = None,
         concurrency: Concurrency | None = None,
+        rate_limits: Iterable[RateLimit] = (),
     ) -> None:
         if not name or not isinstance(name, str):
             raise AgentDefinitionError("an agent needs a non-empty string name")
@@ -129,6 +130,20 @@ class Agent:
         self.concurrency = concurrency
         #: Steps limited on their own (``step(..., concurrency=...)``).
         self._step_limits: dict[str, Concurrency] = {}
+        #: Named limits its calls may take (``ctx.tool(..., rate_limit=name)``).
+        self.rate_limits: dict[str, RateLimit] = _checked_rate_limits(name, rate_limits)
+
+    def rate_limit(self, name: str) -> RateLimit:
+        """The rate limit `name` this agent declares (a call naming another
+        is a definition error, found at its first call)."""
+        try:
+            return self.rate_limits[name]
+        except (KeyError, TypeError):
+            declared = ", ".join(repr(n) for n in self.rate_limits) or "none"
+            raise AgentDefinitionError(
+                f"agent {self.name!r} declares no rate limit {name!r} (it declares "
+                f"{declared}): add it to Agent(..., rate_limits=[RateLimit({name!r}, ...)])"
+            ) from None
 
     @overload
     def step(
@@ -686,3 +701,22 @@ class AgentRegistry:
             for agent in found:
                 registry.add(agent)
         return registry
+
+
+def _checked_rate_limits(agent: str, limits: object) -> dict[str, RateLimit]:
+    if isinstance(limits, RateLimit):
+        limits = (limits,)
+    if isinstance(limits, str | bytes) or not isinstance(limits, Iterable):
+        raise AgentDefinitionError(
+            f"agent {agent!r}: rate_limits is a list of RateLimit(...), not {limits!r}"
+        )
+    by_name: dict[str, RateLimit] = {}
+    for limit in limits:
+        if not isinstance(limit, RateLimit):
+            raise AgentDefinitionError(
+                f"agent {agent!r}: rate_limits holds RateLimit(...) objects, not {limit!r}"
+            )
+        if limit.name in by_name:
+            raise AgentDefinitionError(f"agent {agent!r} declares rate limit {limit.name!r} twice")
+        by_name[limit.name] = limit
+    return by_name

@@ -47,6 +47,7 @@ from resumable.schemas import (
     Delivery,
     Event,
     Page,
+    RateLimitInfo,
     ScheduleInfo,
     Session,
 )
@@ -334,6 +335,9 @@ class AsyncClient:
 
     async def concurrency_keys(self, *, limit: int = 50) -> list[ConcurrencyKey]:
         return await self._run(self.client.concurrency_keys, limit=limit)
+
+    async def rate_limits(self, *, limit: int = 50) -> list[RateLimitInfo]:
+        return await self._run(self.client.rate_limits, limit=limit)
 
     async def schedules(self, *, agent: str | None = None, limit: int = 100) -> list[ScheduleInfo]:
         return await self._run(self.client.schedules, agent=agent, limit=limit)

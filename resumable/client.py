@@ -35,6 +35,7 @@ from resumable.broker.messages import enqueue_after_commit
 from resumable.coordination import children, shared
 from resumable.coordination.records import SharedDocument, SharedVersion
 from resumable.errors import (
+    ConfigurationError,
     IdempotencyConflictError,
     InvalidArgumentError,
     InvalidCursorError,
@@ -61,6 +62,7 @@ from resumable.schemas import (
     Delivery,
     Event,
     Page,
+    RateLimitInfo,
     ScheduleInfo,
     Session,
 )
@@ -707,6 +709,21 @@ class Client:
         """The concurrency keys with a session running or waiting in them,
         the most waiting first (``resumable/limits.py``), at most `limit`."""
         return concurrency_keys(self.db, limit=arguments.count(limit, "limit", maximum=1000))
+
+    # -- rate limits -----------------------------------------------------------------
+
+    def rate_limits(self, *, limit: int = 50) -> list[RateLimitInfo]:
+        """The rate limits in use (``RateLimit``): when each one's next turn
+        comes, what the provider refused, and the sessions waiting for a
+        turn; the most waiting first, at most `limit`."""
+        from resumable.broker.redis import NAMESPACE
+        from resumable.services.rate_limits import rate_limits
+
+        count = arguments.count(limit, "limit", maximum=1000)
+        redis_client = getattr(self.broker, "client", None)
+        if redis_client is None:  # not a Redis broker: there is no shared line to read
+            raise ConfigurationError("rate limits live in Redis; this client's broker is not one")
+        return rate_limits(self.db, redis_client, NAMESPACE, self.settings.queue_name, limit=count)
 
     # -- schedules -------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from resumable.agent import Complete, Next, checked_name
 from resumable.checkpoints import Reducer
 from resumable.coordination.step import StepCoordination
 from resumable.errors import AgentDefinitionError
+from resumable.limits import RateLimit
 from resumable.waits import Callback, Children, Lock, Poll, Signal, Timer, Wait, Wake
 
 T = TypeVar("T")
@@ -55,6 +56,7 @@ class ToolCallRecorder(Protocol):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         compensate: str | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> Any: ...
 
     def acall(
@@ -64,6 +66,7 @@ class ToolCallRecorder(Protocol):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         compensate: str | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> Awaitable[Any]: ...
 
 
@@ -133,6 +136,7 @@ class StepContext:
         patches: dict[str, int] | None = None,
         coordination: StepCoordinator | None = None,
         is_async: bool = False,
+        rate_limit: Callable[[str], RateLimit] | None = None,
     ) -> None:
         self.session_id = session_id
         self.agent = agent
@@ -146,6 +150,7 @@ class StepContext:
         self._tools = tools
         self._callbacks = callbacks
         self._has_compensation = has_compensation
+        self._rate_limit = rate_limit
         self._reducer = reducer
         #: Events emitted by this step (event-sourced agents).
         self.events: list[Any] = []
@@ -195,6 +200,7 @@ class StepContext:
         *args: Any,
         compensate: str | None = None,
         fence: str | None = None,
+        rate_limit: str | None = None,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -207,6 +213,7 @@ class StepContext:
         *args: Any,
         compensate: str | None = None,
         fence: str | None = None,
+        rate_limit: str | None = None,
         **kwargs: Any,
     ) -> T: ...
 
@@ -218,6 +225,7 @@ class StepContext:
         *args: Any,
         compensate: str | None = None,
         fence: str | None = None,
+        rate_limit: str | None = None,
         **kwargs: Any,
     ) -> Any:
         """Run a side effect once per logical call and return its result.
@@ -239,8 +247,17 @@ class StepContext:
         ``fence`` names a lock this session holds: ``fn`` also gets
         ``fencing_token=`` (see ``ctx.fence``), for the external system to
         reject writes with a token lower than one it has seen.
+
+        ``rate_limit`` names a ``RateLimit`` the agent declares: the call waits
+        for its turn under that limit, shared by every worker (see
+        ``resumable/limits.py``). A replayed call takes no turn.
         """
         checked_name(name, "tool name")
+        limit = None
+        if rate_limit is not None:
+            if self._rate_limit is None:
+                raise AgentDefinitionError(f"agent {self.agent!r} declares no rate limits")
+            limit = self._rate_limit(rate_limit)
         if compensate is not None and not self._has_compensation(compensate):
             raise AgentDefinitionError(f"agent {self.agent!r} has no compensation {compensate!r}")
         is_async_tool = inspect.iscoroutinefunction(fn)
@@ -254,8 +271,8 @@ class StepContext:
             # and recorded arguments): a new run of the session passes a new one.
             fn = functools.partial(fn, fencing_token=self.fence(fence))
         if is_async_tool:
-            return self._tools.acall(name, fn, args, kwargs, compensate)
-        return self._tools.call(name, fn, args, kwargs, compensate)
+            return self._tools.acall(name, fn, args, kwargs, compensate, limit)
+        return self._tools.call(name, fn, args, kwargs, compensate, limit)
 
     def emit(self, event: Any) -> None:
         """Record an immutable event and apply it to the state with the

@@ -106,6 +106,16 @@ class TransientError(ResumableError):
         self.retry_after = retry_after
 
 
+class RateLimited(TransientError):  # noqa: N818 (reads as what the provider said)
+    """The provider refused a call for its rate (HTTP 429). Raised by a tool
+    called with ``rate_limit=``, it holds that limit back for ``retry_after``
+    seconds (the provider's Retry-After; at least one spacing when it gave
+    none) for every worker, and the call is made again when its turn comes,
+    without counting an attempt. Raised elsewhere, it is a ``TransientError``."""
+
+    code = "rate_limited"
+
+
 class PermanentError(ResumableError):
     """A failure that trying again cannot fix: the session fails at once, runs
     its compensations and goes to the dead-letter queue."""

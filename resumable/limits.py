@@ -1,4 +1,5 @@
-"""Concurrency limits: how many sessions of a kind run at once.
+"""Flow control: how many sessions of a kind run at once (``Concurrency``),
+and how fast their calls to a provider go (``RateLimit``).
 
 ``Agent("support", concurrency=Concurrency(limit=2, key="tenant"))`` lets
 at most two sessions of the agent *run* at once for each value of
@@ -24,8 +25,9 @@ runnable: a start, a callback, a timer, a retry.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from resumable.errors import AgentDefinitionError
@@ -109,3 +111,125 @@ def _sequence(key: object) -> Sequence[object]:
     raise AgentDefinitionError(
         f"a concurrency key is a field name or a sequence of field names, got {key!r}"
     )
+
+
+# The longest period or in-place wait a rate limit takes (a day): longer is a
+# schedule, not a rate.
+MAX_RATE_SECONDS = 86_400.0
+# The most requests or tokens per period (beyond, the spacing is below a microsecond).
+MAX_RATE_AMOUNT = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """A named limit on calls, shared by every worker process of a deployment:
+    at most `requests` calls start per `per` seconds, and, with `tokens`, the
+    cost the calls report (an LLM's tokens: ``cost`` reads it from a call's
+    result) stays within `tokens` per `per` seconds.
+
+    Declare it on the agent (``Agent(..., rate_limits=[openai])``) and name it
+    on the calls it governs: ``ctx.tool("chat", llm, prompt, rate_limit="openai")``.
+    Calls are spaced evenly (``per / requests`` apart), with `burst` calls
+    allowed at once after an idle spell: with ``burst=1`` (the default) no
+    window of `per` seconds ever sees more than `requests` starts. A call
+    over the limit waits for its turn in place when that turn is at most
+    `wait_in_place` seconds away; further off, its session lets the worker go
+    and is run again when capacity returns (its earlier calls replayed from
+    their records, no attempt counted). A call that raises ``RateLimited``
+    (the provider's HTTP 429, with its Retry-After) holds the whole limit back
+    that long and is made again when its turn comes."""
+
+    name: str
+    requests: int | None = None
+    per: float = 60.0
+    tokens: int | None = None
+    cost: Callable[[Any], float] | None = field(default=None, compare=False)
+    burst: int = 1
+    wait_in_place: float = 10.0
+
+    def __post_init__(self) -> None:
+        name = self.name
+        if (
+            not isinstance(name, str)
+            or not name
+            or len(name) > 200
+            or not _storable(name)
+            or not name.isprintable()
+        ):
+            raise AgentDefinitionError(
+                f"a rate limit's name is 1 to 200 printable characters, got {name!r}"
+            )
+        for label in ("requests", "tokens"):
+            _check_amount(name, label, getattr(self, label))
+        if self.requests is None and self.tokens is None:
+            raise AgentDefinitionError(f"rate limit {name!r} needs requests=, tokens= or both")
+        if self.tokens is not None and self.cost is None:
+            raise AgentDefinitionError(
+                f"rate limit {name!r} counts tokens: pass cost=, a function that "
+                "reads a call's tokens from its result"
+            )
+        if self.cost is not None and not callable(self.cost):
+            raise AgentDefinitionError(f"rate limit {name!r}: cost must be callable")
+        _check_seconds(name, "per", self.per, allow_zero=False)
+        _check_seconds(name, "wait_in_place", self.wait_in_place, allow_zero=True)
+        burst = self.burst
+        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
+            raise AgentDefinitionError(f"rate limit {name!r}: burst must be an int >= 1")
+        if self.requests is not None and burst > self.requests:
+            raise AgentDefinitionError(
+                f"rate limit {name!r}: burst ({burst}) cannot exceed requests ({self.requests})"
+            )
+
+    @property
+    def interval(self) -> float:
+        """Seconds between two starts at the full rate (0: requests are not limited)."""
+        return 0.0 if self.requests is None else self.per / self.requests
+
+    @property
+    def seconds_per_token(self) -> float:
+        """Seconds of capacity one unit of cost uses (0: cost is not limited)."""
+        return 0.0 if self.tokens is None else self.per / self.tokens
+
+    def call_cost(self, result: Any) -> float:
+        """The cost a call reports, from its result (0 when not counted or unreadable)."""
+        if self.cost is None:
+            return 0.0
+        value = self.cost(result)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return 0.0
+        number = float(value)
+        return number if math.isfinite(number) and number > 0 else 0.0
+
+    def describe(self) -> str:
+        """One line for an operator: "60 requests and 90,000 tokens per 60 s"."""
+        parts = []
+        if self.requests is not None:
+            parts.append(f"{self.requests:,} requests")
+        if self.tokens is not None:
+            parts.append(f"{self.tokens:,} tokens")
+        return f"{' and '.join(parts)} per {self.per:g} s"
+
+
+def _check_amount(name: str, label: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RATE_AMOUNT:
+        raise AgentDefinitionError(
+            f"rate limit {name!r}: {label} must be an int between 1 and {MAX_RATE_AMOUNT:,}"
+        )
+
+
+def _check_seconds(name: str, label: str, value: object, *, allow_zero: bool) -> None:
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and (value >= 0 if allow_zero else value > 0)
+        and value <= MAX_RATE_SECONDS
+    )
+    if not ok:
+        least = "0" if allow_zero else "more than 0"
+        raise AgentDefinitionError(
+            f"rate limit {name!r}: {label} must be {least} and at most "
+            f"{MAX_RATE_SECONDS:,.0f} seconds, got {value!r}"
+        )

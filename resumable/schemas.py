@@ -176,6 +176,34 @@ class ConcurrencyKey(Record):
     )
 
 
+class RateLimitInfo(Record):
+    """One rate limit (``RateLimit`` on an agent) as it stands, for every
+    worker: when its next turn comes, the calls it held back, and the
+    sessions that let their worker go to wait for a turn."""
+
+    name: str = Field(description="The limit's name, as agents declare it.")
+    description: str = Field(description='What it allows, as last declared: "10 requests per 1 s".')
+    next_turn_in_seconds: float = Field(
+        ge=0, description="How long until a new call could start (0: at once)."
+    )
+    reserved_ahead_seconds: float = Field(
+        ge=0,
+        description="How far ahead turns are reserved by calls waiting in place for them.",
+    )
+    held_back_seconds: float = Field(
+        ge=0, description="How long the provider's last refusal (HTTP 429) still holds it back."
+    )
+    turns: int = Field(ge=0, description="Turns given since the limit was last idle a period.")
+    waited_in_place: int = Field(ge=0, description="Of those, turns a call waited for in place.")
+    refused: int = Field(ge=0, description="Calls the provider refused (RateLimited) meanwhile.")
+    sessions_waiting: int = Field(
+        ge=0, description="Sessions retrying at their turn, holding no worker meanwhile."
+    )
+    oldest_wait_seconds: float | None = Field(
+        description="How long the longest of those waits has lasted; null: none waits."
+    )
+
+
 class Session(Record):
     """One run of an agent."""
 

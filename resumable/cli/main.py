@@ -31,6 +31,7 @@ COMMANDS = {
     "dlq": "resumable.cli.dlq:dlq",
     "schedules": "resumable.cli.schedules:schedules",
     "concurrency": "resumable.cli.concurrency:concurrency",
+    "rate-limits": "resumable.cli.rate_limits:rate_limits",
     "shared": "resumable.cli.shared:shared",
     "services": "resumable.cli.services:services",
 }

@@ -60,7 +60,7 @@ WITH s AS (
     RETURNING id, step_seq, wake_at
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
-    SELECT id, step_seq, %(step)s, 'retry_scheduled',
+    SELECT id, step_seq, %(step)s, %(event)s,
            %(error)s::jsonb || jsonb_build_object('attempt', %(attempts)s::int,
                                                   'delay', %(delay)s::float8,
                                                   'retry_at', wake_at)
@@ -257,9 +257,12 @@ def schedule_retry(
     error: dict[str, Any],
     delay: float,
     step: str | None,
+    event: str = "retry_scheduled",
 ) -> datetime | None:
     """Release the session until its next attempt; when that is, or None if
-    this epoch no longer holds it."""
+    this epoch no longer holds it. `event` names the audit event: a wait for
+    a rate limit's turn (``rate_limited``) takes the same path, its
+    `attempts` unchanged."""
     params = {
         "id": session_id,
         "epoch": epoch,
@@ -267,6 +270,7 @@ def schedule_retry(
         "error": serialization.dumps(error, "error"),
         "delay": delay,
         "step": step,
+        "event": event,
     }
     retry_at: datetime | None = rows.value(conn, SCHEDULE_RETRY, params)
     return retry_at

@@ -23,6 +23,7 @@ class RunOutcome(StrEnum):
     HANDED_BACK = "handed_back"  # the worker is stopping: lease released, re-enqueued
     SUSPENDED = SessionStatus.SUSPENDED.value  # waiting for a callback, signal, timer or poll
     RETRYING = SessionStatus.RETRYING.value  # a transient failure; next attempt scheduled
+    RATE_LIMITED = "rate_limited"  # a call's turn is far off: retrying then, no attempt counted
     COMPENSATING = SessionStatus.COMPENSATING.value  # a compensation will be tried again
     COMPLETED = SessionStatus.COMPLETED.value  # finished with a result
     FAILED = SessionStatus.FAILED.value  # dead-lettered

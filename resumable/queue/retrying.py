@@ -18,6 +18,7 @@ from resumable.broker.messages import enqueue_after_commit
 from resumable.models import failure_queries
 from resumable.queue.failing import HeldLease
 from resumable.queue.outcomes import RunOutcome
+from resumable.queue.rate_turns import WaitForRate
 from resumable.queue.scope import WorkerScope
 from resumable.retries import RetryPolicy
 
@@ -63,3 +64,45 @@ def schedule_retry(
         scope.broker, scope.settings, [held.session_id], why="retry scheduled", delay=delay
     )
     return RunOutcome.RETRYING
+
+
+def wait_for_rate(
+    scope: WorkerScope, held: HeldLease, wait: WaitForRate, step: str | None
+) -> RunOutcome:
+    """A call's turn under a rate limit is further off than it waits in
+    place: the session lets its worker go until then, as a retry that
+    counts no attempt (``rate_turns.py``), and says why where an operator
+    looks (its error, code ``rate_limited``, and a ``rate_limited`` event)."""
+    delay = max(wait.seconds, 0.001)
+    record = {
+        "code": "rate_limited",
+        "type": "WaitForRate",
+        "message": f"waiting for a turn of rate limit {wait.limit!r} ({wait.why})",
+        "step": step,
+        "rate_limit": wait.limit,
+    }
+    scope.keeper.drop(held.session_id, held.epoch)
+    with scope.db.connection() as conn:
+        retry_at = failure_queries.schedule_retry(
+            conn,
+            held.session_id,
+            held.epoch,
+            attempts=held.attempts,
+            error=record,
+            delay=delay,
+            step=step,
+            event="rate_limited",
+        )
+    if retry_at is None:
+        return RunOutcome.LEASE_LOST
+    logger.info(
+        "step %s waits %.2f s for a turn of rate limit %r",
+        step,
+        delay,
+        wait.limit,
+        extra={"action": "rate_limited"},
+    )
+    enqueue_after_commit(
+        scope.broker, scope.settings, [held.session_id], why="rate limit turn", delay=delay
+    )
+    return RunOutcome.RATE_LIMITED

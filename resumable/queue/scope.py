@@ -18,6 +18,7 @@ from resumable.agent import AgentRegistry
 from resumable.models.database import Database
 from resumable.queue.event_loop import EventLoopThread
 from resumable.queue.lease import LeaseKeeper
+from resumable.queue.rate_turns import RateTurns
 from resumable.queue.shutdown import Shutdown
 from resumable.settings import Settings
 
@@ -38,3 +39,5 @@ class WorkerScope:
     loop: EventLoopThread
     #: The keys redacted from checkpoints and error texts.
     redactor: Redactor
+    #: The turns of rate-limited calls, from the limiter shared by every worker.
+    turns: RateTurns

@@ -48,6 +48,7 @@ def step_context(
         cursor,
         writer.redact,
         lambda text: Redactor.scrub(text, writer.secrets),
+        scope.turns,
     )
     return StepContext(
         session_id=session_id,
@@ -74,4 +75,5 @@ def step_context(
             coordinated=claim.coordinated,
         ),
         is_async=agent.is_async_step(cursor),
+        rate_limit=agent.rate_limit,
     )

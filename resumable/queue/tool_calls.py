@@ -40,13 +40,15 @@ from typing import TYPE_CHECKING, Any
 from resumable._internal import serialization
 from resumable._internal.call_keys import args_hash, divergence_message
 from resumable.context import accepts_idempotency_key, idempotency_key, tool_request
-from resumable.errors import LeaseLostError, ReplayDivergedError
+from resumable.errors import LeaseLostError, RateLimited, ReplayDivergedError
+from resumable.limits import RateLimit
 from resumable.models import tool_call_queries
 from resumable.models.database import Database
 from resumable.models.status import ToolCallStatus
 from resumable.models.tool_call_queries import ToolCallClaim
 from resumable.queue.database_threads import on_database_thread, threads_of_running_loop
 from resumable.queue.observing import observed_async_tool_call, observed_tool_call
+from resumable.queue.rate_turns import RateTurns
 
 if TYPE_CHECKING:
     from resumable.context import StepContext
@@ -104,6 +106,7 @@ class ToolCalls:
         step: str,
         redact: Callable[[Any], Any] = lambda value: value,
         scrub: Callable[[str], str | None] = lambda text: text,
+        turns: RateTurns | None = None,
     ) -> None:
         self._db = db
         self._session_id = session_id
@@ -113,6 +116,7 @@ class ToolCalls:
         self._next_index = 0
         self._redact = redact
         self._scrub = scrub
+        self._turns = turns or RateTurns(None)
         self.replayed = 0
         self.executed = 0
         self._unrecorded: list[_Unrecorded] = []
@@ -132,15 +136,28 @@ class ToolCalls:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         compensate: str | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> Any:
         claimed = self._claim(self._take_index(), tool, fn, args, kwargs, compensate)
         if claimed.replayed:
             return claimed.response
-        try:
-            result = observed_tool_call(tool, claimed.key, fn, *args, **claimed.kwargs)
-        except Exception as exc:
-            self._failed(tool, claimed.key, exc)
-            raise
+        while True:
+            if rate_limit is not None:
+                self._turns.wait(rate_limit)
+            try:
+                result = observed_tool_call(tool, claimed.key, fn, *args, **claimed.kwargs)
+            except RateLimited as refusal:
+                if rate_limit is None:
+                    self._failed(tool, claimed.key, refusal)
+                    raise
+                self._turns.refused(rate_limit, refusal)  # and the call waits its turn again
+                continue
+            except Exception as exc:
+                self._failed(tool, claimed.key, exc)
+                raise
+            break
+        if rate_limit is not None:
+            self._turns.charge(rate_limit, result)
         return self._completed(tool, claimed.key, result)
 
     async def acall(
@@ -150,22 +167,41 @@ class ToolCalls:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         compensate: str | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> Any:
         """The same call for an async tool, awaited on the event loop; the
         claim and the record, both short database writes, are handed to the
         loop's database threads (``database_threads.py``) so the loop never
-        waits on PostgreSQL."""
+        waits on PostgreSQL (nor on the rate limiter's Redis)."""
         # The index is taken before the first await: calls gathered concurrently
         # get their positions (and keys) in the order they were made, on every replay.
         index = self._take_index()
         claimed = await on_database_thread(self._claim, index, tool, fn, args, kwargs, compensate)
         if claimed.replayed:
             return claimed.response
-        try:
-            result = await observed_async_tool_call(tool, claimed.key, fn, *args, **claimed.kwargs)
-        except Exception as exc:
-            await on_database_thread(self._failed, tool, claimed.key, exc)
-            raise
+        turns = self._turns
+        while True:
+            if rate_limit is not None:
+                turn = await on_database_thread(turns.ask, rate_limit)
+                delay = turns.delay_for(rate_limit, turn)
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            try:
+                result = await observed_async_tool_call(
+                    tool, claimed.key, fn, *args, **claimed.kwargs
+                )
+            except RateLimited as refusal:
+                if rate_limit is None:
+                    await on_database_thread(self._failed, tool, claimed.key, refusal)
+                    raise
+                await on_database_thread(turns.refused, rate_limit, refusal)
+                continue
+            except Exception as exc:
+                await on_database_thread(self._failed, tool, claimed.key, exc)
+                raise
+            break
+        if rate_limit is not None and rate_limit.tokens is not None:
+            await on_database_thread(turns.charge, rate_limit, result)
         threads = threads_of_running_loop()
         if threads is None:  # not on a worker's loop: recorded before it returns
             return await on_database_thread(self._completed, tool, claimed.key, result)

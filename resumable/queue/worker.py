@@ -37,7 +37,8 @@ from resumable._internal.startup_heap import freeze_startup_heap
 from resumable._internal.stop_signals import StopSignals
 from resumable.agent import AgentRegistry
 from resumable.broker.messages import SESSION_ACTOR, enqueue_after_commit
-from resumable.broker.redis import WakingRedisBroker, build_broker
+from resumable.broker.rate_limiter import RateLimiter
+from resumable.broker.redis import NAMESPACE, WakingRedisBroker, build_broker
 from resumable.models import agent_queries, step_ops
 from resumable.models.database import Database
 from resumable.queue.claims import Claims, WorkerIdentity
@@ -46,6 +47,7 @@ from resumable.queue.event_loop import EventLoopThread
 from resumable.queue.heartbeat import MAX_TTL_SECONDS, WorkerHeartbeat
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.loop_driver import LoopDriver
+from resumable.queue.rate_turns import RateTurns
 from resumable.queue.scope import WorkerScope
 from resumable.queue.shutdown import ActiveRun, Shutdown
 from resumable.queue.startup_check import (
@@ -126,6 +128,7 @@ def build_runtime(
         shutdown=shutdown,
         loop=loop,
         redactor=Redactor(settings.redact_keys),
+        turns=RateTurns(RateLimiter(broker.client, NAMESPACE, settings.queue_name)),
     )
     identity = WorkerIdentity.of(registry)
     threads = ThreadDriver(

@@ -102,6 +102,9 @@ def doing_now(
         return f"queued for {step}, {duration((now - since).total_seconds())} so far"
     if status == SessionStatus.SUSPENDED:
         return waits(session.waiting_for, now) if session.waiting_for else "waiting"
+    if status == SessionStatus.RETRYING and error is not None and error.code == "rate_limited":
+        due = f" at {_when(retry_at, now)}" if retry_at else ""
+        return f"{error.message}: {step} runs again{due} (no attempt counted)"
     if status == SessionStatus.RETRYING:
         due = f" at {_when(retry_at, now)}" if retry_at else ""
         after = f" after {error.type}" if error and error.type else ""

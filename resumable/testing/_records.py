@@ -27,6 +27,7 @@ from resumable._internal.call_keys import divergence_message
 from resumable._internal.redaction import Redactor
 from resumable.context import idempotency_key, tool_request
 from resumable.errors import InvalidArgumentError, ReplayDivergedError
+from resumable.limits import RateLimit
 from resumable.testing._stubs import MISSING, Stubs, close, invoke
 from resumable.testing._values import PUBLIC_URL, stored
 from resumable.waits import Callback, check_seconds
@@ -116,6 +117,7 @@ class ToolCalls:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         compensate: str | None = None,
+        rate_limit: RateLimit | None = None,  # checked by the context; not enforced in memory
     ) -> Any:
         cached, replayed = self._claim(self._take_index(), tool, args, kwargs, compensate)
         if replayed:
@@ -139,6 +141,7 @@ class ToolCalls:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         compensate: str | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> Any:
         # The index is taken when the call starts, as on a worker: calls
         # gathered at once keep their positions (and keys) on every replay.

@@ -127,6 +127,7 @@ def begin(session: TestSession) -> Running:
         patches=agent.patches,
         coordination=coordination,
         is_async=agent.is_async_step(agent.resolve_step(session.step)),
+        rate_limit=agent.rate_limit,
     )
     return Running(ctx, tools, coordination, callbacks)
 

@@ -31,6 +31,7 @@ from resumable.client import hung_sessions, unserved_agents
 from resumable.models import metrics_queries
 from resumable.models.database import Database
 from resumable.services import slots
+from resumable.services.rate_limits import rate_limits
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +101,7 @@ class DatabaseCollector(Collector):
             value=_num(others.oldest_pending),
         )
         yield from self._slots()
+        yield from self._rate_limits()
         depth = self._queue_depth()
         if depth is not None:
             yield depth
@@ -136,6 +138,38 @@ class DatabaseCollector(Collector):
             if usage.limit is not None:
                 families["limit"].add_metric([usage.key], float(usage.limit))
             families["oldest"].add_metric([usage.key], usage.oldest_wait_seconds or 0.0)
+        yield from families.values()
+
+    def _rate_limits(self) -> Iterator[GaugeMetricFamily]:
+        """Rate limits (``resumable/limits.py``): the sessions waiting for a
+        turn holding no worker, how far off the next turn is, and what the
+        provider refused; the ``SLOT_KEYS_SHOWN`` busiest limits."""
+        client = getattr(self.broker, "client", None)
+        if client is None or self.queue is None:
+            return
+        families = {
+            "waiting": GaugeMetricFamily(
+                "resumable_rate_limit_sessions_waiting",
+                "Sessions retrying at their turn of a rate limit (holding no worker), by limit.",
+                labels=["limit"],
+            ),
+            "next": GaugeMetricFamily(
+                "resumable_rate_limit_next_turn_seconds",
+                "How long until a new call under a rate limit could start, by limit.",
+                labels=["limit"],
+            ),
+            "refused": GaugeMetricFamily(
+                "resumable_rate_limit_refused",
+                "Calls the provider refused (RateLimited) since the limit was last idle a "
+                "period, by limit.",
+                labels=["limit"],
+            ),
+        }
+        namespace = getattr(self.broker, "namespace", "dramatiq")
+        for item in rate_limits(self.db, client, namespace, self.queue, limit=SLOT_KEYS_SHOWN):
+            families["waiting"].add_metric([item.name], float(item.sessions_waiting))
+            families["next"].add_metric([item.name], item.next_turn_in_seconds)
+            families["refused"].add_metric([item.name], float(item.refused))
         yield from families.values()
 
     def _queue_depth(self) -> GaugeMetricFamily | None:

@@ -385,6 +385,10 @@ class ListConcurrencyKeys(_Query):
     limit: Annotated[int, Field(ge=1, le=1000, description="Keys to list."), Digits] = 50
 
 
+class ListRateLimits(_Query):
+    limit: Annotated[int, Field(ge=1, le=1000, description="Limits to list."), Digits] = 50
+
+
 class ListSessions(_Query):
     status: SessionStatus | None = None
     agent: Name | None = None

@@ -16,7 +16,10 @@ logical call both raw and deduplicated by key:
   fenced call under it and lets it go;
 - ``fm_limited``: ``fm_steps``' steps under a concurrency limit of two per
   phase (``resumable/limits.py``): most of a batch's sessions wait for a
-  slot, parked without a message, when the fault strikes.
+  slot, parked without a message, when the fault strikes;
+- ``fm_rated``: ``fm_async``'s steps with each ledger call under a rate
+  limit shared by every worker (``RateLimit``, five a second): calls wait
+  for their turn in place, or their session lets its worker go until it.
 """
 
 from __future__ import annotations
@@ -27,14 +30,14 @@ import time
 import urllib.request
 from typing import Any
 
-from resumable import Agent, Complete, Concurrency, StepContext
+from resumable import Agent, Complete, Concurrency, RateLimit, StepContext
 from resumable.errors import PermanentError
 from resumable.retries import RetryPolicy
 from resumable.waits import Timer, Wait
 
 STEPS, ASYNC, SAGA, LOCK = "fm_steps", "fm_async", "fm_saga", "fm_lock"
-LIMITED = "fm_limited"
-KINDS = (STEPS, ASYNC, SAGA, LOCK, LIMITED)
+LIMITED, RATED = "fm_limited", "fm_rated"
+KINDS = (STEPS, ASYNC, SAGA, LOCK, LIMITED, RATED)
 # The slots of each phase's key (its sessions' input "phase").
 LIMITED_SLOTS = 2
 LOCK_NAME = "fm-ledger"
@@ -110,6 +113,22 @@ async def awork(ctx: StepContext) -> str | Complete | Wait:
     return _next(ctx, n)
 
 
+rated = Agent(
+    RATED,
+    rate_limits=[RateLimit("fm-ledger", requests=5, per=1, wait_in_place=0.5)],
+    description="Fault matrix: the async steps, their calls five a second for every worker.",
+)
+
+
+@rated.step(name="work")
+async def rated_work(ctx: StepContext) -> str | Complete | Wait:
+    n = int(ctx.state.get("n", 0)) + 1
+    await asyncio.sleep(float(ctx.input.get("work_ms", 0)) / 1000)
+    call = _call(ctx, f"step-{n}")
+    await ctx.tool("ledger", arecord_effect, ctx.input["ledger"], call, rate_limit="fm-ledger")
+    return _next(ctx, n)
+
+
 saga = Agent(
     SAGA,
     retry=RetryPolicy(max_attempts=1, compensation_attempts=20, min_delay=0.1, max_delay=0.5),
@@ -163,7 +182,7 @@ def write(ctx: StepContext) -> Complete:
 
 def expected_calls(kind: str, session_input: dict[str, Any]) -> list[str]:
     """The logical calls a finished session of `kind` made, each exactly once."""
-    if kind in (STEPS, ASYNC, LIMITED):
+    if kind in (STEPS, ASYNC, LIMITED, RATED):
         return [f"step-{n}" for n in range(1, int(session_input["steps"]) + 1)]
     if kind == SAGA:
         return ["book-1", "book-2", "undo-book-1", "undo-book-2"]

@@ -95,7 +95,7 @@ class Matrix:
                 "phase": phase,
                 "work_ms": self.args.work_ms,
             }
-            if kind in (agents.STEPS, agents.ASYNC, agents.LIMITED):
+            if kind in (agents.STEPS, agents.ASYNC, agents.LIMITED, agents.RATED):
                 session_input.update(steps=self.args.steps, timer_at=1)
                 if index % 3 == 0:
                     session_input["callback_at"] = 2

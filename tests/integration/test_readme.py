@@ -144,6 +144,7 @@ def test_every_python_block_is_run_or_checked() -> None:
             ("docs/guides/schedules.md", "agent inbox_summary"): 1,
             ("docs/guides/concurrency.md", "agent support"): 1,
             ("docs/guides/concurrency.md", "agent research"): 1,
+            ("docs/guides/rate-limits.md", "agent support"): 1,
         }
     )
     for page, test in RUN_ELSEWHERE.items():
@@ -250,6 +251,7 @@ def test_every_agent_definition_loads_as_a_worker_would(settings: Settings) -> N
         *_of("agent inbox_summary"),
         *_of("agent support", "docs/guides/concurrency.md"),
         *_of("agent research", "docs/guides/concurrency.md"),
+        *_of("agent support", "docs/guides/rate-limits.md"),
     ]
     for block in [b for b in blocks if b.page != frameworks]:
         ran = _run(Block(block.page, block.source + register, None), settings)

@@ -78,7 +78,7 @@ def test_an_unknown_relation_says_to_migrate() -> None:
     ("args", "line"),
     [
         ([], "error: missing command: one of db, worker, web, scheduler, dev, demo, enqueue, "
-         "sessions, reconcile, dlq, schedules, concurrency, shared, services "
+         "sessions, reconcile, dlq, schedules, concurrency, rate-limits, shared, services "
          "(see `resumable --help`)"),
         (["dlq"], "error: missing command: one of list, show, retry, discard, drain "
          "(see `resumable dlq --help`)"),

@@ -1,6 +1,7 @@
 """The workers page: which worker processes are alive, the agents and
 versions each serves, what each runs now; what no live worker serves; the
-concurrency keys with sessions running or waiting for a slot; and charts of
+concurrency keys with sessions running or waiting for a slot; the rate
+limits in use and the sessions waiting for a turn; and charts of
 the last hour and day (steps, failures, queued and waiting).
 
 An operator asking "is anything running my agent?" read ``/metrics`` or the
@@ -51,6 +52,7 @@ async def list_workers(request: Request) -> Response:
     workers, unserved, samples = await database_call(read)
     counts = await database_call(state.client.count_by_status)
     keys = await database_call(concurrency_keys, state.db, limit=KEYS_SHOWN)
+    rate_limits = await database_call(state.client.rate_limits, limit=KEYS_SHOWN)
     return page(
         request,
         "workers.html",
@@ -59,6 +61,7 @@ async def list_workers(request: Request) -> Response:
         live=sum(1 for w in workers if w.live),
         unserved=unserved,
         keys=keys,
+        rate_limits=rate_limits,
         blocked=counts.get("blocked", 0),
         hour=charts(samples, now - timedelta(hours=1), now),
         day=charts(samples, now - timedelta(days=1), now),

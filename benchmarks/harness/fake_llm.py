@@ -1,0 +1,76 @@
+"""A fake LLM provider with a real rate limit: a token bucket of `rate`
+requests a second holding at most `capacity`, answering HTTP 429 with a
+Retry-After when it is empty, as providers do. It logs every request (its
+arrival, session, idempotency key and answer) for the tests and the rate
+limit benchmark to count from."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+from resumable.dev.fake_server import FakeServer, Reply, Request
+
+
+@dataclass(frozen=True)
+class Arrival:
+    at: float  # time.monotonic()
+    session: str
+    key: str
+    status: int
+
+
+class FakeLLM(FakeServer):
+    def __init__(
+        self, rate: float, capacity: float | None = None, *, refuse_first: int = 0, tokens: int = 7
+    ) -> None:
+        super().__init__()
+        self.rate = rate
+        self.capacity = capacity if capacity is not None else rate
+        self._level = self.capacity
+        self._stamp = time.monotonic()
+        self._refuse = refuse_first  # answer these first requests 429 whatever the bucket
+        self._tokens = tokens
+        self.lock = threading.Lock()
+        self.arrivals: list[Arrival] = []
+
+    def handle(self, request: Request) -> Reply:
+        body = request.json()
+        with self.lock:
+            now = time.monotonic()
+            self._level = min(self.capacity, self._level + (now - self._stamp) * self.rate)
+            self._stamp = now
+            if self._refuse > 0:
+                self._refuse -= 1
+                status = 429
+            elif self._level >= 1:
+                self._level -= 1
+                status = 200
+            else:
+                status = 429
+            self.arrivals.append(Arrival(now, body.get("session", ""), body.get("key", ""), status))
+        if status == 429:
+            after = max(1, math.ceil((1 - self._level) / self.rate))
+            return Reply(429, {"error": "rate limited"}, headers={"Retry-After": str(after)})
+        return Reply(200, {"text": "hello", "tokens": self._tokens})
+
+    def answered(self) -> list[Arrival]:
+        with self.lock:
+            return [a for a in self.arrivals if a.status == 200]
+
+    def refused(self) -> list[Arrival]:
+        with self.lock:
+            return [a for a in self.arrivals if a.status == 429]
+
+
+def most_in_any_window(times: list[float], window: float) -> int:
+    """The most of `times` inside any half-open window of `window` seconds."""
+    ordered = sorted(times)
+    most, start = 0, 0
+    for end, at in enumerate(ordered):
+        while at - ordered[start] >= window:
+            start += 1
+        most = max(most, end - start + 1)
+    return most

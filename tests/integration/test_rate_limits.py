@@ -1,0 +1,188 @@
+"""Rate limits (resumable/limits.py, broker/rate_limiter.py) on real workers:
+one limit shared by two worker processes holds against a provider that
+counts, a far turn lets the worker go and counts no attempt, and a 429
+with Retry-After holds the limit back and the call is made again, once."""
+
+from __future__ import annotations
+
+import html
+import json
+import uuid
+from collections import Counter
+
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+
+from benchmarks.harness.fake_llm import FakeLLM, most_in_any_window
+from resumable.client import Client
+from resumable.models.database import Database
+from resumable.services.narration import doing_now
+from resumable.settings import Settings
+from resumable.webhooks.metrics import DatabaseCollector
+from tests.conftest import API_TOKEN, LocalDeployment, run_cli, wait_until
+from tests.integration.test_console_routes import log_in
+
+AGENTS = "tests.rate_agents"
+
+
+def _statuses(client: Client, ids: list[uuid.UUID]) -> Counter[str]:
+    return Counter(client.get(session_id).status for session_id in ids)
+
+
+def _events(client: Client, session_id: uuid.UUID) -> Counter[str]:
+    return Counter(e.type for e in client.events(session_id))
+
+
+def test_two_worker_processes_share_one_limit_and_the_provider_refuses_nothing(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    with FakeLLM(rate=10) as llm:
+        env = {"RATE_TEST_REQUESTS": "10", "RATE_TEST_PER": "1", "RESUMABLE_WORKER_THREADS": "8"}
+        deployment.worker(AGENTS, **env)
+        deployment.worker(AGENTS, **env)
+        sync = [client.start("rated", {"llm": llm.url}) for _ in range(20)]
+        loop = [client.start("rated-async", {"llm": llm.url}) for _ in range(20)]
+        ids = sync + loop
+        wait_until(lambda: _statuses(client, ids)["completed"] == 40, timeout=60, what="all 40")
+
+        answered = llm.answered()
+        assert llm.refused() == []  # the limit ran ahead of the provider's, never into it
+        assert sorted(a.session for a in answered) == sorted(str(s) for s in ids)  # once each
+        times = [a.at for a in answered]
+        # Turns are one tenth of a second apart across both processes: at
+        # most 10 in any second (one more for the jitter of the way there).
+        assert most_in_any_window(times, 1.0) <= 11
+        assert max(times) - min(times) >= 39 * 0.1 * 0.9
+        for session_id in ids[:3]:
+            assert "rate_limited" not in _events(client, session_id)  # all waited in place
+
+
+def test_a_far_turn_lets_the_worker_go_and_counts_no_attempt(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    with FakeLLM(rate=2) as llm:
+        # Two a second, and a call waits in place for at most 0.3 s: most of
+        # eight sessions must let their worker go for their turn.
+        deployment.worker(
+            AGENTS,
+            RATE_TEST_REQUESTS="2",
+            RATE_TEST_PER="1",
+            RATE_TEST_IN_PLACE="0.3",
+            RESUMABLE_WORKER_THREADS="8",
+        )
+        ids = [client.start("rated", {"llm": llm.url}) for _ in range(8)]
+
+        def one_waits() -> bool:
+            for session_id in ids:
+                session = client.get(session_id)
+                if session.status == "retrying" and session.error is not None:
+                    return session.error.code == "rate_limited"
+            return False
+
+        wait_until(one_waits, timeout=30, what="a session retrying for its turn")
+        waiting = next(
+            client.get(i) for i in ids if client.get(i).status == "retrying"
+        )  # what an operator reads
+        assert "waiting for a turn of rate limit 'llm'" in doing_now(waiting)
+        assert "no attempt counted" in doing_now(waiting)
+        wait_until(lambda: _statuses(client, ids)["completed"] == 8, timeout=60, what="all 8")
+
+        assert llm.refused() == []
+        assert sorted(a.session for a in llm.answered()) == sorted(str(s) for s in ids)
+        assert most_in_any_window([a.at for a in llm.answered()], 1.0) <= 3
+        waited = 0
+        for session_id in ids:
+            events = _events(client, session_id)
+            waited += events["rate_limited"]
+            assert events["retry_scheduled"] == 0
+            assert client.get(session_id).attempts == 0  # a wait is not an attempt
+        assert waited >= 3
+
+
+def test_a_429_holds_the_limit_back_and_the_call_is_made_again_once(
+    client: Client, db: Database, deployment: LocalDeployment
+) -> None:
+    # The provider refuses the first two requests (Retry-After: 1) though our
+    # limit would allow them: each refusal holds every caller back a second.
+    with FakeLLM(rate=50, refuse_first=2) as llm:
+        deployment.worker(AGENTS, RATE_TEST_REQUESTS="50", RATE_TEST_PER="1")
+        ids = [client.start("rated-async", {"llm": llm.url})]
+        wait_until(lambda: len(llm.refused()) == 1, timeout=30, what="the first refusal")
+        ids += [client.start("rated", {"llm": llm.url}) for _ in range(2)]
+        ids += [client.start("rated-async", {"llm": llm.url})]
+        wait_until(lambda: _statuses(client, ids)["completed"] == 4, timeout=30, what="all 4")
+
+        refused, answered = llm.refused(), llm.answered()
+        assert len(refused) == 2
+        assert sorted(a.session for a in answered) == sorted(str(s) for s in ids)
+        # A refused call was made again with its own idempotency key.
+        key_of = {a.session: a.key for a in answered}
+        for refusal in refused:
+            assert key_of[refusal.session] == refusal.key
+        # Nothing reached the provider in the second the first refusal held back.
+        first = refused[0].at
+        assert all(a.at >= first + 0.9 for a in llm.arrivals[1:])
+        for session_id in ids:
+            assert client.get(session_id).attempts == 0
+            with db.connection() as conn:
+                rows = conn.execute(
+                    "SELECT status, attempts FROM tool_execution_cache WHERE session_id = %s",
+                    (session_id,),
+                ).fetchall()
+            assert [row["status"] for row in rows] == ["completed"]
+
+
+def test_an_operator_sees_each_limit_and_the_sessions_waiting_for_a_turn(
+    client: Client,
+    db: Database,
+    settings: Settings,
+    app: Starlette,
+    deployment: LocalDeployment,
+) -> None:
+    with FakeLLM(rate=10) as llm:
+        # One call a minute: the second session's turn is a minute away.
+        deployment.worker(AGENTS, RATE_TEST_REQUESTS="1", RATE_TEST_PER="60")
+        first = client.start("rated", {"llm": llm.url})
+        wait_until(lambda: client.get(first).status == "completed", what="the first call")
+        second = client.start("rated-async", {"llm": llm.url})
+        wait_until(lambda: client.get(second).status == "retrying", what="the second waiting")
+
+        session = client.get(second)
+        assert session.error is not None and session.error.code == "rate_limited"
+        assert session.attempts == 0
+        assert doing_now(session).startswith("waiting for a turn of rate limit 'llm'")
+        [item] = client.rate_limits()
+        assert (item.name, item.description) == ("llm", "1 requests per 60 s")
+        assert (item.sessions_waiting, item.turns, item.refused) == (1, 1, 0)
+        assert 50 < item.next_turn_in_seconds <= 60
+        with TestClient(app) as api:
+            answer = api.get("/v1/rate-limits", headers={"Authorization": f"Bearer {API_TOKEN}"})
+            assert answer.status_code == 200, answer.text
+            [listed] = answer.json()["items"]
+            assert (listed["name"], listed["sessions_waiting"]) == ("llm", 1)
+            wrong = api.get(
+                "/v1/rate-limits?limit=0", headers={"Authorization": f"Bearer {API_TOKEN}"}
+            )
+            assert wrong.status_code == 422 and wrong.json()["error"]["code"]
+        with TestClient(app, follow_redirects=False) as browser:
+            log_in(browser)
+            workers = browser.get("/ui/workers")
+            assert workers.status_code == 200
+            assert 'id="rate-limits"' in workers.text and "1 requests per 60 s" in workers.text
+            page = browser.get(f"/ui/sessions/{second}")
+            assert "waiting for a turn of rate limit" in html.unescape(page.text)
+        shown = run_cli(settings, "rate-limits", "--json")
+        assert shown.returncode == 0, shown.stderr
+        [listed] = json.loads(shown.stdout)["items"]
+        assert (listed["name"], listed["sessions_waiting"], listed["turns"]) == ("llm", 1, 1)
+        table = run_cli(settings, "rate-limits")
+        assert table.returncode == 0 and "llm" in table.stdout, table.stderr
+        broker = client.broker
+        samples = {
+            (sample.name, sample.labels.get("limit")): sample.value
+            for family in DatabaseCollector(db, broker, settings.queue_name).collect()
+            for sample in family.samples
+        }
+        assert samples[("resumable_rate_limit_sessions_waiting", "llm")] == 1
+        assert samples[("resumable_rate_limit_next_turn_seconds", "llm")] > 50
+        assert len(llm.answered()) == 1

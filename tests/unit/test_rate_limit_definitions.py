@@ -1,0 +1,90 @@
+"""RateLimit(...) definitions: what an agent may declare and name on its
+calls, and what it is refused (when it is defined, or at the first call)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from resumable import Agent, AgentDefinitionError, Complete, RateLimit, StepContext
+from resumable.testing import run_step
+
+
+def test_a_limit_of_requests_tokens_or_both() -> None:
+    llm = RateLimit("openai", requests=60, per=60)
+    assert llm.interval == 1.0 and llm.seconds_per_token == 0.0
+    assert llm.describe() == "60 requests per 60 s"
+    both = RateLimit("openai", requests=500, tokens=90_000, cost=lambda r: r["tokens"])
+    assert both.describe() == "500 requests and 90,000 tokens per 60 s"
+    assert both.seconds_per_token == 60 / 90_000
+    assert both.call_cost({"tokens": 12}) == 12.0
+    # A cost the result does not report, or reports as nonsense, counts nothing.
+    for answer in ({"tokens": "12"}, {"tokens": -3}, {"tokens": float("nan")}, {"tokens": True}):
+        assert both.call_cost(answer) == 0.0
+    agent = Agent("caller", rate_limits=[llm])
+    assert agent.rate_limit("openai") is llm
+    assert Agent("free").rate_limits == {}
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"name": ""},
+        {"name": "x" * 201},
+        {"name": "bad\x00name"},
+        {"name": "\ud800"},
+        {"name": "new\nline"},
+        {"name": 7},
+        {"requests": None},  # neither requests nor tokens
+        {"requests": 0},
+        {"requests": -1},
+        {"requests": True},
+        {"requests": 2.5},
+        {"requests": 10**10},
+        {"per": 0},
+        {"per": -1},
+        {"per": float("inf")},
+        {"per": float("nan")},
+        {"per": 10**6},
+        {"per": "60"},
+        {"wait_in_place": -1},
+        {"wait_in_place": float("nan")},
+        {"burst": 0},
+        {"burst": 11},  # more than requests
+        {"burst": 1.5},
+        {"tokens": 1000},  # tokens without a cost function
+        {"tokens": 1000, "cost": "tokens"},
+    ],
+)
+def test_a_wrong_limit_is_refused_when_it_is_defined(kwargs: dict[str, Any]) -> None:
+    arguments: dict[str, Any] = {"name": "llm", "requests": 10, **kwargs}
+    with pytest.raises(AgentDefinitionError):
+        RateLimit(**arguments)
+
+
+def test_an_agent_declares_each_limit_once_as_rate_limit_objects() -> None:
+    llm = RateLimit("llm", requests=1)
+    with pytest.raises(AgentDefinitionError, match="twice"):
+        Agent("twice", rate_limits=[llm, RateLimit("llm", requests=2)])
+    with pytest.raises(AgentDefinitionError, match="RateLimit"):
+        Agent("wrong", rate_limits=["llm"])  # type: ignore[list-item]
+    with pytest.raises(AgentDefinitionError, match="list of RateLimit"):
+        Agent("wrong", rate_limits="llm")  # type: ignore[arg-type]
+    assert Agent("one", rate_limits=llm).rate_limits == {"llm": llm}  # type: ignore[arg-type]
+
+
+agent = Agent("asks", rate_limits=[RateLimit("llm", requests=5)])
+
+
+@agent.step
+def ask(ctx: StepContext) -> Complete:
+    answer = ctx.tool("chat", lambda: "hi", rate_limit=ctx.input["limit"])
+    return Complete(answer)
+
+
+def test_a_call_naming_a_limit_the_agent_lacks_is_a_definition_error() -> None:
+    result = run_step(agent, "ask", input={"limit": "llm"}, tools={"chat": lambda: "hello"})
+    assert result.result == "hello"  # in memory the limit is checked, not enforced
+    with pytest.raises(AgentDefinitionError, match="declares no rate limit 'other'"):
+        run_step(agent, "ask", input={"limit": "other"}, tools={"chat": lambda: "hello"})
