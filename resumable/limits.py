@@ -116,8 +116,10 @@ def _sequence(key: object) -> Sequence[object]:
 # The longest period or in-place wait a rate limit takes (a day): longer is a
 # schedule, not a rate.
 MAX_RATE_SECONDS = 86_400.0
-# The most requests or tokens per period (beyond, the spacing is below a microsecond).
+# The most requests or tokens per period.
 MAX_RATE_AMOUNT = 1_000_000_000
+# Turns are kept to the microsecond: a closer spacing would be no limit at all.
+MAX_REQUESTS_PER_SECOND = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,11 @@ class RateLimit:
             raise AgentDefinitionError(f"rate limit {name!r}: cost must be callable")
         _check_seconds(name, "per", self.per, allow_zero=False)
         _check_seconds(name, "wait_in_place", self.wait_in_place, allow_zero=True)
+        if self.requests is not None and self.requests / self.per > MAX_REQUESTS_PER_SECOND:
+            raise AgentDefinitionError(
+                f"rate limit {name!r}: at most {MAX_REQUESTS_PER_SECOND:,} requests a second "
+                "(turns are kept to the microsecond)"
+            )
         burst = self.burst
         if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
             raise AgentDefinitionError(f"rate limit {name!r}: burst must be an int >= 1")

@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from resumable import Agent, Complete, RateLimit, RateLimited, StepContext
+from resumable import Agent, Complete, RateLimit, RateLimited, RetryPolicy, StepContext
 
 LLM = RateLimit(
     "llm",
@@ -28,11 +28,11 @@ LLM = RateLimit(
 )
 
 
-def ask(url: str, session: str, idempotency_key: str = "") -> dict[str, Any]:
+def ask(url: str, session: str, idempotency_key: str = "", part: int = 0) -> dict[str, Any]:
     """POST the prompt; a 429 becomes ``RateLimited`` (its Retry-After honoured)."""
     request = urllib.request.Request(
         url,
-        data=json.dumps({"session": session, "key": idempotency_key}).encode(),
+        data=json.dumps({"session": session, "key": idempotency_key, "part": part}).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",
     )
@@ -48,8 +48,10 @@ def ask(url: str, session: str, idempotency_key: str = "") -> dict[str, Any]:
         raise
 
 
-async def ask_async(url: str, session: str, idempotency_key: str = "") -> dict[str, Any]:
-    return await asyncio.to_thread(ask, url, session, idempotency_key)
+async def ask_async(
+    url: str, session: str, idempotency_key: str = "", part: int = 0
+) -> dict[str, Any]:
+    return await asyncio.to_thread(ask, url, session, idempotency_key, part)
 
 
 rated = Agent("rated", rate_limits=[LLM])
@@ -69,4 +71,43 @@ async def achat(ctx: StepContext) -> Complete:
     answer = await ctx.tool(
         "chat", ask_async, ctx.input["llm"], str(ctx.session_id), rate_limit="llm"
     )
+    return Complete(answer)
+
+
+rated_gather = Agent("rated-gather", rate_limits=[LLM])
+
+
+def _calls(ctx: StepContext) -> list[Any]:
+    url, session = ctx.input["llm"], str(ctx.session_id)
+    return [
+        ctx.tool("chat", ask_async, url, session, part=part, rate_limit="llm")
+        for part in range(int(ctx.input.get("calls", 3)))
+    ]
+
+
+@rated_gather.step
+async def gathered(ctx: StepContext) -> Complete:
+    """Calls made at once: one may stop the step for a far turn while the
+    others wait in place for theirs."""
+    return Complete(await asyncio.gather(*_calls(ctx)))
+
+
+rated_group = Agent("rated-group", rate_limits=[LLM])
+
+
+@rated_group.step
+async def grouped(ctx: StepContext) -> Complete:
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(call) for call in _calls(ctx)]
+    return Complete([task.result() for task in tasks])
+
+
+rated_timed = Agent("rated-timed", rate_limits=[LLM], retry=RetryPolicy(time_limit=2.0))
+
+
+@rated_timed.step
+def timed(ctx: StepContext) -> Complete:
+    """A turn further off than the step's time limit allows is not waited
+    for in place (the step would time out): the session goes away for it."""
+    answer = ctx.tool("chat", ask, ctx.input["llm"], str(ctx.session_id), rate_limit="llm")
     return Complete(answer)

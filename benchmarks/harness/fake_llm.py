@@ -24,7 +24,13 @@ class Arrival:
 
 class FakeLLM(FakeServer):
     def __init__(
-        self, rate: float, capacity: float | None = None, *, refuse_first: int = 0, tokens: int = 7
+        self,
+        rate: float,
+        capacity: float | None = None,
+        *,
+        refuse_first: int = 0,
+        tokens: int = 7,
+        retry_after: str | None = None,
     ) -> None:
         super().__init__()
         self.rate = rate
@@ -33,6 +39,7 @@ class FakeLLM(FakeServer):
         self._stamp = time.monotonic()
         self._refuse = refuse_first  # answer these first requests 429 whatever the bucket
         self._tokens = tokens
+        self._retry_after = retry_after  # the header's value; None: the bucket's own
         self.lock = threading.Lock()
         self.arrivals: list[Arrival] = []
 
@@ -51,9 +58,10 @@ class FakeLLM(FakeServer):
             else:
                 status = 429
             self.arrivals.append(Arrival(now, body.get("session", ""), body.get("key", ""), status))
+            level = self._level
         if status == 429:
-            after = max(1, math.ceil((1 - self._level) / self.rate))
-            return Reply(429, {"error": "rate limited"}, headers={"Retry-After": str(after)})
+            after = self._retry_after or str(max(1, math.ceil((1 - level) / self.rate)))
+            return Reply(429, {"error": "rate limited"}, headers={"Retry-After": after})
         return Reply(200, {"text": "hello", "tokens": self._tokens})
 
     def answered(self) -> list[Arrival]:

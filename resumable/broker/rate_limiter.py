@@ -10,7 +10,11 @@ start within the caller's wait takes its turn at once, in the future: its
 start is reserved, ``tat`` moves one spacing on, and the caller sleeps until
 then, so five hundred waiting calls start one spacing apart instead of
 racing for each free moment. A turn further off reserves nothing; the
-caller's session lets its worker go and asks again later.
+caller's session lets its worker go and asks again later. When it comes
+back is its place in a second line, ``ftat``, of those that went away: one
+spacing after the last one, so that they return one after the other, each
+a little before its turn (``rate_turns.py``), rather than all at once when
+the reserved turns run out.
 
 Tokens are paid after the call, when its cost is known: ``ttat`` moves on by
 the call's cost (``per / tokens`` a unit) and no call starts before it. A
@@ -45,17 +49,28 @@ local interval = tonumber(ARGV[2])
 local tolerance = tonumber(ARGV[3])
 local amount = tonumber(ARGV[4])
 local per = tonumber(ARGV[5])
-local v = redis.call('HMGET', key, 'tat', 'ttat', 'held')
+local v = redis.call('HMGET', key, 'tat', 'ttat', 'held', 'ftat')
 local tat = math.max(tonumber(v[1]) or now, now)
 local ttat = tonumber(v[2]) or now
 local held = tonumber(v[3]) or 0
+local ftat = math.max(tonumber(v[4]) or 0, tat)
 local result = {1, 0}
+if mode == 'check' then
+    return {1, math.max(held - now, 0)}
+end
 if mode == 'acquire' then
     local at = now
     if interval > 0 then at = math.max(at, tat - tolerance) end
     at = math.max(at, ttat, held)
     local wait = at - now
     if wait > amount then
+        -- Too far to wait in place: a place in the line of those who come
+        -- back later, one spacing after the last such place, so that they
+        -- come back one after the other rather than all at once.
+        if interval > 0 then
+            wait = math.max(wait, ftat - tolerance - now)
+            redis.call('HSET', key, 'ftat', ftat + interval)
+        end
         return {0, wait}
     end
     if interval > 0 then tat = math.max(tat, at) + interval end
@@ -63,7 +78,9 @@ if mode == 'acquire' then
     if wait > 0 then redis.call('HINCRBY', key, 'queued', 1) end
     result = {1, wait}
 elseif mode == 'charge' then
-    ttat = math.max(ttat, now) + amount
+    -- A debt of at most one period: a cost beyond the limit's own is not
+    -- carried further (nor a nonsense one into an overflow).
+    ttat = math.min(math.max(ttat, now) + amount, now + per * 1000)
 elseif mode == 'hold' then
     local until_ = now + amount
     held = math.max(held, until_)
@@ -130,14 +147,21 @@ class RateLimiter:
         return Turn(bool(granted), wait / _MICROS)
 
     def charge(self, limit: RateLimit, cost: float) -> None:
-        """A call of `limit` reported `cost` (tokens): later calls wait it off."""
-        if limit.tokens is None or cost <= 0:
+        """A call of `limit` reported `cost` (tokens): later calls wait it off
+        (a period's worth at most)."""
+        if limit.tokens is None or not cost > 0:
             return
-        self._run(limit, "charge", cost * limit.seconds_per_token)
+        self._run(limit, "charge", min(cost * limit.seconds_per_token, limit.per))
 
     def hold_back(self, limit: RateLimit, seconds: float) -> None:
         """The provider refused a call: no call of `limit` starts for `seconds`."""
         self._run(limit, "hold", seconds)
+
+    def held_for(self, limit: RateLimit) -> float:
+        """Seconds a refusal still holds `limit` back (0: none): a call that
+        slept until its reserved turn asks before it goes, since a refusal
+        since then voids the turns reserved before it."""
+        return self._run(limit, "check", 0.0)[1] / _MICROS
 
     def _run(self, limit: RateLimit, mode: str, seconds: float) -> tuple[int, int]:
         params = limit.describe()

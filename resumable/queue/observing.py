@@ -22,6 +22,7 @@ from resumable.models import wait_ops
 from resumable.models.database import Database
 from resumable.models.step_queries import ClaimedSession
 from resumable.queue import worker_metrics
+from resumable.queue.rate_turns import WaitForRate
 from resumable.waits import Wake
 
 logger = logging.getLogger(__name__)
@@ -104,6 +105,9 @@ def _observed_step(
         with tracing.child_span(f"resumable.step {step}", attributes):
             yield
         outcome = "ok"
+    except WaitForRate:
+        outcome = "rate_limited"  # not an error: it runs again at its turn
+        raise
     finally:
         if metrics is not None:
             metrics.step_seconds.labels(claim.agent, step, outcome).observe(

@@ -60,7 +60,7 @@ from resumable.queue.hand_back import hand_back
 from resumable.queue.observing import observe_divergence, observe_run, observe_step
 from resumable.queue.outcomes import RunOutcome
 from resumable.queue.parking import check_code_has, fewer_calls, park
-from resumable.queue.rate_turns import WaitForRate
+from resumable.queue.rate_turns import rate_wait_in
 from resumable.queue.retrying import schedule_retry, wait_for_rate
 from resumable.queue.saga import compensate, has_compensations, start_saga
 from resumable.queue.scope import WorkerScope
@@ -336,8 +336,9 @@ class Run:
         if isinstance(exc, ReplayDivergedError):
             # The step's outcome is not committed; nothing more is called.
             return self._park(exc)
-        if isinstance(exc, WaitForRate):  # not a failure: the step runs again at its turn
-            return wait_for_rate(self._scope, self._held(), exc, cursor)
+        wait = rate_wait_in(exc)
+        if wait is not None:  # not a failure: the step runs again at its turn
+            return wait_for_rate(self._scope, self._held(), wait, cursor)
         return self._failed(self._agent, exc, cursor)
 
     def _failed(self, agent: Agent | None, exc: BaseException, step: str | None) -> RunOutcome:

@@ -10,6 +10,7 @@ sequence number.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -39,6 +40,7 @@ def step_context(
 ) -> StepContext:
     """The context of step `cursor`, the session's `seq`-th."""
     session_id: uuid.UUID = claim.session_id
+    time_limit = agent.policy(cursor).time_limit
     callbacks = CallbackFactory(scope.db, session_id, claim.epoch, seq, scope.settings.public_url)
     tools = ToolCalls(
         scope.db,
@@ -49,6 +51,7 @@ def step_context(
         writer.redact,
         lambda text: Redactor.scrub(text, writer.secrets),
         scope.turns,
+        None if time_limit is None else time.monotonic() + time_limit,
     )
     return StepContext(
         session_id=session_id,

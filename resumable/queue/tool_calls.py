@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ from resumable.models.status import ToolCallStatus
 from resumable.models.tool_call_queries import ToolCallClaim
 from resumable.queue.database_threads import on_database_thread, threads_of_running_loop
 from resumable.queue.observing import observed_async_tool_call, observed_tool_call
-from resumable.queue.rate_turns import RateTurns
+from resumable.queue.rate_turns import MAX_REFUSALS_PER_CALL, RateTurns, WaitForRate
 
 if TYPE_CHECKING:
     from resumable.context import StepContext
@@ -64,6 +65,19 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: How long a failed step waits for the calls it gathered that are under way.
+ABANDONED_CALL_SECONDS = 30.0
+#: A wait in place ends this long before the step's time limit.
+_TIME_LIMIT_MARGIN_SECONDS = 1.0
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -107,6 +121,7 @@ class ToolCalls:
         redact: Callable[[Any], Any] = lambda value: value,
         scrub: Callable[[str], str | None] = lambda text: text,
         turns: RateTurns | None = None,
+        deadline: float | None = None,
     ) -> None:
         self._db = db
         self._session_id = session_id
@@ -117,6 +132,11 @@ class ToolCalls:
         self._redact = redact
         self._scrub = scrub
         self._turns = turns or RateTurns(None)
+        #: When the step's time limit runs out (``time.monotonic()``); None: no limit.
+        self._deadline = deadline
+        #: Async calls awaiting their tool now, and whether the step stopped.
+        self._executing: set[asyncio.Future[None]] = set()
+        self._abandoned = False
         self.replayed = 0
         self.executed = 0
         self._unrecorded: list[_Unrecorded] = []
@@ -141,24 +161,27 @@ class ToolCalls:
         claimed = self._claim(self._take_index(), tool, fn, args, kwargs, compensate)
         if claimed.replayed:
             return claimed.response
+        refusals = 0
         while True:
             if rate_limit is not None:
-                self._turns.wait(rate_limit)
+                self._take_turn(tool, claimed.key, rate_limit)
             try:
                 result = observed_tool_call(tool, claimed.key, fn, *args, **claimed.kwargs)
             except RateLimited as refusal:
-                if rate_limit is None:
+                refusals += 1
+                if rate_limit is None or refusals >= MAX_REFUSALS_PER_CALL:
                     self._failed(tool, claimed.key, refusal)
                     raise
-                self._turns.refused(rate_limit, refusal)  # and the call waits its turn again
-                continue
+                self._refused(tool, claimed.key, rate_limit, refusal)
+                continue  # and the call waits for a turn again
             except Exception as exc:
                 self._failed(tool, claimed.key, exc)
                 raise
             break
+        recorded = self._completed(tool, claimed.key, result)
         if rate_limit is not None:
             self._turns.charge(rate_limit, result)
-        return self._completed(tool, claimed.key, result)
+        return recorded
 
     async def acall(
         self,
@@ -179,37 +202,139 @@ class ToolCalls:
         claimed = await on_database_thread(self._claim, index, tool, fn, args, kwargs, compensate)
         if claimed.replayed:
             return claimed.response
-        turns = self._turns
-        while True:
-            if rate_limit is not None:
-                turn = await on_database_thread(turns.ask, rate_limit)
-                delay = turns.delay_for(rate_limit, turn)
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            try:
-                result = await observed_async_tool_call(
-                    tool, claimed.key, fn, *args, **claimed.kwargs
-                )
-            except RateLimited as refusal:
-                if rate_limit is None:
-                    await on_database_thread(self._failed, tool, claimed.key, refusal)
-                    raise
-                await on_database_thread(turns.refused, rate_limit, refusal)
-                continue
-            except Exception as exc:
-                await on_database_thread(self._failed, tool, claimed.key, exc)
-                raise
-            break
+        # Known as under way from its turn (or, unlimited, its start) until
+        # its result is on its way to the database: a step that stops
+        # meanwhile waits for it (``flush``), so its record is not lost.
+        under_way = asyncio.get_running_loop().create_future()
+        try:
+            result = await self._turns_and_call(
+                tool, claimed.key, fn, args, claimed.kwargs, rate_limit, under_way
+            )
+            recorded = await self._record_async(tool, claimed.key, result)
+        finally:
+            self._executing.discard(under_way)
+            if not under_way.done():
+                under_way.set_result(None)
         if rate_limit is not None and rate_limit.tokens is not None:
-            await on_database_thread(turns.charge, rate_limit, result)
+            await on_database_thread(self._turns.charge, rate_limit, result)
+        return recorded
+
+    async def _record_async(self, tool: str, key: str, result: Any) -> Any:
+        """Queue an async call's result for a database thread (or the step's
+        commit); off a worker's loop, record it before returning."""
         threads = threads_of_running_loop()
-        if threads is None:  # not on a worker's loop: recorded before it returns
-            return await on_database_thread(self._completed, tool, claimed.key, result)
-        pending = _Unrecorded(claimed.key, tool, self._encoded_response(tool, result))
+        if threads is None:
+            return await on_database_thread(self._completed, tool, key, result)
+        pending = _Unrecorded(key, tool, self._encoded_response(tool, result))
         pending.recorded = threads.run(self._record_unless_taken, pending)
         self._unrecorded.append(pending)
         self.executed += 1
         return result
+
+    async def _turns_and_call(
+        self,
+        tool: str,
+        key: str,
+        fn: Callable[..., Awaitable[Any]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        rate_limit: RateLimit | None,
+        under_way: asyncio.Future[None],
+    ) -> Any:
+        """Wait for the call's turn (if limited), then await the tool; made
+        again at a new turn when the provider refuses it."""
+        refusals = 0
+        while True:
+            self._check_not_abandoned()
+            if rate_limit is not None:
+                try:
+                    await self._turns.await_turn(
+                        rate_limit,
+                        self._max_wait(rate_limit),
+                        on_granted=lambda: self._executing.add(under_way),
+                    )
+                except WaitForRate:
+                    # The step stops here, but not before the calls gathered
+                    # with this one that hold a turn are made and recorded:
+                    # a turn is never wasted, and the next run goes further.
+                    self._executing.discard(under_way)
+                    await self._others_settled()
+                    await on_database_thread(self._not_made, tool, key)
+                    raise
+            self._executing.add(under_way)
+            try:
+                return await observed_async_tool_call(tool, key, fn, *args, **kwargs)
+            except RateLimited as refusal:
+                refusals += 1
+                if rate_limit is None or refusals >= MAX_REFUSALS_PER_CALL:
+                    await on_database_thread(self._failed, tool, key, refusal)
+                    raise
+                await on_database_thread(self._refused, tool, key, rate_limit, refusal)
+            except Exception as exc:
+                await on_database_thread(self._failed, tool, key, exc)
+                raise
+
+    async def _others_settled(self) -> None:
+        """Wait (bounded) for the calls under way in this step to end."""
+        if not self._executing:
+            return
+        _, late = await asyncio.wait(set(self._executing), timeout=ABANDONED_CALL_SECONDS)
+        if late:
+            logger.warning(
+                "%d tool call(s) of a stopped step still running after %.0f s; "
+                "their results will not be recorded",
+                len(late),
+                ABANDONED_CALL_SECONDS,
+            )
+
+    def _check_not_abandoned(self) -> None:
+        """A call gathered with one that stopped the step (a failure, a far
+        turn) does not start once the step is being handled: its session's
+        next run makes it, under the same key."""
+        if self._abandoned:
+            raise asyncio.CancelledError("the step stopped before this call started")
+
+    def _max_wait(self, limit: RateLimit) -> float:
+        """How long a call may wait in place for a turn: the limit's
+        ``wait_in_place``, within what is left of the step's time limit, and
+        none for a sync call inside an ``async def`` step (it runs on the
+        event loop, which must not sleep)."""
+        wait = limit.wait_in_place
+        if self._deadline is not None:
+            wait = min(wait, self._deadline - time.monotonic() - _TIME_LIMIT_MARGIN_SECONDS)
+        return max(wait, 0.0)
+
+    def _take_turn(self, tool: str, key: str, limit: RateLimit) -> None:
+        """A sync call's turn, waited for on this thread."""
+        max_wait = self._max_wait(limit)
+        if _on_event_loop():
+            max_wait = 0.0
+        try:
+            self._turns.wait(limit, max_wait)
+        except WaitForRate:
+            self._not_made(tool, key)
+            raise
+
+    def _refused(self, tool: str, key: str, limit: RateLimit, refusal: RateLimited) -> None:
+        try:
+            self._turns.refused(limit, refusal)
+        except WaitForRate:
+            self._not_made(tool, key)
+            raise
+
+    def _not_made(self, tool: str, key: str) -> None:
+        """The call stopped for a turn before it ran: its record says so
+        (failed, never made), so a replay that makes fewer calls is not
+        taken for one that forgot a call whose effect may have happened."""
+        error = {
+            "type": "WaitForRate",
+            "message": f"not made: waiting for a turn of its rate limit ({tool!r})",
+            "traceback": None,
+        }
+        with self._db.connection() as conn:
+            recorded = tool_call_queries.fail_tool_call(conn, key, self._epoch, error)
+        if not recorded:
+            raise LeaseLostError(f"lease lost before tool call {tool!r}")
 
     def _record_unless_taken(self, pending: _Unrecorded) -> bool:
         """On a database thread: record `pending`, unless the commit took it."""
@@ -249,7 +374,11 @@ class ToolCalls:
 
     async def flush(self) -> None:
         """After the step raised: every result recorded before the failure is
-        handled (its compensation needs the record)."""
+        handled (its compensation needs the record). Calls it gathered and
+        left behind are waited for when under way (their effect may happen:
+        it is recorded under this run's lease), and do not start if not."""
+        self._abandoned = True
+        await self._others_settled()
         pending, self._unrecorded = self._unrecorded, []
         for call in pending:
             assert call.recorded is not None

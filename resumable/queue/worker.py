@@ -128,7 +128,10 @@ def build_runtime(
         shutdown=shutdown,
         loop=loop,
         redactor=Redactor(settings.redact_keys),
-        turns=RateTurns(RateLimiter(broker.client, NAMESPACE, settings.queue_name)),
+        turns=RateTurns(
+            RateLimiter(broker.client, NAMESPACE, settings.queue_name),
+            stopping=lambda: shutdown.stopping,
+        ),
     )
     identity = WorkerIdentity.of(registry)
     threads = ThreadDriver(

@@ -270,6 +270,7 @@ def test_openapi_describes_every_route(api: TestClient) -> None:
         ("/v1/schedules/{name}/resume", "POST"),
         ("/v1/schedules/{name}/trigger", "POST"),
         ("/v1/concurrency-keys", "GET"),
+        ("/v1/rate-limits", "GET"),
         ("/healthz", "GET"),
         ("/metrics", "GET"),
         ("/readyz", "GET"),

@@ -37,9 +37,12 @@ def test_turns_are_reserved_one_spacing_apart_and_none_beyond_the_wait(
     assert len(granted) == 6
     for index, turn in enumerate(granted):
         assert turn.wait == pytest.approx(index * 0.1, abs=0.02)
+    # Those that cannot wait so long are told when to come back: one after
+    # the other from where the reserved turns end, ...
     refused = waits[6:]
-    assert all(not t.granted and t.wait == pytest.approx(0.6, abs=0.02) for t in refused)
-    # A refusal reserved nothing: the next turn is still 0.6 s out.
+    assert not any(t.granted for t in refused)
+    assert [t.wait for t in refused] == pytest.approx([0.6, 0.7], abs=0.02)
+    # ... and took no turn: the next one is still 0.6 s out.
     assert limiter.turn(limit, max_wait=1.0).wait == pytest.approx(0.6, abs=0.02)
 
 
@@ -68,7 +71,7 @@ def test_a_refusal_holds_every_caller_back_for_its_retry_after(
     assert other.turn(limit, max_wait=5).wait == pytest.approx(2.0, abs=0.05)
     # Too far for its wait in place: the caller's session lets its worker go.
     with pytest.raises(WaitForRate) as waited:
-        RateTurns(other).wait(RateLimit("held", requests=100, per=1, wait_in_place=0.5))
+        RateTurns(other).wait(RateLimit("held", requests=100, per=1), max_wait=0.5)
     assert waited.value.limit == "held" and waited.value.seconds > 1.5
     [line] = usage(redis_client, NAMESPACE, settings.queue_name)
     assert (line.name, line.description, line.refused) == ("held", "100 requests per 1 s", 1)
@@ -105,8 +108,17 @@ def test_an_unreachable_limiter_is_waited_out_not_failed() -> None:
     turns = RateTurns(RateLimiter(dead, NAMESPACE, "q"))
     limit = RateLimit("llm", requests=1)
     with pytest.raises(WaitForRate) as waited:
-        turns.wait(limit)
+        turns.wait(limit, max_wait=10)
     assert waited.value.seconds == UNREACHABLE_WAIT_SECONDS
     with pytest.raises(WaitForRate):
         turns.refused(limit, RateLimited("429"))
     turns.charge(RateLimit("t", tokens=5, cost=lambda r: 5), "answer")  # lost, not raised
+
+
+def test_a_huge_cost_owes_one_period_at_most(limiter: RateLimiter) -> None:
+    limit = RateLimit("huge", tokens=10, per=2, cost=lambda r: r)
+    limiter.turn(limit, max_wait=1)
+    limiter.charge(limit, 1e306)
+    assert limiter.turn(limit, max_wait=5).wait == pytest.approx(2.0, abs=0.05)
+    turns = RateTurns(limiter)
+    turns.charge(RateLimit("bad", tokens=10, cost=lambda r: 1 / 0), "answer")  # logged, not raised

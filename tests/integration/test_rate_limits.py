@@ -95,7 +95,6 @@ def test_a_far_turn_lets_the_worker_go_and_counts_no_attempt(
             events = _events(client, session_id)
             waited += events["rate_limited"]
             assert events["retry_scheduled"] == 0
-            assert client.get(session_id).attempts == 0  # a wait is not an attempt
         assert waited >= 3
 
 
@@ -123,7 +122,8 @@ def test_a_429_holds_the_limit_back_and_the_call_is_made_again_once(
         first = refused[0].at
         assert all(a.at >= first + 0.9 for a in llm.arrivals[1:])
         for session_id in ids:
-            assert client.get(session_id).attempts == 0
+            # A refusal is no failure: no retry was scheduled, no attempt counted.
+            assert _events(client, session_id)["retry_scheduled"] == 0
             with db.connection() as conn:
                 rows = conn.execute(
                     "SELECT status, attempts FROM tool_execution_cache WHERE session_id = %s",
@@ -150,6 +150,11 @@ def test_an_operator_sees_each_limit_and_the_sessions_waiting_for_a_turn(
         session = client.get(second)
         assert session.error is not None and session.error.code == "rate_limited"
         assert session.attempts == 0
+        with db.connection() as conn:  # its call is recorded as not made, not as under way
+            [row] = conn.execute(
+                "SELECT status, error FROM tool_execution_cache WHERE session_id = %s", (second,)
+            ).fetchall()
+        assert row["status"] == "failed" and row["error"]["type"] == "WaitForRate"
         assert doing_now(session).startswith("waiting for a turn of rate limit 'llm'")
         [item] = client.rate_limits()
         assert (item.name, item.description) == ("llm", "1 requests per 60 s")
@@ -186,3 +191,83 @@ def test_an_operator_sees_each_limit_and_the_sessions_waiting_for_a_turn(
         assert samples[("resumable_rate_limit_sessions_waiting", "llm")] == 1
         assert samples[("resumable_rate_limit_next_turn_seconds", "llm")] > 50
         assert len(llm.answered()) == 1
+
+
+def _answered_once_each(llm: FakeLLM) -> Counter[str]:
+    """Calls answered per session; each call (its key) answered once only."""
+    answered = llm.answered()
+    keys = Counter(a.key for a in answered)
+    assert all(n == 1 for n in keys.values()), keys
+    return Counter(a.session for a in answered)
+
+
+def test_gathered_calls_left_behind_by_a_far_turn_are_made_once(
+    client: Client, db: Database, deployment: LocalDeployment
+) -> None:
+    # One call a second, a wait in place of 1.5 s: of three calls gathered at
+    # once, the third's turn is 2 s off and stops the step while the second
+    # sleeps until its turn. Neither is made by the run that stopped: each
+    # is made once, by a run under the session's lease.
+    with FakeLLM(rate=10) as llm:
+        deployment.worker(AGENTS, RATE_TEST_REQUESTS="1", RATE_TEST_IN_PLACE="1.5")
+        ids = [client.start(agent, {"llm": llm.url}) for agent in ("rated-gather", "rated-group")]
+        wait_until(lambda: _statuses(client, ids)["completed"] == 2, timeout=60, what="both")
+
+        assert _answered_once_each(llm) == {str(i): 3 for i in ids}
+        assert llm.refused() == []
+        for session_id in ids:
+            events = _events(client, session_id)
+            assert events["rate_limited"] >= 1  # the far turn stopped the step
+            assert events["retry_scheduled"] == 0 and events["dead_lettered"] == 0
+            assert len(client.get(session_id).result) == 3
+
+
+def test_a_turn_past_the_steps_time_limit_is_not_waited_for_in_place(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    # The step may run 2 s; the second session's turn is 5 s off, well
+    # within the limit's wait in place (10 s) but not within the step's.
+    with FakeLLM(rate=10) as llm:
+        deployment.worker(AGENTS, RATE_TEST_REQUESTS="1", RATE_TEST_PER="5")
+        first = client.start("rated-timed", {"llm": llm.url})
+        wait_until(lambda: client.get(first).status == "completed", what="the first call")
+        second = client.start("rated-timed", {"llm": llm.url})
+        wait_until(lambda: client.get(second).status == "completed", timeout=30, what="second")
+        events = _events(client, second)
+        assert events["rate_limited"] >= 1
+        assert events["retry_scheduled"] == 0  # no time-out, no attempt
+        assert _answered_once_each(llm) == {str(first): 1, str(second): 1}
+
+
+def test_a_refusal_voids_the_turns_reserved_before_it(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    # Five a second: four sessions' calls take turns 0.2 s apart at once;
+    # the first is refused (Retry-After: 1). The three sleeping on their
+    # reserved turns must not go in that second.
+    with FakeLLM(rate=50, refuse_first=1) as llm:
+        deployment.worker(AGENTS, RATE_TEST_REQUESTS="5", RESUMABLE_WORKER_THREADS="6")
+        ids = [client.start("rated", {"llm": llm.url}) for _ in range(4)]
+        wait_until(lambda: _statuses(client, ids)["completed"] == 4, timeout=30, what="all 4")
+        first = llm.arrivals[0]
+        assert first.status == 429
+        assert all(a.at >= first.at + 0.9 for a in llm.arrivals[1:])
+        assert _answered_once_each(llm) == {str(i): 1 for i in ids}
+
+
+def test_a_provider_that_keeps_refusing_fails_the_attempt_at_last(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    # A spent quota answered with 429 for ever: after ten refusals of one
+    # call in one run, the refusal counts as the transient failure it is.
+    with FakeLLM(rate=50, refuse_first=10**6, retry_after="0.05") as llm:
+        deployment.worker(AGENTS, RATE_TEST_REQUESTS="50")
+        session_id = client.start("rated", {"llm": llm.url})
+        wait_until(
+            lambda: _events(client, session_id)["retry_scheduled"] >= 1,
+            timeout=30,
+            what="an attempt counted",
+        )
+        assert len(llm.refused()) >= 10
+        error = client.get(session_id).error
+        assert error is not None and error.type == "RateLimited"

@@ -3,11 +3,14 @@ calls, and what it is refused (when it is defined, or at the first call)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from resumable import Agent, AgentDefinitionError, Complete, RateLimit, StepContext
+from resumable.queue.rate_turns import WaitForRate, rate_wait_in
+from resumable.retries import MAX_SECONDS
 from resumable.testing import run_step
 
 
@@ -88,3 +91,24 @@ def test_a_call_naming_a_limit_the_agent_lacks_is_a_definition_error() -> None:
     assert result.result == "hello"  # in memory the limit is checked, not enforced
     with pytest.raises(AgentDefinitionError, match="declares no rate limit 'other'"):
         run_step(agent, "ask", input={"limit": "other"}, tools={"chat": lambda: "hello"})
+
+
+def test_a_spacing_below_a_microsecond_is_refused() -> None:
+    RateLimit("fast", requests=1_000_000, per=1)
+    with pytest.raises(AgentDefinitionError, match="requests a second"):
+        RateLimit("faster", requests=10**9, per=0.5)
+
+
+def test_a_task_groups_waits_for_turns_are_one_wait_and_a_failure_among_them_is_not() -> None:
+    short, long = WaitForRate("llm", 1.0, "far"), WaitForRate("llm", 3.0, "far")
+    assert rate_wait_in(short) is short
+    assert rate_wait_in(BaseExceptionGroup("g", [short, long])) is long
+    nested = BaseExceptionGroup("g", [asyncio.CancelledError(), ExceptionGroup("h", [KeyError()])])
+    assert rate_wait_in(nested) is None
+    cancelled = BaseExceptionGroup("g", [short, asyncio.CancelledError()])
+    assert rate_wait_in(cancelled) is short
+    assert rate_wait_in(BaseExceptionGroup("g", [short, ValueError("boom")])) is None
+    assert rate_wait_in(ValueError("boom")) is None
+    # A wait is kept within what a retry can be scheduled for.
+    assert WaitForRate("llm", -5, "x").seconds == 0.001
+    assert WaitForRate("llm", 1e300, "x").seconds == MAX_SECONDS
