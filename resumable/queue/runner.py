@@ -36,6 +36,8 @@ from collections.abc import Iterator
 from enum import Enum
 from typing import Any
 
+import psycopg
+
 from resumable._internal import serialization
 from resumable._internal.logs import log_context
 from resumable.agent import Agent
@@ -66,7 +68,7 @@ from resumable.queue.saga import compensate, has_compensations, start_saga
 from resumable.queue.scope import WorkerScope
 from resumable.queue.step_commit import commit_step
 from resumable.queue.step_context import step_context
-from resumable.queue.tool_calls import recorded_calls
+from resumable.queue.tool_calls import RecordsUnavailable, recorded_calls
 from resumable.queue.wakes import resolve_wake, resumed_event, wake_if_delivered
 from resumable.retries import DEFAULT_POLICY
 from resumable.services import slots
@@ -339,6 +341,8 @@ class Run:
         wait = rate_wait_in(exc)
         if wait is not None:  # not a failure: the step runs again at its turn
             return wait_for_rate(self._scope, self._held(), wait, cursor)
+        if isinstance(exc, RecordsUnavailable):  # ours, not the step's: replayed, no attempt
+            return self._records_unavailable(exc)
         return self._failed(self._agent, exc, cursor)
 
     def _failed(self, agent: Agent | None, exc: BaseException, step: str | None) -> RunOutcome:
@@ -361,6 +365,24 @@ class Run:
         if outcome is RunOutcome.LEASE_LOST:
             return not_recorded(step, record)
         return outcome
+
+    def _records_unavailable(self, exc: RecordsUnavailable) -> RunOutcome:
+        """The database failed under a call's records: nothing of the step is
+        committed and no attempt is counted; the session goes back to the
+        queue for a replay that makes the call again under its key (or, with
+        the database still away, its lease lapses and the reconciler does)."""
+        claim = self._claim
+        logger.warning(
+            "step %s stopped: %s; the session is replayed, its calls under the same keys",
+            self._cursor,
+            exc,
+            extra={"action": "records_unavailable"},
+        )
+        try:
+            return hand_back(self._scope, claim.session_id, claim.epoch, "records unavailable")
+        except psycopg.OperationalError:
+            self._scope.keeper.drop(claim.session_id, claim.epoch)  # its lease lapses
+            return RunOutcome.LEASE_LOST
 
     def _held(self) -> HeldLease:
         secrets: set[str] | frozenset[str] = frozenset()

@@ -30,13 +30,16 @@ queue to the database threads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import psycopg
 
 from resumable._internal import serialization
 from resumable._internal.call_keys import args_hash, divergence_message
@@ -106,6 +109,20 @@ class _Unrecorded:
     lock: threading.Lock = field(default_factory=threading.Lock)
     taken: bool = False  # by a database thread, or by the commit
     recorded: asyncio.Future[bool] | None = None
+
+
+class RecordsUnavailable(BaseException):
+    """The database failed under a call's own bookkeeping (its claim, its
+    result, its failure): not the step's failure, and no attempt of it.
+
+    A call whose result could not be recorded may have had its effect, and
+    only a replay under the same key finds out (invariant 4): counted as
+    the step's failure, the last attempt would run the saga over the
+    *recorded* calls and never undo this one. So the run stops without a
+    transition, the session goes back to the queue (or its lease lapses,
+    if the database is still away), and the replay makes the call again,
+    with its key, and records it. A ``BaseException``, so that a step's
+    ``except Exception`` around its call does not swallow it."""
 
 
 class ToolCalls:
@@ -322,6 +339,18 @@ class ToolCalls:
             self._not_made(tool, key)
             raise
 
+    @contextlib.contextmanager
+    def _records(self, tool: str) -> Iterator[psycopg.Connection[Any]]:
+        """A connection for the call's bookkeeping, whose loss is ours, not
+        the step's (``RecordsUnavailable``)."""
+        try:
+            with self._db.connection() as conn:
+                yield conn
+        except psycopg.OperationalError as exc:
+            raise RecordsUnavailable(
+                f"the database failed under the records of tool call {tool!r}: {exc}"
+            ) from exc
+
     def _not_made(self, tool: str, key: str) -> None:
         """The call stopped for a turn before it ran: its record says so
         (failed, never made), so a replay that makes fewer calls is not
@@ -331,7 +360,7 @@ class ToolCalls:
             "message": f"not made: waiting for a turn of its rate limit ({tool!r})",
             "traceback": None,
         }
-        with self._db.connection() as conn:
+        with self._records(tool) as conn:
             recorded = tool_call_queries.fail_tool_call(conn, key, self._epoch, error)
         if not recorded:
             raise LeaseLostError(f"lease lost before tool call {tool!r}")
@@ -345,7 +374,7 @@ class ToolCalls:
         return self._record_response(pending)
 
     def _record_response(self, pending: _Unrecorded) -> bool:
-        recorded = self._complete(pending.key, pending.response)
+        recorded = self._complete(pending.tool, pending.key, pending.response)
         if not recorded:
             logger.warning(_not_recorded(pending.tool), extra={"action": "lease_lost"})
         return recorded
@@ -380,12 +409,17 @@ class ToolCalls:
         self._abandoned = True
         await self._others_settled()
         pending, self._unrecorded = self._unrecorded, []
+        unavailable: RecordsUnavailable | None = None
         for call in pending:
             assert call.recorded is not None
             try:
                 await call.recorded
+            except RecordsUnavailable as exc:  # then the failure is ours, not the step's
+                unavailable = exc
             except Exception:  # the step's own failure is what is handled
                 logger.exception("recording the result of tool call %r failed", call.tool)
+        if unavailable is not None:
+            raise unavailable
 
     def riding_records(self) -> tuple[str | None, list[str] | None]:
         """The results the commit records: ``COMMIT_STEP_WITH_RECORDS``'s
@@ -421,7 +455,7 @@ class ToolCalls:
         or the go-ahead to call the tool (with the key to hand it)."""
         request = tool_request(tool, args, kwargs)
         key = idempotency_key(self._session_id, self._step_seq, self._step, index, tool, request)
-        with self._db.connection() as conn:
+        with self._records(tool) as conn:
             row = tool_call_queries.claim_tool_call(
                 conn,
                 self._session_id,
@@ -452,7 +486,7 @@ class ToolCalls:
             "message": self._scrub(serialization.exception_text(exc)),
             "traceback": self._scrub(serialization.traceback_text(exc)),
         }
-        with self._db.connection() as conn:
+        with self._records(tool) as conn:
             recorded = tool_call_queries.fail_tool_call(conn, key, self._epoch, error)
         if not recorded:
             raise LeaseLostError(f"lease lost during tool call {tool!r}") from exc
@@ -464,7 +498,7 @@ class ToolCalls:
 
     def _completed(self, tool: str, key: str, result: Any) -> Any:
         response = self._encoded_response(tool, result)
-        if not self._complete(key, response):
+        if not self._complete(tool, key, response):
             raise LeaseLostError(_not_recorded(tool))
         self.executed += 1
         return result
@@ -503,9 +537,9 @@ class ToolCalls:
             },
         }
 
-    def _complete(self, key: str, response: str) -> bool:
+    def _complete(self, tool: str, key: str, response: str) -> bool:
         """Record a call's result (encoded) under this epoch; False if the epoch moved on."""
-        with self._db.connection() as conn:
+        with self._records(tool) as conn:
             return tool_call_queries.complete_tool_call(conn, key, self._epoch, response)
 
 

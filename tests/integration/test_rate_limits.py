@@ -154,7 +154,9 @@ def test_an_operator_sees_each_limit_and_the_sessions_waiting_for_a_turn(
             [row] = conn.execute(
                 "SELECT status, error FROM tool_execution_cache WHERE session_id = %s", (second,)
             ).fetchall()
-        assert row["status"] == "failed" and row["error"]["type"] == "WaitForRate"
+        error = row["error"]
+        assert row["status"] == "failed" and isinstance(error, dict)
+        assert error["type"] == "WaitForRate"
         assert doing_now(session).startswith("waiting for a turn of rate limit 'llm'")
         [item] = client.rate_limits()
         assert (item.name, item.description) == ("llm", "1 requests per 60 s")
