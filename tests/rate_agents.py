@@ -10,13 +10,11 @@ client of a real provider would.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import urllib.error
-import urllib.request
 from typing import Any
 
-from resumable import Agent, Complete, RateLimit, RateLimited, RetryPolicy, StepContext
+from benchmarks.harness import fake_llm
+from resumable import Agent, Complete, RateLimit, RetryPolicy, StepContext
 
 LLM = RateLimit(
     "llm",
@@ -30,22 +28,7 @@ LLM = RateLimit(
 
 def ask(url: str, session: str, idempotency_key: str = "", part: int = 0) -> dict[str, Any]:
     """POST the prompt; a 429 becomes ``RateLimited`` (its Retry-After honoured)."""
-    request = urllib.request.Request(
-        url,
-        data=json.dumps({"session": session, "key": idempotency_key, "part": part}).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            answer: dict[str, Any] = json.loads(response.read())
-            return answer
-    except urllib.error.HTTPError as exc:
-        if exc.code == 429:
-            after = exc.headers.get("Retry-After")
-            retry_after = float(after) if after else None
-            raise RateLimited("the LLM said 429", retry_after=retry_after) from exc
-        raise
+    return fake_llm.ask(url, {"session": session, "key": idempotency_key, "part": part}, timeout=10)
 
 
 async def ask_async(

@@ -24,13 +24,11 @@ a user's client of a real provider would.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import urllib.error
-import urllib.request
 from typing import Any
 
-from resumable import Agent, Complete, RateLimit, RateLimited, StepContext
+from benchmarks.harness import fake_llm
+from resumable import Agent, Complete, RateLimit, StepContext
 
 RATED = "bench_rated"
 UNRATED = "bench_unrated"
@@ -51,23 +49,7 @@ LLM_LOOSE = RateLimit("llm-loose", requests=LOOSE_REQUESTS, per=1)
 
 
 def _post(url: str, session: str, idempotency_key: str) -> dict[str, Any]:
-    request = urllib.request.Request(
-        url,
-        data=json.dumps({"session": session, "key": idempotency_key}).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            answer: dict[str, Any] = json.loads(response.read())
-            return answer
-    except urllib.error.HTTPError as exc:
-        if exc.code == 429:
-            after = exc.headers.get("Retry-After")
-            raise RateLimited(
-                "the LLM said 429", retry_after=float(after) if after else None
-            ) from None
-        raise
+    return fake_llm.ask(url, {"session": session, "key": idempotency_key})
 
 
 async def ask(url: str, session: str, idempotency_key: str = "") -> dict[str, Any]:

@@ -6,12 +6,38 @@ limit benchmark to count from."""
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
+from typing import Any
 
+from resumable import RateLimited
 from resumable.dev.fake_server import FakeServer, Reply, Request
+
+
+def ask(url: str, body: dict[str, Any], *, timeout: float = 30) -> dict[str, Any]:
+    """POST `body` to the fake, as an agent's tool would to a provider: its
+    HTTP 429 becomes ``RateLimited`` with the Retry-After it sent."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            answer: dict[str, Any] = json.loads(response.read())
+            return answer
+    except urllib.error.HTTPError as exc:
+        if exc.code != 429:
+            raise
+        after = exc.headers.get("Retry-After")
+        retry_after = float(after) if after else None
+        raise RateLimited("the provider said 429", retry_after=retry_after) from exc
 
 
 @dataclass(frozen=True)
