@@ -54,9 +54,9 @@ local tat = math.max(tonumber(v[1]) or now, now)
 local ttat = tonumber(v[2]) or now
 local held = tonumber(v[3]) or 0
 local ftat = math.max(tonumber(v[4]) or 0, tat)
-local result = {1, 0}
+local result = {1, 0, now}
 if mode == 'check' then
-    return {1, math.max(held - now, 0)}
+    return {1, math.max(held - now, 0), now}
 end
 if mode == 'acquire' then
     local at = now
@@ -71,12 +71,12 @@ if mode == 'acquire' then
             wait = math.max(wait, ftat - tolerance - now)
             redis.call('HSET', key, 'ftat', ftat + interval)
         end
-        return {0, wait}
+        return {0, wait, now}
     end
     if interval > 0 then tat = math.max(tat, at) + interval end
     redis.call('HINCRBY', key, 'granted', 1)
     if wait > 0 then redis.call('HINCRBY', key, 'queued', 1) end
-    result = {1, wait}
+    result = {1, wait, now}
 elseif mode == 'charge' then
     -- A debt of at most one period: a cost beyond the limit's own is not
     -- carried further (nor a nonsense one into an overflow).
@@ -101,10 +101,12 @@ _MICROS = 1_000_000
 
 @dataclass(frozen=True)
 class Turn:
-    """A call's turn: whether it is reserved, and in how many seconds it comes."""
+    """A call's turn: whether it is reserved, in how many seconds it comes,
+    and when, on Redis's clock (seconds since the epoch)."""
 
     granted: bool
     wait: float
+    at: float
 
 
 @dataclass(frozen=True)
@@ -143,8 +145,8 @@ class RateLimiter:
     def turn(self, limit: RateLimit, max_wait: float) -> Turn:
         """Reserve the next turn of `limit` if it comes within `max_wait`
         seconds; else reserve nothing and say when it would come."""
-        granted, wait = self._run(limit, "acquire", max_wait)
-        return Turn(bool(granted), wait / _MICROS)
+        granted, wait, now = self._run(limit, "acquire", max_wait)
+        return Turn(bool(granted), wait / _MICROS, (now + wait) / _MICROS)
 
     def charge(self, limit: RateLimit, cost: float) -> None:
         """A call of `limit` reported `cost` (tokens): later calls wait it off
@@ -163,7 +165,8 @@ class RateLimiter:
         since then voids the turns reserved before it."""
         return self._run(limit, "check", 0.0)[1] / _MICROS
 
-    def _run(self, limit: RateLimit, mode: str, seconds: float) -> tuple[int, int]:
+    def _run(self, limit: RateLimit, mode: str, seconds: float) -> tuple[int, int, int]:
+        """Run the script: (granted, wait, Redis's now), in microseconds."""
         params = limit.describe()
         keys = [_key(self._namespace, self._queue, limit.name), self._names_key()]
         interval = round(limit.interval * _MICROS)
@@ -176,8 +179,8 @@ class RateLimiter:
             params,
             limit.name,
         ]
-        granted, wait = self._script(keys=keys, args=args)
-        return int(granted), int(wait)
+        granted, wait, now = self._script(keys=keys, args=args)
+        return int(granted), int(wait), int(now)
 
     def _names_key(self) -> str:
         return _names_key(self._namespace, self._queue)

@@ -50,8 +50,9 @@ def test_two_worker_processes_share_one_limit_and_the_provider_refuses_nothing(
         assert sorted(a.session for a in answered) == sorted(str(s) for s in ids)  # once each
         times = [a.at for a in answered]
         # Turns are one tenth of a second apart across both processes: at
-        # most 10 in any second (one more for the jitter of the way there).
-        assert most_in_any_window(times, 1.0) <= 11
+        # most 10 start in any second (two more arrive, for the jitter of a
+        # loaded machine on the way there).
+        assert most_in_any_window(times, 1.0) <= 12
         assert max(times) - min(times) >= 39 * 0.1 * 0.9
         for session_id in ids[:3]:
             assert "rate_limited" not in _events(client, session_id)  # all waited in place
@@ -244,16 +245,16 @@ def test_a_turn_past_the_steps_time_limit_is_not_waited_for_in_place(
 def test_a_refusal_voids_the_turns_reserved_before_it(
     client: Client, deployment: LocalDeployment
 ) -> None:
-    # Five a second: four sessions' calls take turns 0.2 s apart at once;
-    # the first is refused (Retry-After: 1). The three sleeping on their
-    # reserved turns must not go in that second.
-    with FakeLLM(rate=50, refuse_first=1) as llm:
-        deployment.worker(AGENTS, RATE_TEST_REQUESTS="5", RESUMABLE_WORKER_THREADS="6")
+    # One a second: four sessions' calls take turns a second apart at once;
+    # the first is refused (Retry-After: 2). The three sleeping on their
+    # reserved turns must not go in those two seconds.
+    with FakeLLM(rate=50, refuse_first=1, retry_after="2") as llm:
+        deployment.worker(AGENTS, RATE_TEST_REQUESTS="1", RESUMABLE_WORKER_THREADS="6")
         ids = [client.start("rated", {"llm": llm.url}) for _ in range(4)]
         wait_until(lambda: _statuses(client, ids)["completed"] == 4, timeout=30, what="all 4")
         first = llm.arrivals[0]
         assert first.status == 429
-        assert all(a.at >= first.at + 0.9 for a in llm.arrivals[1:])
+        assert all(a.at >= first.at + 1.9 for a in llm.arrivals[1:])
         assert _answered_once_each(llm) == {str(i): 1 for i in ids}
 
 
