@@ -9,7 +9,7 @@ import json
 import urllib.request
 from typing import Any
 
-from resumable import Agent, StepContext
+from resumable import Agent, StepContext, Wait
 from resumable.errors import PermanentError
 from resumable.retries import RetryPolicy
 
@@ -78,3 +78,18 @@ async def abook_b(ctx: StepContext) -> str:
 @abooker.step(name="give_up")
 async def agive_up(ctx: StepContext) -> None:
     raise PermanentError("the trip is off")
+
+
+approver = Agent("approver", retry=RetryPolicy(max_attempts=1))
+
+
+@approver.step
+def ask(ctx: StepContext) -> Wait:
+    """A token is committed as the step makes it: the database lost at that
+    moment is not the step's failure either."""
+    return ctx.wait(ctx.callback("approval"), then="done")
+
+
+@approver.step
+def done(ctx: StepContext) -> None:
+    return None

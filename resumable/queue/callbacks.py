@@ -14,9 +14,12 @@ import secrets
 import uuid
 from datetime import timedelta
 
+import psycopg
+
 from resumable.errors import LeaseLostError
 from resumable.models import wait_ops
 from resumable.models.database import Database
+from resumable.queue.failing import RecordsUnavailable
 from resumable.waits import Callback, check_name, check_seconds
 
 
@@ -38,16 +41,19 @@ class CallbackFactory:
         check_seconds(timeout)
         index = self._next_index
         self._next_index += 1
-        with self._db.connection() as conn:
-            token = wait_ops.create_callback(
-                conn,
-                self._session_id,
-                self._epoch,
-                token=secrets.token_urlsafe(32),
-                step_seq=self._step_seq,
-                call_index=index,
-                topic=topic,
-            )
+        try:
+            with self._db.connection() as conn:
+                token = wait_ops.create_callback(
+                    conn,
+                    self._session_id,
+                    self._epoch,
+                    token=secrets.token_urlsafe(32),
+                    step_seq=self._step_seq,
+                    call_index=index,
+                    topic=topic,
+                )
+        except psycopg.OperationalError as exc:  # ours, not the step's: it is replayed
+            raise RecordsUnavailable(f"the database failed creating a callback: {exc}") from exc
         if token is None:
             raise LeaseLostError("lease lost before creating a callback")
         return Callback(

@@ -33,6 +33,21 @@ class HeldLease:
     secrets: frozenset[str] | set[str] = frozenset()  # values to scrub from error texts
 
 
+class RecordsUnavailable(BaseException):
+    """The database failed under a step's own bookkeeping (a call's claim,
+    its result, its failure; a callback's token): not the step's failure,
+    and no attempt of it.
+
+    A call whose result could not be recorded may have had its effect, and
+    only a replay under the same key finds out (invariant 4): counted as
+    the step's failure, the last attempt would run the saga over the
+    *recorded* calls and never undo this one. So the run stops without a
+    transition, the session goes back to the queue (or its lease lapses,
+    if the database is still away), and the replay makes the call again,
+    with its key, and records it. A ``BaseException``, so that a step's
+    ``except Exception`` around its call does not swallow it."""
+
+
 def error_record(
     exc: BaseException, step: str | None, secrets: Iterable[str] = ()
 ) -> dict[str, Any]:

@@ -57,7 +57,7 @@ from resumable.models.step_queries import ClaimedSession
 from resumable.queue.checkpoint_writer import CheckpointWriter
 from resumable.queue.dead_lettering import dead_letter
 from resumable.queue.decisions import StepRun, transition
-from resumable.queue.failing import HeldLease, error_record, not_recorded
+from resumable.queue.failing import HeldLease, RecordsUnavailable, error_record, not_recorded
 from resumable.queue.hand_back import hand_back
 from resumable.queue.observing import observe_divergence, observe_run, observe_step
 from resumable.queue.outcomes import RunOutcome
@@ -68,7 +68,7 @@ from resumable.queue.saga import compensate, has_compensations, start_saga
 from resumable.queue.scope import WorkerScope
 from resumable.queue.step_commit import commit_step
 from resumable.queue.step_context import step_context
-from resumable.queue.tool_calls import RecordsUnavailable, recorded_calls
+from resumable.queue.tool_calls import recorded_calls
 from resumable.queue.wakes import resolve_wake, resumed_event, wake_if_delivered
 from resumable.retries import DEFAULT_POLICY
 from resumable.services import slots

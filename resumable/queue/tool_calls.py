@@ -51,6 +51,7 @@ from resumable.models.database import Database
 from resumable.models.status import ToolCallStatus
 from resumable.models.tool_call_queries import ToolCallClaim
 from resumable.queue.database_threads import on_database_thread, threads_of_running_loop
+from resumable.queue.failing import RecordsUnavailable
 from resumable.queue.observing import observed_async_tool_call, observed_tool_call
 from resumable.queue.rate_turns import MAX_REFUSALS_PER_CALL, RateTurns, WaitForRate
 
@@ -109,20 +110,6 @@ class _Unrecorded:
     lock: threading.Lock = field(default_factory=threading.Lock)
     taken: bool = False  # by a database thread, or by the commit
     recorded: asyncio.Future[bool] | None = None
-
-
-class RecordsUnavailable(BaseException):
-    """The database failed under a call's own bookkeeping (its claim, its
-    result, its failure): not the step's failure, and no attempt of it.
-
-    A call whose result could not be recorded may have had its effect, and
-    only a replay under the same key finds out (invariant 4): counted as
-    the step's failure, the last attempt would run the saga over the
-    *recorded* calls and never undo this one. So the run stops without a
-    transition, the session goes back to the queue (or its lease lapses,
-    if the database is still away), and the replay makes the call again,
-    with its key, and records it. A ``BaseException``, so that a step's
-    ``except Exception`` around its call does not swallow it."""
 
 
 class ToolCalls:

@@ -43,16 +43,26 @@ class Ledger(FakeServer):
             return Counter(name for name, _ in set(self.calls))
 
 
+# Where the fault strikes: the table, the statement, and which of its rows.
+FAULTS = {
+    "record": (
+        "tool_execution_cache",
+        "UPDATE",
+        "NEW.tool = 'book_b' AND NEW.status = 'completed' AND OLD.status = 'started'",
+    ),
+    "claim": ("tool_execution_cache", "INSERT", "NEW.tool = 'book_b'"),
+    "callback": ("callbacks", "INSERT", "true"),
+}
+
+
 @contextmanager
 def session_ended_once(db: Database, when: str) -> Iterator[None]:
-    """Once, end the database session that runs `when` on book B's row
-    (``record``: the update that records its result; ``claim``: the insert
-    that claims it). A sequence counts the firings: it does not roll back
-    with the statement the termination aborts."""
-    event, condition = {
-        "record": ("UPDATE", "NEW.status = 'completed' AND OLD.status = 'started'"),
-        "claim": ("INSERT", "true"),
-    }[when]
+    """Once, end the database session that runs `when` (``record``: the
+    update that records book B's result; ``claim``: the insert that claims
+    it; ``callback``: the insert of a callback's token). A sequence counts
+    the firings: it does not roll back with the statement the termination
+    aborts."""
+    table, event, condition = FAULTS[when]
     with db.connection() as conn:
         conn.execute("DROP SEQUENCE IF EXISTS test_fault_once")
         conn.execute("CREATE SEQUENCE test_fault_once")
@@ -60,7 +70,7 @@ def session_ended_once(db: Database, when: str) -> Iterator[None]:
             f"""
             CREATE OR REPLACE FUNCTION test_fault() RETURNS trigger AS $$
             BEGIN
-                IF NEW.tool = 'book_b' AND {condition} AND nextval('test_fault_once') = 1 THEN
+                IF {condition} AND nextval('test_fault_once') = 1 THEN
                     PERFORM pg_terminate_backend(pg_backend_pid());
                 END IF;
                 RETURN NEW;
@@ -68,14 +78,14 @@ def session_ended_once(db: Database, when: str) -> Iterator[None]:
             """
         )
         conn.execute(
-            f"CREATE TRIGGER test_fault BEFORE {event} ON tool_execution_cache"
+            f"CREATE TRIGGER test_fault BEFORE {event} ON {table}"
             " FOR EACH ROW EXECUTE FUNCTION test_fault()"
         )
     try:
         yield
     finally:
         with db.connection() as conn:
-            conn.execute("DROP TRIGGER IF EXISTS test_fault ON tool_execution_cache")
+            conn.execute(f"DROP TRIGGER IF EXISTS test_fault ON {table}")
             conn.execute("DROP FUNCTION IF EXISTS test_fault()")
             conn.execute("DROP SEQUENCE IF EXISTS test_fault_once")
 
@@ -109,3 +119,21 @@ def test_a_call_whose_records_the_database_lost_is_replayed_and_undone(
     ]
     error = client.get(session_id).error
     assert error is not None and error.type == "PermanentError"  # the step's own failure
+
+
+def test_a_callback_whose_token_the_database_lost_is_made_again(
+    client: Client, db: Database, deployment: LocalDeployment
+) -> None:
+    with session_ended_once(db, "callback"):
+        deployment.worker(AGENTS)
+        session_id = client.start("approver", {})
+        wait_until(lambda: client.get(session_id).status == "suspended", what="the wait")
+        with db.connection() as conn:
+            fired = conn.execute("SELECT is_called FROM test_fault_once").fetchone()
+            tokens = conn.execute(
+                "SELECT count(*) AS n FROM callbacks WHERE session_id = %s", (session_id,)
+            ).fetchone()
+    assert fired is not None and fired["is_called"]  # the fault struck
+    assert tokens is not None and tokens["n"] == 1
+    events = Counter(e.type for e in client.events(session_id))
+    assert events["retry_scheduled"] == 0 and events["dead_lettered"] == 0
