@@ -129,6 +129,11 @@ class RateLimit:
     cost the calls report (an LLM's tokens: ``cost`` reads it from a call's
     result) stays within `tokens` per `per` seconds.
 
+    Tokens are reserved as a call starts, at `estimate` (None: the average
+    of what its calls reported so far, nothing before the first report), and
+    corrected by what the call reports, so calls in flight together do not
+    spend the same tokens.
+
     Declare it on the agent (``Agent(..., rate_limits=[openai])``) and name it
     on the calls it governs: ``ctx.tool("chat", llm, prompt, rate_limit="openai")``.
     Calls are spaced evenly (``per / requests`` apart), with `burst` calls
@@ -148,6 +153,7 @@ class RateLimit:
     cost: Callable[[Any], float] | None = field(default=None, compare=False)
     burst: int = 1
     wait_in_place: float = 10.0
+    estimate: float | None = None
 
     def __post_init__(self) -> None:
         name = self.name
@@ -172,6 +178,18 @@ class RateLimit:
             )
         if self.cost is not None and not callable(self.cost):
             raise AgentDefinitionError(f"rate limit {name!r}: cost must be callable")
+        estimate = self.estimate
+        if estimate is not None and (
+            isinstance(estimate, bool)
+            or not isinstance(estimate, int | float)
+            or not math.isfinite(estimate)
+            or estimate < 0
+            or (self.tokens is not None and estimate > self.tokens)
+        ):
+            raise AgentDefinitionError(
+                f"rate limit {name!r}: estimate is the tokens one call is expected to cost,"
+                f" from 0 to the limit's tokens, got {estimate!r}"
+            )
         _check_seconds(name, "per", self.per, allow_zero=False)
         _check_seconds(name, "wait_in_place", self.wait_in_place, allow_zero=True)
         if self.requests is not None and self.requests / self.per > MAX_REQUESTS_PER_SECOND:

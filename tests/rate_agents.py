@@ -23,6 +23,9 @@ LLM = RateLimit(
     tokens=int(os.environ["RATE_TEST_TOKENS"]) if os.environ.get("RATE_TEST_TOKENS") else None,
     cost=lambda answer: answer.get("tokens", 0),
     wait_in_place=float(os.environ.get("RATE_TEST_IN_PLACE", "10")),
+    estimate=float(os.environ["RATE_TEST_ESTIMATE"])
+    if os.environ.get("RATE_TEST_ESTIMATE")
+    else None,
 )
 
 

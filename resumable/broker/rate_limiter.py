@@ -16,8 +16,10 @@ spacing after the last one, so that they return one after the other, each
 a little before its turn (``rate_turns.py``), rather than all at once when
 the reserved turns run out.
 
-Tokens are paid after the call, when its cost is known: ``ttat`` moves on by
-the call's cost (``per / tokens`` a unit) and no call starts before it. A
+Tokens are reserved as a call starts, at an estimate (the limit's, or the
+average of what calls reported), and corrected when it reports its cost:
+``ttat`` moves on by the tokens (``per / tokens`` a unit) and no call starts
+before it, so calls in flight together cannot spend the same tokens. A
 provider's refusal (``RateLimited``) moves both, and ``held`` (for a limit of
 tokens alone), to its Retry-After, for every caller.
 
@@ -49,14 +51,16 @@ local interval = tonumber(ARGV[2])
 local tolerance = tonumber(ARGV[3])
 local amount = tonumber(ARGV[4])
 local per = tonumber(ARGV[5])
-local v = redis.call('HMGET', key, 'tat', 'ttat', 'held', 'ftat')
+local spt = tonumber(ARGV[8])
+local v = redis.call('HMGET', key, 'tat', 'ttat', 'held', 'ftat', 'avg')
 local tat = math.max(tonumber(v[1]) or now, now)
 local ttat = tonumber(v[2]) or now
 local held = tonumber(v[3]) or 0
 local ftat = math.max(tonumber(v[4]) or 0, tat)
-local result = {1, 0, now}
+local avg = tonumber(v[5])
+local result = {1, 0, now, 0}
 if mode == 'check' then
-    return {1, math.max(held - now, 0), now}
+    return {1, math.max(held - now, 0), now, 0}
 end
 if mode == 'acquire' then
     local at = now
@@ -71,16 +75,30 @@ if mode == 'acquire' then
             wait = math.max(wait, ftat - tolerance - now)
             redis.call('HSET', key, 'ftat', ftat + interval)
         end
-        return {0, wait, now}
+        return {0, wait, now, 0}
     end
     if interval > 0 then tat = math.max(tat, at) + interval end
+    -- Tokens are reserved as the call starts, at its estimate (or the
+    -- average of what calls reported), and corrected when it reports.
+    local reserved = 0
+    if spt > 0 then
+        reserved = tonumber(ARGV[9])
+        if reserved < 0 then reserved = avg or 0 end
+        ttat = math.max(ttat, at) + reserved * spt
+    end
     redis.call('HINCRBY', key, 'granted', 1)
     if wait > 0 then redis.call('HINCRBY', key, 'queued', 1) end
-    result = {1, wait, now}
+    result = {1, wait, now, math.floor(reserved * 1000)}
 elseif mode == 'charge' then
-    -- A debt of at most one period: a cost beyond the limit's own is not
-    -- carried further (nor a nonsense one into an overflow).
-    ttat = math.min(math.max(ttat, now) + amount, now + per * 1000)
+    local actual, reserved = tonumber(ARGV[9]), tonumber(ARGV[10])
+    if actual > reserved then
+        -- A debt of at most one period (nor a nonsense one into an overflow).
+        ttat = math.max(ttat, now) + math.min((actual - reserved) * spt, per * 1000)
+    else
+        ttat = math.max(ttat - (reserved - actual) * spt, now)
+    end
+    if avg then avg = avg * 0.8 + actual * 0.2 else avg = actual end
+    redis.call('HSET', key, 'avg', avg)
 elseif mode == 'hold' then
     local until_ = now + amount
     held = math.max(held, until_)
@@ -102,11 +120,13 @@ _MICROS = 1_000_000
 @dataclass(frozen=True)
 class Turn:
     """A call's turn: whether it is reserved, in how many seconds it comes,
-    and when, on Redis's clock (seconds since the epoch)."""
+    when, on Redis's clock (seconds since the epoch), and the tokens it
+    reserved (its estimate; corrected by ``charge``)."""
 
     granted: bool
     wait: float
     at: float
+    reserved: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -145,15 +165,18 @@ class RateLimiter:
     def turn(self, limit: RateLimit, max_wait: float) -> Turn:
         """Reserve the next turn of `limit` if it comes within `max_wait`
         seconds; else reserve nothing and say when it would come."""
-        granted, wait, now = self._run(limit, "acquire", max_wait)
-        return Turn(bool(granted), wait / _MICROS, (now + wait) / _MICROS)
+        estimate = -1.0 if limit.estimate is None else limit.estimate
+        granted, wait, now, reserved = self._run(limit, "acquire", max_wait, estimate)
+        return Turn(bool(granted), wait / _MICROS, (now + wait) / _MICROS, reserved / 1000)
 
-    def charge(self, limit: RateLimit, cost: float) -> None:
-        """A call of `limit` reported `cost` (tokens): later calls wait it off
-        (a period's worth at most)."""
-        if limit.tokens is None or not cost > 0:
+    def charge(self, limit: RateLimit, cost: float, reserved: float = 0.0) -> None:
+        """A call of `limit` that reserved `reserved` tokens reported `cost`:
+        later calls wait off the difference (or gain it back), a period's
+        worth at most."""
+        if limit.tokens is None:
             return
-        self._run(limit, "charge", min(cost * limit.seconds_per_token, limit.per))
+        cost = min(max(cost, 0.0), float(limit.tokens))
+        self._run(limit, "charge", 0.0, cost, reserved)
 
     def hold_back(self, limit: RateLimit, seconds: float) -> None:
         """The provider refused a call: no call of `limit` starts for `seconds`."""
@@ -165,8 +188,11 @@ class RateLimiter:
         since then voids the turns reserved before it."""
         return self._run(limit, "check", 0.0)[1] / _MICROS
 
-    def _run(self, limit: RateLimit, mode: str, seconds: float) -> tuple[int, int, int]:
-        """Run the script: (granted, wait, Redis's now), in microseconds."""
+    def _run(
+        self, limit: RateLimit, mode: str, seconds: float, tokens: float = 0.0, more: float = 0.0
+    ) -> tuple[int, int, int, int]:
+        """Run the script: (granted, wait, Redis's now) in microseconds, and
+        the tokens reserved, in thousandths."""
         params = limit.describe()
         keys = [_key(self._namespace, self._queue, limit.name), self._names_key()]
         interval = round(limit.interval * _MICROS)
@@ -178,9 +204,12 @@ class RateLimiter:
             round(limit.per * 1000),
             params,
             limit.name,
+            repr(limit.seconds_per_token * _MICROS),
+            repr(float(tokens)),
+            repr(float(more)),
         ]
-        granted, wait, now = self._script(keys=keys, args=args)
-        return int(granted), int(wait), int(now)
+        granted, wait, now, reserved = self._script(keys=keys, args=args)
+        return int(granted), int(wait), int(now), int(reserved)
 
     def _names_key(self) -> str:
         return _names_key(self._namespace, self._queue)

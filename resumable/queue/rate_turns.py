@@ -105,37 +105,41 @@ class RateTurns:
         self._limiter = limiter
         self._stopping = stopping
 
-    def wait(self, limit: RateLimit, max_wait: float) -> None:
-        """Block this thread until the call's turn (or raise ``WaitForRate``)."""
+    def wait(self, limit: RateLimit, max_wait: float) -> float:
+        """Block this thread until the call's turn (or raise ``WaitForRate``);
+        the tokens the turn reserved."""
         while True:
-            delay = self.delay_for(limit, self.ask(limit, max_wait), max_wait)
+            turn = self.ask(limit, max_wait)
+            delay = self.delay_for(limit, turn, max_wait)
+            reserved = turn.reserved if turn is not None else 0.0
             if delay <= 0:
-                return
+                return reserved
             deadline = time.monotonic() + delay
             while (left := deadline - time.monotonic()) > 0:
                 self._stop_check(limit, left)
                 time.sleep(min(left, _STOP_CHECK_SECONDS))
             if self.held_for(limit) <= 0:
-                return
+                return reserved
 
     async def await_turn(
         self, limit: RateLimit, max_wait: float, on_granted: Callable[[], None] = lambda: None
-    ) -> None:
+    ) -> float:
         """The same for an async call: the limiter asked on a database
         thread, the sleep an ``await``; `on_granted` is told when the call
         holds a turn (before it sleeps until it)."""
         while True:
             turn = await on_database_thread(self.ask, limit, max_wait)
             delay = self.delay_for(limit, turn, max_wait)
+            reserved = turn.reserved if turn is not None else 0.0
             on_granted()
             if delay <= 0:
-                return
+                return reserved
             deadline = time.monotonic() + delay
             while (left := deadline - time.monotonic()) > 0:
                 self._stop_check(limit, left)
                 await asyncio.sleep(min(left, _STOP_CHECK_SECONDS))
             if await on_database_thread(self.held_for, limit) <= 0:
-                return
+                return reserved
 
     def ask(self, limit: RateLimit, max_wait: float) -> Turn | None:
         """The limiter's answer for `limit` (None: it could not be reached)."""
@@ -179,13 +183,13 @@ class RateTurns:
         except redis.RedisError as exc:
             raise WaitForRate(limit.name, seconds, f"limiter unreachable: {exc}") from refusal
 
-    def charge(self, limit: RateLimit, result: object) -> None:
-        """The call returned and is recorded: its reported cost (tokens) is
-        paid off by later calls. Never raises: the call is done."""
+    def charge(self, limit: RateLimit, result: object, reserved: float = 0.0) -> None:
+        """The call returned and is recorded: its reported cost (tokens)
+        replaces the `reserved` estimate. Never raises: the call is done."""
         if self._limiter is None or limit.tokens is None:
             return
         try:
-            self._limiter.charge(limit, limit.call_cost(result))
+            self._limiter.charge(limit, limit.call_cost(result), reserved)
         except Exception:  # the user's cost function, or Redis: the cost is lost, not the call
             logger.exception("could not charge rate limit %r for a call", limit.name)
 

@@ -165,10 +165,10 @@ class ToolCalls:
         claimed = self._claim(self._take_index(), tool, fn, args, kwargs, compensate)
         if claimed.replayed:
             return claimed.response
-        refusals = 0
+        refusals, reserved = 0, 0.0
         while True:
             if rate_limit is not None:
-                self._take_turn(tool, claimed.key, rate_limit)
+                reserved = self._take_turn(tool, claimed.key, rate_limit)
             try:
                 result = observed_tool_call(tool, claimed.key, fn, *args, **claimed.kwargs)
             except RateLimited as refusal:
@@ -184,7 +184,7 @@ class ToolCalls:
             break
         recorded = self._completed(tool, claimed.key, result)
         if rate_limit is not None:
-            self._turns.charge(rate_limit, result)
+            self._turns.charge(rate_limit, result, reserved)
         return recorded
 
     async def acall(
@@ -211,7 +211,7 @@ class ToolCalls:
         # meanwhile waits for it (``flush``), so its record is not lost.
         under_way = asyncio.get_running_loop().create_future()
         try:
-            result = await self._turns_and_call(
+            result, reserved = await self._turns_and_call(
                 tool, claimed.key, fn, args, claimed.kwargs, rate_limit, under_way
             )
             recorded = await self._record_async(tool, claimed.key, result)
@@ -220,7 +220,7 @@ class ToolCalls:
             if not under_way.done():
                 under_way.set_result(None)
         if rate_limit is not None and rate_limit.tokens is not None:
-            await on_database_thread(self._turns.charge, rate_limit, result)
+            await on_database_thread(self._turns.charge, rate_limit, result, reserved)
         return recorded
 
     async def _record_async(self, tool: str, key: str, result: Any) -> Any:
@@ -244,15 +244,16 @@ class ToolCalls:
         kwargs: dict[str, Any],
         rate_limit: RateLimit | None,
         under_way: asyncio.Future[None],
-    ) -> Any:
+    ) -> tuple[Any, float]:
         """Wait for the call's turn (if limited), then await the tool; made
-        again at a new turn when the provider refuses it."""
-        refusals = 0
+        again at a new turn when the provider refuses it. Its result, and
+        the tokens its turn reserved."""
+        refusals, reserved = 0, 0.0
         while True:
             self._check_not_abandoned()
             if rate_limit is not None:
                 try:
-                    await self._turns.await_turn(
+                    reserved = await self._turns.await_turn(
                         rate_limit,
                         self._max_wait(rate_limit),
                         on_granted=lambda: self._executing.add(under_way),
@@ -267,7 +268,7 @@ class ToolCalls:
                     raise
             self._executing.add(under_way)
             try:
-                return await observed_async_tool_call(tool, key, fn, *args, **kwargs)
+                return await observed_async_tool_call(tool, key, fn, *args, **kwargs), reserved
             except RateLimited as refusal:
                 refusals += 1
                 if rate_limit is None or refusals >= MAX_REFUSALS_PER_CALL:
@@ -308,13 +309,13 @@ class ToolCalls:
             wait = min(wait, self._deadline - time.monotonic() - _TIME_LIMIT_MARGIN_SECONDS)
         return max(wait, 0.0)
 
-    def _take_turn(self, tool: str, key: str, limit: RateLimit) -> None:
-        """A sync call's turn, waited for on this thread."""
+    def _take_turn(self, tool: str, key: str, limit: RateLimit) -> float:
+        """A sync call's turn, waited for on this thread; the tokens it reserved."""
         max_wait = self._max_wait(limit)
         if _on_event_loop():
             max_wait = 0.0
         try:
-            self._turns.wait(limit, max_wait)
+            return self._turns.wait(limit, max_wait)
         except WaitForRate:
             self._not_made(tool, key)
             raise

@@ -6,6 +6,7 @@ with Retry-After holds the limit back and the call is made again, once."""
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import uuid
 from collections import Counter
@@ -274,3 +275,20 @@ def test_a_provider_that_keeps_refusing_fails_the_attempt_at_last(
         assert len(llm.refused()) >= 10
         error = client.get(session_id).error
         assert error is not None and error.type == "RateLimited"
+
+
+def test_tokens_are_reserved_as_calls_start_so_calls_in_flight_do_not_share_them(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    # 20 tokens a second and calls of 7 (the estimate, and what each
+    # reports): a call starts 0.35 s after the one before, whether or not
+    # that one has answered yet (requests alone would allow one every 10 ms).
+    with FakeLLM(rate=100, tokens=7) as llm:
+        deployment.worker(
+            AGENTS, RATE_TEST_REQUESTS="100", RATE_TEST_TOKENS="20", RATE_TEST_ESTIMATE="7"
+        )
+        ids = [client.start("rated-async", {"llm": llm.url}) for _ in range(5)]
+        wait_until(lambda: _statuses(client, ids)["completed"] == 5, timeout=30, what="all 5")
+        times = sorted(a.at for a in llm.answered())
+        assert len(times) == 5 and llm.refused() == []
+        assert all(b - a >= 0.3 for a, b in itertools.pairwise(times)), times

@@ -58,6 +58,10 @@ def test_a_limit_of_requests_tokens_or_both() -> None:
         {"burst": 1.5},
         {"tokens": 1000},  # tokens without a cost function
         {"tokens": 1000, "cost": "tokens"},
+        {"tokens": 1000, "cost": len, "estimate": -1},
+        {"tokens": 1000, "cost": len, "estimate": 1001},
+        {"tokens": 1000, "cost": len, "estimate": float("nan")},
+        {"tokens": 1000, "cost": len, "estimate": "7"},
     ],
 )
 def test_a_wrong_limit_is_refused_when_it_is_defined(kwargs: dict[str, Any]) -> None:
