@@ -97,3 +97,14 @@ def timed(ctx: StepContext) -> Complete:
     for in place (the step would time out): the session goes away for it."""
     answer = ctx.tool("chat", ask, ctx.input["llm"], str(ctx.session_id), rate_limit="llm")
     return Complete(answer)
+
+
+rated_mixed = Agent("rated-mixed", rate_limits=[LLM])
+
+
+@rated_mixed.step
+async def mixed(ctx: StepContext) -> Complete:
+    """A sync tool in an async step runs on the event loop: its call never
+    sleeps there for a turn, its session goes away instead."""
+    answer = ctx.tool("chat", ask, ctx.input["llm"], str(ctx.session_id), rate_limit="llm")
+    return Complete(answer)

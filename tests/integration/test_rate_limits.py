@@ -292,3 +292,17 @@ def test_tokens_are_reserved_as_calls_start_so_calls_in_flight_do_not_share_them
         times = sorted(a.at for a in llm.answered())
         assert len(times) == 5 and llm.refused() == []
         assert all(b - a >= 0.3 for a, b in itertools.pairwise(times)), times
+
+
+def test_a_sync_tool_in_an_async_step_never_sleeps_on_the_event_loop(
+    client: Client, deployment: LocalDeployment
+) -> None:
+    # One call a second, well within the wait in place (10 s): a sync step
+    # would wait for its turn; on the event loop the session goes away.
+    with FakeLLM(rate=10) as llm:
+        deployment.worker(AGENTS, RATE_TEST_REQUESTS="1")
+        ids = [client.start("rated-mixed", {"llm": llm.url}) for _ in range(2)]
+        wait_until(lambda: _statuses(client, ids)["completed"] == 2, timeout=30, what="both")
+        waited = sum(_events(client, session_id)["rate_limited"] for session_id in ids)
+        assert waited >= 1
+        assert _answered_once_each(llm) == {str(i): 1 for i in ids}
