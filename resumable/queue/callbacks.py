@@ -19,7 +19,7 @@ import psycopg
 from resumable.errors import LeaseLostError
 from resumable.models import wait_ops
 from resumable.models.database import Database
-from resumable.queue.failing import RecordsUnavailable
+from resumable.queue.failing import RecordsUnavailable, connection_lost
 from resumable.waits import Callback, check_name, check_seconds
 
 
@@ -53,6 +53,8 @@ class CallbackFactory:
                     topic=topic,
                 )
         except psycopg.OperationalError as exc:  # ours, not the step's: it is replayed
+            if not connection_lost(exc):
+                raise
             raise RecordsUnavailable(f"the database failed creating a callback: {exc}") from exc
         if token is None:
             raise LeaseLostError("lease lost before creating a callback")

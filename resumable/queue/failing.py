@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+
 from resumable._internal import serialization
 from resumable._internal.redaction import Redactor
 from resumable.errors import ResumableError, StepTimeoutError
@@ -45,7 +47,38 @@ class RecordsUnavailable(BaseException):
     transition, the session goes back to the queue (or its lease lapses,
     if the database is still away), and the replay makes the call again,
     with its key, and records it. A ``BaseException``, so that a step's
-    ``except Exception`` around its call does not swallow it."""
+    ``except Exception`` around its call does not swallow it.
+
+    Only a lost connection counts (``connection_lost``): an error the
+    database would answer again on the replay (a statement timeout, a full
+    disk, a value too large) is the step's failure, under its retry policy,
+    or a replay would make the call again and again."""
+
+
+# SQLSTATEs of a session the server ended (admin, crash, cannot connect now).
+_ENDED_SESSIONS = frozenset({"57P01", "57P02", "57P03"})
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether `exc` is the loss of the database connection (or of the way
+    to one: no state at all, as a dropped socket or the pool's timeout)."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in _ENDED_SESSIONS
+
+
+def records_unavailable_in(exc: BaseException) -> RecordsUnavailable | None:
+    """`exc` if it is ``RecordsUnavailable``, or the first one inside an
+    exception group (an ``asyncio.TaskGroup`` of calls); else None."""
+    if isinstance(exc, RecordsUnavailable):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = records_unavailable_in(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def error_record(

@@ -82,9 +82,10 @@ class LoopDriver:
             # wait): its lease was released for another worker, or will lapse.
             logger.warning("async run cancelled at step %s", run.cursor)
             raise
-        except Exception:
+        except BaseException:
             # A bug in the run itself, not a step's failure (those are
-            # handled): the lease lapses and the reconciler brings the session back.
+            # handled), or the database lost under it: the lease lapses and
+            # the reconciler brings the session back.
             logger.exception(
                 "async run crashed at step %s", run.cursor, extra={"action": "run_crashed"}
             )

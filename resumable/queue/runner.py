@@ -57,7 +57,13 @@ from resumable.models.step_queries import ClaimedSession
 from resumable.queue.checkpoint_writer import CheckpointWriter
 from resumable.queue.dead_lettering import dead_letter
 from resumable.queue.decisions import StepRun, transition
-from resumable.queue.failing import HeldLease, RecordsUnavailable, error_record, not_recorded
+from resumable.queue.failing import (
+    HeldLease,
+    RecordsUnavailable,
+    error_record,
+    not_recorded,
+    records_unavailable_in,
+)
 from resumable.queue.hand_back import hand_back
 from resumable.queue.observing import observe_divergence, observe_run, observe_step
 from resumable.queue.outcomes import RunOutcome
@@ -249,7 +255,10 @@ class Run:
             return self._commit(step)
         finally:
             if step.tools.riding:  # the commit did not take them: recorded on their own
-                step.tools.record_riding()
+                try:
+                    step.tools.record_riding()
+                except RecordsUnavailable as exc:  # a replay makes them again, under their keys
+                    logger.warning("tool call results not recorded: %s", exc)
 
     def _commit(self, step: StepRun) -> RunOutcome | None:
         scope, claim, agent, writer = self._scope, self._claim, self._agent, self._writer
@@ -281,14 +290,15 @@ class Run:
                     scope.db, claim.session_id, step.ctx.seq, step.name, step.tools.made
                 )
                 if fewer is not None:
-                    step.tools.record_riding()
-                    return self._park(fewer)
+                    unrecorded = self._record_riding(step)
+                    return unrecorded if unrecorded is not None else self._park(fewer)
             committed = commit_step(
                 scope.db, settings.lease_seconds, claim, step, status, events, next_limit
             )
         except CoordinationError as exc:  # rolled back: nothing of the step committed
-            step.tools.record_riding()  # before the saga, which may compensate them
-            return self._failed(agent, exc, cursor)
+            # Recorded before the saga, which may compensate them.
+            unrecorded = self._record_riding(step)
+            return unrecorded if unrecorded is not None else self._failed(agent, exc, cursor)
         if committed is None:
             logger.warning(
                 "step %s not committed: another worker owns the session",
@@ -341,8 +351,9 @@ class Run:
         wait = rate_wait_in(exc)
         if wait is not None:  # not a failure: the step runs again at its turn
             return wait_for_rate(self._scope, self._held(), wait, cursor)
-        if isinstance(exc, RecordsUnavailable):  # ours, not the step's: replayed, no attempt
-            return self._records_unavailable(exc)
+        unavailable = records_unavailable_in(exc)
+        if unavailable is not None:  # ours, not the step's: replayed, no attempt
+            return self._records_unavailable(unavailable)
         return self._failed(self._agent, exc, cursor)
 
     def _failed(self, agent: Agent | None, exc: BaseException, step: str | None) -> RunOutcome:
@@ -372,10 +383,12 @@ class Run:
         queue for a replay that makes the call again under its key (or, with
         the database still away, its lease lapses and the reconciler does)."""
         claim = self._claim
+        step_error = exc.__context__  # the step's own failure it replaced, if any
         logger.warning(
-            "step %s stopped: %s; the session is replayed, its calls under the same keys",
+            "step %s stopped: %s%s; the session is replayed, its calls under the same keys",
             self._cursor,
             exc,
+            "" if step_error is None else f" (while it failed with {step_error!r})",
             extra={"action": "records_unavailable"},
         )
         try:
@@ -383,6 +396,15 @@ class Run:
         except psycopg.OperationalError:
             self._scope.keeper.drop(claim.session_id, claim.epoch)  # its lease lapses
             return RunOutcome.LEASE_LOST
+
+    def _record_riding(self, step: StepRun) -> RunOutcome | None:
+        """Record the results the commit did not take; how the run ends if
+        the database is lost meanwhile (None: recorded)."""
+        try:
+            step.tools.record_riding()
+        except RecordsUnavailable as exc:
+            return self._records_unavailable(exc)
+        return None
 
     def _held(self) -> HeldLease:
         secrets: set[str] | frozenset[str] = frozenset()

@@ -51,7 +51,7 @@ from resumable.models.database import Database
 from resumable.models.status import ToolCallStatus
 from resumable.models.tool_call_queries import ToolCallClaim
 from resumable.queue.database_threads import on_database_thread, threads_of_running_loop
-from resumable.queue.failing import RecordsUnavailable
+from resumable.queue.failing import RecordsUnavailable, connection_lost
 from resumable.queue.observing import observed_async_tool_call, observed_tool_call
 from resumable.queue.rate_turns import MAX_REFUSALS_PER_CALL, RateTurns, WaitForRate
 
@@ -335,6 +335,8 @@ class ToolCalls:
             with self._db.connection() as conn:
                 yield conn
         except psycopg.OperationalError as exc:
+            if not connection_lost(exc):
+                raise
             raise RecordsUnavailable(
                 f"the database failed under the records of tool call {tool!r}: {exc}"
             ) from exc
