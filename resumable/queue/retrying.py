@@ -37,18 +37,9 @@ def schedule_retry(
     """Commit the session ``retrying`` after its `attempts`-th failed attempt
     and send its message for the next one."""
     delay = policy.delay(attempts, exc)
-    scope.keeper.drop(held.session_id, held.epoch)  # this write gives the lease up
-    with scope.db.connection() as conn:
-        retry_at = failure_queries.schedule_retry(
-            conn,
-            held.session_id,
-            held.epoch,
-            attempts=attempts,
-            error=record,
-            delay=delay,
-            step=step,
-        )
-    if retry_at is None:
+    if not _retrying(
+        scope, held, attempts, record, delay, step, "retry_scheduled", "retry scheduled"
+    ):
         return RunOutcome.LEASE_LOST
     logger.warning(
         "step %s failed (attempt %d of %d), retrying in %.2f s: %s: %s",
@@ -59,9 +50,6 @@ def schedule_retry(
         record["type"],
         record["message"],
         extra={"action": "retry_scheduled", "error_code": record["code"]},
-    )
-    enqueue_after_commit(
-        scope.broker, scope.settings, [held.session_id], why="retry scheduled", delay=delay
     )
     return RunOutcome.RETRYING
 
@@ -81,19 +69,9 @@ def wait_for_rate(
         "step": step,
         "rate_limit": wait.limit,
     }
-    scope.keeper.drop(held.session_id, held.epoch)
-    with scope.db.connection() as conn:
-        retry_at = failure_queries.schedule_retry(
-            conn,
-            held.session_id,
-            held.epoch,
-            attempts=held.attempts,
-            error=record,
-            delay=delay,
-            step=step,
-            event="rate_limited",
-        )
-    if retry_at is None:
+    if not _retrying(
+        scope, held, held.attempts, record, delay, step, "rate_limited", "rate limit turn"
+    ):
         return RunOutcome.LEASE_LOST
     logger.info(
         "step %s waits %.2f s for a turn of rate limit %r",
@@ -102,7 +80,35 @@ def wait_for_rate(
         wait.limit,
         extra={"action": "rate_limited"},
     )
-    enqueue_after_commit(
-        scope.broker, scope.settings, [held.session_id], why="rate limit turn", delay=delay
-    )
     return RunOutcome.RATE_LIMITED
+
+
+def _retrying(
+    scope: WorkerScope,
+    held: HeldLease,
+    attempts: int,
+    record: dict[str, Any],
+    delay: float,
+    step: str | None,
+    event: str,
+    why: str,
+) -> bool:
+    """Commit the session ``retrying`` in `delay` seconds (fenced; the write
+    gives the lease up, audited as `event`) and send its delayed message;
+    False if this epoch no longer held it."""
+    scope.keeper.drop(held.session_id, held.epoch)
+    with scope.db.connection() as conn:
+        retry_at = failure_queries.schedule_retry(
+            conn,
+            held.session_id,
+            held.epoch,
+            attempts=attempts,
+            error=record,
+            delay=delay,
+            step=step,
+            event=event,
+        )
+    if retry_at is None:
+        return False
+    enqueue_after_commit(scope.broker, scope.settings, [held.session_id], why=why, delay=delay)
+    return True

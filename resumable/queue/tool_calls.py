@@ -350,9 +350,7 @@ class ToolCalls:
             "message": f"not made: waiting for a turn of its rate limit ({tool!r})",
             "traceback": None,
         }
-        with self._records(tool) as conn:
-            recorded = tool_call_queries.fail_tool_call(conn, key, self._epoch, error)
-        if not recorded:
+        if not self._record_failure(tool, key, error):
             raise LeaseLostError(f"lease lost before tool call {tool!r}")
 
     def _record_unless_taken(self, pending: _Unrecorded) -> bool:
@@ -476,10 +474,13 @@ class ToolCalls:
             "message": self._scrub(serialization.exception_text(exc)),
             "traceback": self._scrub(serialization.traceback_text(exc)),
         }
-        with self._records(tool) as conn:
-            recorded = tool_call_queries.fail_tool_call(conn, key, self._epoch, error)
-        if not recorded:
+        if not self._record_failure(tool, key, error):
             raise LeaseLostError(f"lease lost during tool call {tool!r}") from exc
+
+    def _record_failure(self, tool: str, key: str, error: dict[str, Any]) -> bool:
+        """Record the call as failed under this epoch; False if the epoch moved on."""
+        with self._records(tool) as conn:
+            return tool_call_queries.fail_tool_call(conn, key, self._epoch, error)
 
     def _encoded_response(self, tool: str, result: Any) -> str:
         serialization.dumps(result, f"result of tool {tool!r}")
