@@ -26,6 +26,7 @@ from resumable.models.step_queries import (
     CLAIMABLE,
     RUNNABLE_HERE,
     SLOT_SPEC,
+    WORKER_DIED_IN_STEP,
     ClaimedSession,
     claim_statement,
     compact,
@@ -100,11 +101,14 @@ SELECT EXISTS (SELECT 1 FROM sessions
 """
 
 # A session of `alias` holds a slot of its key: running under a live lease,
-# its worker's heartbeat not expired (a crashed worker's slots free seconds
+# its worker not dead in its step (a crashed worker's slots free seconds
 # after the crash, as its sessions become claimable).
-_HOLDS_SLOT = """({a}.status = 'running' AND {a}.lease_expires_at > now()
-    AND NOT EXISTS (SELECT 1 FROM workers hb
-                    WHERE hb.id = {owner} AND hb.expires_at < now()))"""
+_HOLDS_SLOT = (
+    """({a}.status = 'running' AND {a}.lease_expires_at > now()
+    AND NOT EXISTS (SELECT 1 FROM workers hb WHERE hb.id = {owner} AND """
+    + WORKER_DIED_IN_STEP.format(w="hb", s="{a}")
+    + "))"
+)
 
 
 def _holders(key: str, *, but: str | None = None) -> str:

@@ -98,6 +98,14 @@ class HungSession:
     running_seconds: float
 
 
+# A worker whose heartbeat row expired while it ran this session's step (the
+# step began before the row expired): `w` its row, `s` the session. A step
+# begun after the row expired says the worker is alive (a host cut off and
+# back, whose heartbeat has not got through yet): its lease alone decides.
+WORKER_DIED_IN_STEP = (
+    "({w}.expires_at < now() AND {w}.expires_at > coalesce({s}.step_started_at, '-infinity'))"
+)
+
 # When a session may be claimed: pending, due for a retry, a compensation due,
 # or held by a worker that let its lease expire or whose process is dead (its
 # heartbeat in `workers` expired, which a claimer sees seconds after a crash,
@@ -109,7 +117,7 @@ CLAIMABLE = f"""(
         AND (sessions.lease_expires_at < now()
              OR EXISTS (SELECT 1 FROM workers w
                         WHERE w.id = {WORKER_OF_LEASE_OWNER.format(owner="sessions.lease_owner")}
-                          AND w.expires_at < now())))
+                          AND {WORKER_DIED_IN_STEP.format(w="w", s="sessions")})))
     OR (sessions.status = 'compensating' AND sessions.lease_owner IS NULL
         AND (sessions.wake_at IS NULL OR sessions.wake_at <= now()))
 )"""
@@ -196,7 +204,7 @@ def claim_statement(
     return f"""
 WITH {first} locked AS (
     SELECT id, status, lease_owner, lease_epoch, lease_expires_at, cursor, agent,
-           agent_version, wake_at{slot_wait}
+           agent_version, wake_at, step_started_at{slot_wait}
     FROM sessions WHERE id = %(id)s
     FOR UPDATE
 ), old AS (
@@ -223,11 +231,11 @@ WITH {first} locked AS (
         updated_at = now()
     FROM old
     WHERE sessions.id = old.id
-    RETURNING sessions.id, sessions.agent, sessions.cursor, sessions.state, sessions.input,
-              sessions.step_seq, sessions.lease_epoch, sessions.wait, sessions.wake,
-              sessions.status, sessions.attempts, sessions.error, sessions.history_rebase,
-              sessions.agent_version, sessions.started_version,
-              sessions.state_patch{returned_slot},
+    -- Unqualified where `old` has no column of that name (the claim must
+    -- stay within psycopg's 4 KB query cache, see ``compact``).
+    RETURNING sessions.id, agent, sessions.cursor, state, input, step_seq,
+              sessions.lease_epoch, wait, wake, sessions.status, attempts, error,
+              history_rebase, agent_version, started_version, state_patch{returned_slot},
               old.status AS previous_status, old.lease_owner AS previous_owner,
               old.cursor AS claimed_cursor, old.start ->> 'step' IS NOT NULL AS started,
               -- Since the delivery that woke it was stored (the resume latency).

@@ -116,6 +116,49 @@ def test_workers_announce_beat_and_retire(db: Database) -> None:
         assert agent_queries.worker_health(conn, seconds=600).unhealthy == 0
 
 
+def test_a_worker_whose_heartbeat_expired_is_dead_only_for_steps_begun_before(
+    client: Client, db: Database
+) -> None:
+    """A host cut off and back claims before its heartbeat gets through: a
+    step it began after its row expired proves it alive, so that lease is
+    not a dead worker's (the partition test saw such claims taken over at
+    once, their steps wasted); a step begun before the row expired is."""
+    session_id = client.start("a", {"x": 1})
+    with db.connection() as conn:
+        agent_queries.announce_worker(
+            conn, "host:1", agents=["a"], ttl=60, versions={"a": 0}, takes_over=[]
+        )
+        conn.execute("UPDATE workers SET expires_at = now() - interval '5 seconds'")
+    _claim(db, session_id, owner="host:1:1")  # its step begins now, after the row expired
+
+    def claim_elsewhere() -> Any:
+        with db.connection() as conn:
+            return step_ops.claim(
+                conn,
+                session_id,
+                owner="host:2:1",
+                versions=VERSIONS,
+                starts=STARTS,
+                lease_seconds=30,
+            )
+
+    assert claim_elsewhere() is None
+    with db.connection() as conn:  # the step began before the heartbeat stopped
+        conn.execute(
+            "UPDATE sessions SET step_started_at = now() - interval '10 seconds' WHERE id = %s",
+            (session_id,),
+        )
+    taken = claim_elsewhere()
+    assert taken is not None and taken.status is SessionStatus.RUNNING
+    with db.connection() as conn:
+        event = conn.execute(
+            "SELECT event_type, payload ->> 'previous_owner' AS previous FROM audit_events"
+            " WHERE session_id = %s ORDER BY id DESC LIMIT 1",
+            (session_id,),
+        ).fetchone()
+    assert event == {"event_type": "lease_recovered", "previous": "host:1:1"}
+
+
 def test_a_claim_a_call_a_fenced_commit_and_the_leases(client: Client, db: Database) -> None:
     session_id = client.start("a", {"x": 1})
     epoch, seq = _claim(db, session_id)

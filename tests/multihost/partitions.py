@@ -215,7 +215,22 @@ class Partitions(Matrix):
         )
         for (sid, kind), times in Counter(lines).items():
             if times > 1:
-                result.problems.append(f"w1 logged its lost lease on {sid} ({kind}) {times} times")
+                result.problems.append(
+                    f"w1 logged its lost lease on {sid} ({kind}) {times} times;"
+                    f" its audit trail:\n{self.audit_trail(sid)}"
+                )
+
+    def audit_trail(self, session_id: str) -> str:
+        """A session's audit events, one per line (what a problem shows)."""
+        with self._observe() as conn:
+            rows = conn.execute(
+                "SELECT created_at, seq, step, event_type, payload FROM audit_events"
+                " WHERE session_id = %s ORDER BY id",
+                (session_id,),
+            ).fetchall()
+        return "\n".join(
+            f"    {row[0]:%H:%M:%S.%f} seq={row[1]} {row[2]} {row[3]} {row[4]}" for row in rows
+        )
 
     def worker_broker_cut(self, result: PhaseResult) -> None:
         """A worker host cut from the broker only: it goes on committing
