@@ -36,6 +36,7 @@ from resumable.client import HUNG_AFTER_SECONDS, Client, Started, WaitSchedule
 from resumable.coordination.records import SharedDocument, SharedVersion
 from resumable.models.agent_queries import UnservedAgent
 from resumable.models.step_queries import HungSession
+from resumable.priorities import DEFAULT_PRIORITY, Priority
 from resumable.schedules import Schedule
 from resumable.schemas import (
     AcceptPreview,
@@ -126,10 +127,16 @@ class AsyncClient:
         *,
         idempotency_key: str | None = None,
         session_id: uuid.UUID | None = None,
+        priority: Priority = DEFAULT_PRIORITY,
     ) -> uuid.UUID:
         """See `Client.start`."""
         return await self._run(
-            self.client.start, agent, input, idempotency_key=idempotency_key, session_id=session_id
+            self.client.start,
+            agent,
+            input,
+            idempotency_key=idempotency_key,
+            session_id=session_id,
+            priority=priority,
         )
 
     async def start_session(
@@ -139,6 +146,7 @@ class AsyncClient:
         *,
         idempotency_key: str | None = None,
         session_id: uuid.UUID | None = None,
+        priority: Priority = DEFAULT_PRIORITY,
     ) -> Started:
         """See `Client.start_session`."""
         return await self._run(
@@ -147,6 +155,20 @@ class AsyncClient:
             input,
             idempotency_key=idempotency_key,
             session_id=session_id,
+            priority=priority,
+        )
+
+    async def set_priority(
+        self,
+        session_id: uuid.UUID | str,
+        priority: Priority,
+        *,
+        actor: str,
+        reason: str | None = None,
+    ) -> Session:
+        """See `Client.set_priority`."""
+        return await self._run(
+            self.client.set_priority, session_id, priority, actor=actor, reason=reason
         )
 
     async def get(self, session_id: uuid.UUID | str) -> Session:

@@ -51,6 +51,8 @@ from resumable.models.agent_queries import UnservedAgent
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
 from resumable.models.step_queries import HungSession
+from resumable.priorities import DEFAULT_PRIORITY, Priority, Routed
+from resumable.priorities import priority as check_priority
 from resumable.schedules import Schedule, check_schedule_name
 from resumable.schemas import (
     AcceptPreview,
@@ -242,11 +244,14 @@ class Client:
         *,
         idempotency_key: str | None = None,
         session_id: uuid.UUID | None = None,
+        priority: Priority = DEFAULT_PRIORITY,
     ) -> uuid.UUID:
         """Create a session and enqueue it; return its id. The same idempotency
-        key returns the same session (and a different request under it is an error)."""
+        key returns the same session (and a different request under it is an
+        error). `priority` (``high``, ``normal``, ``low``) orders which pending
+        session a free worker takes first (``resumable/priorities.py``)."""
         return self.start_session(
-            agent, input, idempotency_key=idempotency_key, session_id=session_id
+            agent, input, idempotency_key=idempotency_key, session_id=session_id, priority=priority
         ).session_id
 
     def start_session(
@@ -256,11 +261,13 @@ class Client:
         *,
         idempotency_key: str | None = None,
         session_id: uuid.UUID | None = None,
+        priority: Priority = DEFAULT_PRIORITY,
     ) -> Started:
         """As `start`, and whether this call created the session (False: an
-        earlier call with the same idempotency key did)."""
+        earlier call with the same idempotency key did; its priority stands)."""
         arguments.text(agent, "agent")
         arguments.idempotency_key(idempotency_key)
+        level = check_priority(priority)
         if session_id is not None and not isinstance(session_id, uuid.UUID):
             try:
                 session_id = uuid.UUID(str(session_id))
@@ -271,7 +278,13 @@ class Client:
         # The session's trace: the caller's current span's (see resumable/tracing.py).
         with tracing.session_start(agent, new_id) as trace_context:
             return self._create_session(
-                agent, input, idempotency_key, new_id, trace_context, chosen=session_id is not None
+                agent,
+                input,
+                idempotency_key,
+                new_id,
+                trace_context,
+                chosen=session_id is not None,
+                priority=level,
             )
 
     def _create_session(
@@ -283,6 +296,7 @@ class Client:
         trace_context: dict[str, str] | None,
         *,
         chosen: bool = False,
+        priority: Priority = DEFAULT_PRIORITY,
     ) -> Started:
         cursor = None
         if self.registry is not None:
@@ -298,6 +312,7 @@ class Client:
                 input=encoded_input,
                 idempotency_key=idempotency_key,
                 trace_context=trace_context,
+                priority=priority,
             )
             if not created:
                 existing = session_queries.find_by_idempotency_key(conn, idempotency_key)
@@ -315,7 +330,9 @@ class Client:
                         f"idempotency key {idempotency_key!r} was used for a different request"
                     )
                 return Started(existing.id, created=False)
-        enqueue_after_commit(self.broker, self.settings, [new_id], why="session started")
+        enqueue_after_commit(
+            self.broker, self.settings, [Routed(new_id, priority)], why="session started"
+        )
         return Started(new_id, created=True)
 
     def cancel(
@@ -344,6 +361,37 @@ class Client:
             with contextlib.suppress(SessionStateError):  # it finished meanwhile
                 self.cancel(child, actor=actor, reason=f"parent {sid} cancelled")
         children.session_finished(self.db, self.broker, self.settings, sid)
+        return self.get(sid)
+
+    def set_priority(
+        self,
+        session_id: uuid.UUID | str,
+        priority: Priority,
+        *,
+        actor: str,
+        reason: str | None = None,
+    ) -> Session:
+        """Give a session that has not finished another priority (``high``,
+        ``normal``, ``low``); the `Session`. Audited as ``priority_changed``
+        (nothing is written when it already has it). A pending session's
+        message is sent again on its new lane at once; a session that waits
+        (suspended, retrying, for a slot) is woken on it later, and a running
+        one's own next message (a yield, a retry) goes on it from its next
+        run. SessionStateError if it has finished."""
+        sid = _as_uuid(session_id)
+        level = check_priority(priority)
+        arguments.storable(actor, "actor")
+        if reason is not None:
+            arguments.storable(reason, "reason")
+        with self.db.connection() as conn:
+            change = session_queries.set_priority(conn, sid, level, actor=actor, reason=reason)
+        if not change.open:
+            status = self.get(sid).status  # raises SessionNotFoundError
+            raise SessionStateError(f"session {sid} is already {status}")
+        if change.queued:
+            enqueue_after_commit(
+                self.broker, self.settings, [Routed(sid, level)], why="priority changed"
+            )
         return self.get(sid)
 
     def preview_accept(self, session_id: uuid.UUID | str) -> AcceptPreview:
@@ -615,7 +663,9 @@ class Client:
         # Read before it is enqueued: the fork as created, not as a worker
         # may already have advanced it.
         fork = self.get(fork_id)
-        enqueue_after_commit(self.broker, self.settings, [fork_id], why="session forked")
+        enqueue_after_commit(
+            self.broker, self.settings, [Routed(fork_id, fork.priority)], why="session forked"
+        )
         return fork
 
     def dead_letters(

@@ -40,6 +40,7 @@ from pydantic_core import core_schema
 from typing_extensions import TypeAliasType
 
 from resumable.models.status import SessionStatus, ToolCallStatus
+from resumable.priorities import Priority
 from resumable.schedules import describe
 
 if TYPE_CHECKING:
@@ -276,6 +277,11 @@ class Session(Record):
         ge=0,
         description="The agent version the session started on (what a step's ctx.version is).",
     )
+    priority: Priority = Field(
+        default="normal",
+        description="Which pending session a free worker takes first: `high`, `normal` or"
+        " `low` (aged: a low session is never starved); set at start, changed by an operator.",
+    )
     forked_from: uuid.UUID | None = Field(
         default=None, description="The session this one was forked from."
     )
@@ -324,6 +330,7 @@ class Session(Record):
             blocked_reason=row.blocked_reason if row.status == SessionStatus.BLOCKED else None,
             version=row.agent_version,
             started_version=row.started_version,
+            priority=row.priority,
             forked_from=row.forked_from,
             forked_at=row.forked_at_seq,
             parent_id=row.parent_id,

@@ -65,7 +65,9 @@ class Settings(BaseSettings):
         # `.DQ` and `.XQ` name its delay and dead-letter queues.
         pattern=r"^[A-Za-z_][A-Za-z0-9._-]*$",
         description="dramatiq queue for session runs: a letter or `_`, then letters, digits,"
-        " `.`, `_` or `-`, at most 100 characters, not ending in `.DQ` or `.XQ`.",
+        " `.`, `_` or `-`, at most 100 characters, not ending in `.DQ`, `.XQ` (dramatiq's)"
+        " or `.high`, `.low` (its priority lanes: `<queue>.high` and `<queue>.low` are"
+        " queues too).",
     )
     lease_seconds: float = Field(
         default=30.0,
@@ -99,6 +101,15 @@ class Settings(BaseSettings):
         ge=0,
         le=100_000,
         description="Messages a worker process prefetches; 0 means twice the thread count.",
+    )
+    priority_aging_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=86_400,
+        description="A priority's head start: a worker takes a high session's message before "
+        "normal ones sent up to this many seconds earlier, and a low one's after normal ones "
+        "sent up to this many seconds later (so a low session waits at most about twice this "
+        "behind later work, never for ever).",
     )
     max_inflight: int = Field(
         default=500,
@@ -298,6 +309,8 @@ class Settings(BaseSettings):
     def _not_dramatiqs_own(cls, value: str) -> str:
         if value.endswith((".DQ", ".XQ")):
             raise ValueError("must not end in .DQ or .XQ (dramatiq's delay and dead-letter queues)")
+        if value.endswith((".high", ".low")):
+            raise ValueError("must not end in .high or .low (the queue's priority lanes)")
         return value
 
     @field_validator("database_url", "redis_url", "alert_webhook_url", mode="before")

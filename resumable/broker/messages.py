@@ -20,10 +20,12 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from resumable._internal.reachability import reason
+from resumable.broker.lanes import lane
 from resumable.broker.send_gate import gate_of
+from resumable.priorities import DEFAULT_PRIORITY, Routed
 from resumable.settings import Settings
 
 if TYPE_CHECKING:
@@ -43,13 +45,24 @@ def broker_of(source: BrokerSource) -> dramatiq.Broker:
     return source() if callable(source) else source
 
 
-def session_message(settings: Settings, session_id: uuid.UUID | str) -> dramatiq.Message[None]:
-    """A "run this session" message. Senders need no actor object, so the web
-    process and the CLI can enqueue without importing any agent code."""
+#: What the senders take: a session's id, or its id and priority.
+SessionRef: TypeAlias = "uuid.UUID | str | Routed"
+
+
+def routed(rows: Iterable[Any]) -> list[Routed]:
+    """Rows with ``id`` and ``priority`` (a statement's RETURNING) as sends."""
+    return [Routed(row["id"], row["priority"]) for row in rows]
+
+
+def session_message(settings: Settings, ref: SessionRef) -> dramatiq.Message[None]:
+    """A "run this session" message, on its priority's lane. Senders need no
+    actor object, so the web process and the CLI can enqueue without
+    importing any agent code."""
     import dramatiq
 
+    session_id, level = (ref.session_id, ref.priority) if isinstance(ref, Routed) else (ref, None)
     return dramatiq.Message(
-        queue_name=settings.queue_name,
+        queue_name=lane(settings.queue_name, level or DEFAULT_PRIORITY),
         actor_name=SESSION_ACTOR,
         args=(str(session_id),),
         kwargs={},
@@ -57,9 +70,7 @@ def session_message(settings: Settings, session_id: uuid.UUID | str) -> dramatiq
     )
 
 
-def enqueue_session(
-    broker: dramatiq.Broker, settings: Settings, session_id: uuid.UUID | str
-) -> None:
+def enqueue_session(broker: dramatiq.Broker, settings: Settings, session_id: SessionRef) -> None:
     """A bare send that raises what the broker raises; after a commit, use
     ``enqueue_after_commit``."""
     broker.enqueue(session_message(settings, session_id))
@@ -71,7 +82,7 @@ ENQUEUE_CHUNK = 500
 
 
 def enqueue_sessions(
-    broker: dramatiq.Broker, settings: Settings, session_ids: Iterable[uuid.UUID | str]
+    broker: dramatiq.Broker, settings: Settings, session_ids: Iterable[SessionRef]
 ) -> int:
     """Enqueue a "run" message for each session, a Redis round trip per
     ``ENQUEUE_CHUNK`` sessions (one per session on other brokers); return how
@@ -108,7 +119,7 @@ _NAMED_IN_FIELD = ENQUEUE_CHUNK
 def enqueue_after_commit(
     broker: dramatiq.Broker,
     settings: Settings,
-    session_ids: Iterable[uuid.UUID | str],
+    session_ids: Iterable[SessionRef],
     *,
     why: str,
     delay: float = 0.0,
@@ -123,7 +134,8 @@ def enqueue_after_commit(
     success. A 5xx after a commit would invite a retry of what was done.
     Anything else raised is a bug and propagates. `delay` (seconds) sends
     delayed messages (a retry's backoff), one round trip per session."""
-    ids = [str(session_id) for session_id in session_ids]
+    refs = list(session_ids)
+    ids = [str(ref.session_id if isinstance(ref, Routed) else ref) for ref in refs]
     if not ids:
         return True
     gate = gate_of(broker)
@@ -133,10 +145,10 @@ def enqueue_after_commit(
         return False
     try:
         if delay > 0:
-            for session_id in ids:
-                broker.enqueue(session_message(settings, session_id), delay=int(delay * 1000))
+            for ref in refs:
+                broker.enqueue(session_message(settings, ref), delay=int(delay * 1000))
         else:
-            enqueue_sessions(broker, settings, ids)
+            enqueue_sessions(broker, settings, refs)
     except unreachable_broker_errors() as exc:
         failure = f"{type(exc).__name__}: {reason(exc)}"
         gate.shut(failure)

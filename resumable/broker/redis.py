@@ -49,6 +49,7 @@ from resumable.broker.consumer import (
     WakingConsumer,
     wakeup_key,
 )
+from resumable.broker.lanes import LANE_OPTION, base_of, lanes
 from resumable.settings import Settings
 
 NAMESPACE = "resumable"
@@ -122,9 +123,22 @@ class WakingRedisBroker(RedisBroker):
 
     def enqueue(self, message: Message[Any], *, delay: int | None = None) -> Message[Any]:
         if delay is not None:
+            base = base_of(message.queue_name)
+            if base != message.queue_name:  # its lane has no delay queue: the base's, and back
+                message = message.copy(queue_name=base, options={LANE_OPTION: message.queue_name})
             delayed: Message[Any] = super().enqueue(message, delay=delay)
             return delayed
         return self.enqueue_many([message])[0]
+
+    def declare_lanes(self, queue_name: str) -> None:
+        """Declare the configured queue and its priority lanes (``lanes.py``),
+        the lanes without delay queues: a worker then consumes them all."""
+        self.declare_queue(queue_name)
+        for name in lanes(queue_name):
+            if name not in self.queues:
+                self.emit_before("declare_queue", name)
+                self.queues.add(name)
+                self.emit_after("declare_queue", name)
 
     def enqueue_many(self, messages: Sequence[Message[Any]]) -> list[Message[Any]]:
         """Enqueue immediate messages and their wake-up tokens in one round trip.
@@ -139,7 +153,11 @@ class WakingRedisBroker(RedisBroker):
         the list without its body, and a token never precedes its message."""
         sent_at = time.time()
         prepared = [
-            message.copy(options={"redis_message_id": str(uuid.uuid4()), ENQUEUED_AT: sent_at})
+            message.copy(
+                # A delayed message now due goes back to its lane (see ``enqueue``).
+                queue_name=message.options.get(LANE_OPTION, message.queue_name),
+                options={"redis_message_id": str(uuid.uuid4()), ENQUEUED_AT: sent_at},
+            )
             for message in messages
         ]
         if not prepared:

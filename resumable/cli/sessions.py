@@ -39,6 +39,7 @@ from resumable.errors import (
 from resumable.models import agent_queries
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
+from resumable.priorities import DEFAULT_PRIORITY, PRIORITIES, Priority
 from resumable.schemas import AcceptPreview, Checkpoint, Event, Page
 from resumable.services import arguments
 from resumable.services.narration import doing_now
@@ -94,6 +95,13 @@ def _check_agent(db: Database, registry: AgentRegistry | None, agent: str) -> No
 )
 @click.option("--idempotency-key", default=None, help="Same key, same session.")
 @click.option(
+    "--priority",
+    type=click.Choice(PRIORITIES),
+    default=DEFAULT_PRIORITY,
+    show_default=True,
+    help="Which pending session a free worker takes first (aged: low is never starved).",
+)
+@click.option(
     "--agents", "agent_modules", multiple=True, help="Validate AGENT against these modules."
 )
 @click.pass_obj
@@ -102,6 +110,7 @@ def enqueue(
     agent: str,
     input_json: str | None,
     idempotency_key: str | None,
+    priority: Priority,
     agent_modules: tuple[str, ...],
 ) -> None:
     """Start a session of AGENT; prints its id."""
@@ -112,7 +121,9 @@ def enqueue(
     registry = optional_agents(agent_modules or settings.agents)
     with connected(settings, registry, broker=True) as c:
         _check_agent(c.db, registry, agent)
-        started = c.client.start_session(agent, payload, idempotency_key=idempotency_key)
+        started = c.client.start_session(
+            agent, payload, idempotency_key=idempotency_key, priority=priority
+        )
     click.echo(str(started.session_id))
 
 
@@ -345,6 +356,25 @@ def sessions_cancel(settings: Settings, session_id: str, reason: str, by: str | 
         sid = resolve_session(c.db, session_id)
         c.client.cancel(sid, actor=actor(by), reason=reason)
     console.print(f"cancelled session {sid}", highlight=False)
+
+
+@sessions.command("priority")
+@click.argument("session_id")
+@click.argument("level", type=click.Choice(PRIORITIES))
+@click.option("--reason", default=None, help="Why (kept in the audit log).")
+@click.option("--by", type=STORED_TEXT, default=None, help="Who (default: cli:<user>).")
+@click.pass_obj
+def sessions_priority(
+    settings: Settings, session_id: str, level: Priority, reason: str | None, by: str | None
+) -> None:
+    """Give a session that has not finished another priority (LEVEL: high,
+    normal or low); a pending one is sent again on its new lane at once."""
+    if reason is not None:
+        parse_text(reason, "--reason")
+    with connected(settings, broker=True) as c:
+        sid = resolve_session(c.db, session_id)
+        session = c.client.set_priority(sid, level, actor=actor(by), reason=reason)
+    console.print(f"session {sid} has priority {session.priority}", highlight=False)
 
 
 @sessions.command("signal")

@@ -28,8 +28,9 @@ from resumable.agent import checked_name
 from resumable.broker.messages import enqueue_after_commit
 from resumable.coordination import locks
 from resumable.coordination.shared import CoordinationError
-from resumable.models import coordination_ops
+from resumable.models import coordination_ops, session_queries
 from resumable.models.database import Database
+from resumable.priorities import Priority, Routed
 from resumable.settings import Settings
 
 if TYPE_CHECKING:
@@ -48,7 +49,9 @@ def child_id(parent_id: uuid.UUID, seq: int, index: int) -> uuid.UUID:
 class Spawns:
     """The children one step asks for, created when it commits."""
 
-    def __init__(self, parent_id: uuid.UUID, seq: int) -> None:
+    def __init__(self, parent_id: uuid.UUID, seq: int, priority: Priority = "normal") -> None:
+        #: The parent's, which its children are created with (SPAWN_CHILDREN).
+        self.priority = priority
         self.parent_id = parent_id
         self.seq = seq
         self.children: list[dict[str, Any]] = []
@@ -71,8 +74,8 @@ class Spawns:
 
     def enqueue(self, broker: dramatiq.Broker, settings: Settings) -> None:
         """After the commit."""
-        ids = [child["id"] for child in self.children]
-        enqueue_after_commit(broker, settings, ids, why="child sessions spawned")
+        sends = [Routed(child["id"], self.priority) for child in self.children]
+        enqueue_after_commit(broker, settings, sends, why="child sessions spawned")
 
 
 def wake_parent(
@@ -99,7 +102,9 @@ def wake_parent(
             parent,
             extra={"action": "dead_letter_handled", "session_id": parent, "dead_letters": handled},
         )
-    enqueue_after_commit(broker, settings, [parent], why="parent woken by its children")
+    with db.connection() as conn:
+        routes = session_queries.routes_of(conn, [woken.id])
+    enqueue_after_commit(broker, settings, routes, why="parent woken by its children")
     return True
 
 

@@ -31,7 +31,7 @@ import psycopg
 from resumable.broker.messages import enqueue_after_commit
 from resumable.coordination.shared import CoordinationError, check_name
 from resumable.errors import LeaseLostError
-from resumable.models import coordination_ops
+from resumable.models import coordination_ops, session_queries
 from resumable.models.database import Database
 from resumable.settings import Settings
 
@@ -93,7 +93,10 @@ def grant_and_wake(
         for name in sorted(names):
             woken += grant(db, name, settings.lease_seconds)
     finally:
-        enqueue_after_commit(broker, settings, woken, why="lock granted")
+        if woken:
+            with db.connection() as conn:
+                routes = session_queries.routes_of(conn, woken)
+            enqueue_after_commit(broker, settings, routes, why="lock granted")
     return len(woken)
 
 

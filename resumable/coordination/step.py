@@ -19,6 +19,7 @@ from resumable.coordination import children, locks
 from resumable.coordination.shared import SharedState, check_name
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
+from resumable.priorities import Priority
 from resumable.settings import Settings
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class StepCoordination:
         *,
         idle_timeout: float,
         coordinated: bool = True,
+        priority: Priority = "normal",
     ) -> None:
         self.db = db
         #: Whether the session had a parent or lock requests when its run was
@@ -53,7 +55,7 @@ class StepCoordination:
         self.shared = SharedState(db, session_id, step)
         #: Locks this step releases at its commit.
         self.releases: list[str] = []
-        self.spawns = children.Spawns(session_id, seq)
+        self.spawns = children.Spawns(session_id, seq, priority)
 
     def fence(self, name: str) -> int:
         return locks.fence(self.db, self.session_id, self.epoch, name, self.idle_timeout)

@@ -65,7 +65,7 @@ FORK_SESSION = """
 WITH src AS (
     -- The fork keeps the versions of the source at the fork point: the state
     -- of a checkpoint before a migration (session_migrated) is the older one's.
-    SELECT id, agent, input, started_version,
+    SELECT id, agent, input, started_version, priority,
            coalesce((SELECT (payload->>'to_version')::int FROM audit_events a
                      WHERE a.session_id = sessions.id AND a.event_type = 'session_migrated'
                        AND a.seq < %(seq)s
@@ -74,9 +74,9 @@ WITH src AS (
 ), s AS (
     INSERT INTO sessions (id, agent, status, cursor, step_seq, step_seq_mark, state, input,
                           forked_from, forked_at_seq, history_rebase, compacted_to,
-                          agent_version, started_version)
+                          agent_version, started_version, priority)
     SELECT %(id)s, agent, 'pending', %(cursor)s, %(seq)s, %(seq)s, %(state)s::jsonb, input, id,
-           %(seq)s, %(rebase)s, 0, agent_version, started_version
+           %(seq)s, %(rebase)s, 0, agent_version, started_version, priority
     FROM src
     RETURNING id
 ), c AS (

@@ -231,9 +231,10 @@ SELECT DISTINCT name FROM coordination_lock_requests WHERE status = 'waiting' LI
 # them and creates nothing twice.
 SPAWN_CHILDREN = """
 WITH s AS (
-    INSERT INTO sessions (id, agent, status, cursor, state, input, parent_id)
+    -- A child has its parent's priority.
+    INSERT INTO sessions (id, agent, status, cursor, state, input, parent_id, priority)
     SELECT (c ->> 'id')::uuid, c ->> 'agent', 'pending', NULL, '{}'::jsonb, c -> 'input',
-           %(parent_id)s
+           %(parent_id)s, (SELECT priority FROM sessions WHERE id = %(parent_id)s)
     FROM jsonb_array_elements(%(children)s::jsonb) AS c
     ON CONFLICT (id) DO NOTHING
     RETURNING id, agent

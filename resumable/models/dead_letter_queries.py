@@ -14,6 +14,7 @@ import psycopg
 from resumable._internal import serialization
 from resumable.models import columns, rows
 from resumable.models.records import DeadLetterRecord
+from resumable.priorities import Routed
 
 # Retry: the dead letter closes and the session goes back to pending at its
 # failing step, attempts reset, state optionally replaced by the patched one.
@@ -37,7 +38,8 @@ WITH d AS (
         updated_at = now()
     FROM d
     WHERE sessions.id = d.session_id AND sessions.status = 'failed'
-    RETURNING sessions.id, sessions.step_seq, sessions.cursor, d.id AS dead_letter_id
+    RETURNING sessions.id, sessions.step_seq, sessions.cursor, d.id AS dead_letter_id,
+              sessions.priority
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
     SELECT id, step_seq, cursor, 'dead_letter_retried',
@@ -45,7 +47,7 @@ WITH d AS (
                               'reason', %(reason)s::text, 'state_patch', %(patch)s::jsonb)
     FROM s
 )
-SELECT id AS session_id FROM s
+SELECT id AS session_id, priority FROM s
 """
 
 DISCARD_DEAD_LETTER = """
@@ -203,7 +205,7 @@ def retry(
     reason: str | None,
     state: str | None,
     patch: list[dict[str, Any]] | None,
-) -> uuid.UUID | None:
+) -> Routed | None:
     """Retry the dead letter (its session's state replaced by `state`, JSON
     text, when given); its session, or None if it was no longer open."""
     params = {
@@ -213,8 +215,8 @@ def retry(
         "state": state,
         "patch": serialization.dumps(patch) if patch else None,
     }
-    session_id = rows.value(conn, RETRY_DEAD_LETTER, params)
-    return None if session_id is None else uuid.UUID(str(session_id))
+    retried = rows.routes(conn, RETRY_DEAD_LETTER, params)
+    return retried[0] if retried else None
 
 
 def discard(conn: psycopg.Connection[Any], dead_letter_id: int, *, actor: str, reason: str) -> bool:

@@ -17,6 +17,7 @@ import psycopg
 
 from resumable._internal import serialization
 from resumable.models import rows
+from resumable.priorities import Routed
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,7 @@ WITH due AS (
 )
 UPDATE sessions SET status = 'pending', wake_at = NULL, updated_at = now()
 FROM due WHERE sessions.id = due.id
-RETURNING sessions.id
+RETURNING sessions.id, sessions.priority
 """
 
 # Compensations whose next attempt is due.
@@ -232,7 +233,7 @@ WITH due AS (
 )
 UPDATE sessions SET wake_at = NULL, updated_at = now()
 FROM due WHERE sessions.id = due.id
-RETURNING sessions.id
+RETURNING sessions.id, sessions.priority
 """
 
 # Whether any compensation of the session ran: a saga with nothing left to do
@@ -368,13 +369,14 @@ def fail_session(
     return rows.one(conn, DeadLettered, FAIL_SESSION, params)
 
 
-def wake_due_retries(conn: psycopg.Connection[Any], *, limit: int) -> list[uuid.UUID]:
-    return [uuid.UUID(str(i)) for i in rows.values(conn, WAKE_DUE_RETRIES, {"limit": limit})]
+def wake_due_retries(conn: psycopg.Connection[Any], *, limit: int) -> list[Routed]:
+    """The retries due, made pending, each with its lane."""
+    return rows.routes(conn, WAKE_DUE_RETRIES, {"limit": limit})
 
 
-def wake_due_compensations(conn: psycopg.Connection[Any], *, limit: int) -> list[uuid.UUID]:
-    ids = rows.values(conn, WAKE_DUE_COMPENSATIONS, {"limit": limit})
-    return [uuid.UUID(str(i)) for i in ids]
+def wake_due_compensations(conn: psycopg.Connection[Any], *, limit: int) -> list[Routed]:
+    """The compensations due, each with its lane."""
+    return rows.routes(conn, WAKE_DUE_COMPENSATIONS, {"limit": limit})
 
 
 def compensations_ran(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> bool:

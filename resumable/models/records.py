@@ -58,6 +58,7 @@ class SessionRecord:
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
     slot_wait_since: datetime | None = None
+    priority: str = "normal"
 
     @property
     def changed_at(self) -> datetime:

@@ -6,11 +6,14 @@ dicts, a worker heartbeat's tuples); no caller picks a row factory itself."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import kwargs_row, scalar_row, tuple_row
+
+from resumable.priorities import Routed
 
 Row = TypeVar("Row")
 Params = Mapping[str, Any] | Sequence[Any] | None
@@ -45,6 +48,13 @@ def value(conn: psycopg.Connection[Any], query: str, params: Params = None) -> A
 def values(conn: psycopg.Connection[Any], query: str, params: Params = None) -> list[Any]:
     """The first column of each of the statement's rows."""
     return conn.cursor(row_factory=scalar_row).execute(query, params).fetchall()
+
+
+def routes(conn: psycopg.Connection[Any], query: str, params: Params = None) -> list[Routed]:
+    """Each row's session id and priority (its first two columns): sessions
+    to send, each on its priority's lane."""
+    found = conn.cursor(row_factory=tuple_row).execute(query, params).fetchall()
+    return [Routed(uuid.UUID(str(row[0])), row[1]) for row in found]
 
 
 def found(conn: psycopg.Connection[Any], query: str, params: Params = None) -> bool:

@@ -14,25 +14,31 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.rows import class_row
 
 from resumable.errors import SessionExistsError
 from resumable.models import columns, live_state, metrics_queries, rows
 from resumable.models.agent_queries import SERVED_ELSEWHERE
 from resumable.models.records import SessionRecord
+from resumable.priorities import Priority, Routed
 
 # Create a session and its first audit event. With an idempotency key that is
 # already taken nothing is inserted and no row comes back.
 CREATE_SESSION = """
 WITH s AS (
     INSERT INTO sessions (id, agent, status, cursor, state, input, idempotency_key,
-                          trace_context)
+                          trace_context, priority)
     VALUES (%(id)s, %(agent)s, 'pending', %(cursor)s, '{}'::jsonb, %(input)s::jsonb,
-            %(idempotency_key)s, %(trace_context)s::jsonb)
+            %(idempotency_key)s, %(trace_context)s::jsonb, %(priority)s)
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, agent, status
+    RETURNING id, agent, status, priority
 ), e AS (
     INSERT INTO audit_events (session_id, event_type, payload)
-    SELECT id, 'session_created', jsonb_build_object('agent', agent) FROM s
+    SELECT id, 'session_created',
+           jsonb_build_object('agent', agent)
+           || CASE WHEN priority = 'normal' THEN '{}'::jsonb
+                   ELSE jsonb_build_object('priority', priority) END
+    FROM s
 )
 SELECT id, status FROM s
 """
@@ -69,7 +75,7 @@ WITH due AS (
 )
 UPDATE sessions SET updated_at = now()
 FROM due WHERE sessions.id = due.id
-RETURNING sessions.id, sessions.status
+RETURNING sessions.id, sessions.status, sessions.priority
 """
 
 # Not a finished session, nor one whose saga is running: it failed for good
@@ -99,7 +105,34 @@ WITH s AS (
 SELECT id FROM s
 """
 
+# An operator's change of an unfinished session's priority, audited
+# (nothing when it already has it). `changed` is the session's status when
+# it changed, `queued` whether it is pending with a message (not waiting
+# for a concurrency slot): that message is sent again, on the new lane.
+SET_PRIORITY = """
+WITH old AS (
+    SELECT id, priority FROM sessions
+    WHERE id = %(id)s AND status NOT IN ('completed', 'failed', 'cancelled')
+    FOR UPDATE
+), s AS (
+    UPDATE sessions SET priority = %(priority)s
+    FROM old WHERE sessions.id = old.id AND old.priority <> %(priority)s
+    RETURNING sessions.id, sessions.step_seq, sessions.cursor, sessions.status,
+              sessions.slot_wait_since, old.priority AS was
+), e AS (
+    INSERT INTO audit_events (session_id, seq, step, event_type, payload)
+    SELECT id, step_seq, cursor, 'priority_changed',
+           jsonb_build_object('from', was, 'to', %(priority)s::text,
+                              'by', %(actor)s::text, 'reason', %(reason)s::text)
+    FROM s
+)
+SELECT EXISTS (SELECT 1 FROM old) AS open, (SELECT status FROM s) AS changed,
+       coalesce((SELECT status = 'pending' AND slot_wait_since IS NULL FROM s), false) AS queued
+"""
+
 SESSION_AGENT = "SELECT agent FROM sessions WHERE id = %s"
+
+ROUTES_OF = "SELECT id, priority FROM sessions WHERE id = ANY(%(ids)s)"
 
 # Operators type id prefixes: a prefix is a range of uuids (the bounds padded
 # with 0s and fs), answered from the primary key index.
@@ -210,6 +243,7 @@ def create(
     input: str,
     idempotency_key: str | None,
     trace_context: dict[str, str] | None,
+    priority: str = "normal",
 ) -> bool:
     """Create the session (`input` is JSON text); False if its idempotency key
     is taken. SessionExistsError if its id is."""
@@ -224,6 +258,7 @@ def create(
                 "input": input,
                 "idempotency_key": idempotency_key,
                 "trace_context": json.dumps(trace_context) if trace_context else None,
+                "priority": priority,
             },
         )
     except psycopg.errors.UniqueViolation:
@@ -254,6 +289,7 @@ class Stranded:
 
     id: uuid.UUID
     status: str
+    priority: Priority = "normal"
 
 
 def reconcile(conn: psycopg.Connection[Any], *, grace: float, limit: int) -> list[Stranded]:
@@ -265,6 +301,46 @@ def cancel(
 ) -> bool:
     """Cancel the session; False if it had finished or is compensating."""
     return rows.found(conn, CANCEL_SESSION, {"id": session_id, "actor": actor, "reason": reason})
+
+
+@dataclass(frozen=True)
+class PriorityChange:
+    """A row of SET_PRIORITY."""
+
+    open: bool  # the session exists and has not finished
+    changed: str | None  # its status, if its priority changed
+    queued: bool  # pending with a queue message, to send again on the new lane
+
+
+def set_priority(
+    conn: psycopg.Connection[Any],
+    session_id: uuid.UUID,
+    priority: str,
+    *,
+    actor: str,
+    reason: str | None,
+) -> PriorityChange:
+    """Give an unfinished session another priority (SET_PRIORITY)."""
+    row = (
+        conn.cursor(row_factory=class_row(PriorityChange))
+        .execute(
+            SET_PRIORITY,
+            {"id": session_id, "priority": priority, "actor": actor, "reason": reason},
+        )
+        .fetchone()
+    )
+    assert row is not None  # the statement always answers one row
+    return row
+
+
+def routes_of(
+    conn: psycopg.Connection[Any], session_ids: Iterable[uuid.UUID | str]
+) -> list[Routed]:
+    """The sessions, each with the priority that picks its lane: for a path
+    that wakes sessions and did not read their priorities (an operator's
+    action, a lock's grant), one more read rather than a send on the wrong lane."""
+    ids = [uuid.UUID(str(session_id)) for session_id in session_ids]
+    return rows.routes(conn, ROUTES_OF, {"ids": ids}) if ids else []
 
 
 def agent_of(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> str | None:

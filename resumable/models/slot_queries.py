@@ -31,6 +31,7 @@ from resumable.models.step_queries import (
     claim_statement,
     compact,
 )
+from resumable.priorities import Routed
 
 # Serializes the decisions about one key's slots for the rest of the
 # transaction (a hash collision only serializes two keys' decisions too).
@@ -226,9 +227,9 @@ WITH next AS (
     FROM next
     WHERE sessions.id = next.id
       AND next.updated_at <= now() - make_interval(secs => %(grace)s)
-    RETURNING sessions.id
+    RETURNING sessions.id, sessions.priority
 )
-SELECT id FROM woken
+SELECT id, priority FROM woken
 """
 
 # Keys whose waiters a wake missed (a worker died holding the slot, or
@@ -402,10 +403,9 @@ def _slot_params(
 
 def wake_waiters(
     conn: psycopg.Connection[Any], key: str, limit: int, *, grace: float = 0.0
-) -> list[uuid.UUID]:
+) -> list[Routed]:
     """After ``lock_key``: the waiters to send a message to, oldest first."""
-    params = {"key": key, "limit": limit, "grace": grace}
-    return [row["id"] for row in conn.execute(WAKE_WAITERS, params).fetchall()]
+    return rows.routes(conn, WAKE_WAITERS, {"key": key, "limit": limit, "grace": grace})
 
 
 def keys_to_wake(conn: psycopg.Connection[Any], *, grace: float, max_keys: int) -> list[KeyToWake]:

@@ -37,6 +37,7 @@ from resumable.models.step_queries import (
     HungSession,
     Renewal,
 )
+from resumable.priorities import Routed
 
 
 def claim(
@@ -166,9 +167,9 @@ def claimable_of_agents(
     return [uuid.UUID(str(i)) for i in rows.values(conn, CLAIMABLE_OF_AGENTS, params)]
 
 
-def orphaned_sessions(conn: psycopg.Connection[Any]) -> list[uuid.UUID]:
+def orphaned_sessions(conn: psycopg.Connection[Any]) -> list[Routed]:
     """The sessions of workers whose heartbeat expired, once per dead worker."""
-    return [uuid.UUID(str(i)) for i in rows.values(conn, ORPHANED_SESSIONS)]
+    return rows.routes(conn, ORPHANED_SESSIONS)
 
 
 def renew_lease(

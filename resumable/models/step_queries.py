@@ -21,6 +21,7 @@ from resumable.models.agent_queries import (
     WORKER_OF_LEASE_OWNER,
 )
 from resumable.models.status import SessionStatus
+from resumable.priorities import Priority
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ class ClaimedSession:
     # end wakes the key's oldest waiters (``queue/slots.py``).
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    # The lane the run's own messages go on (a yield, a retry, a hand-back).
+    priority: Priority = "normal"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", SessionStatus(self.status))
@@ -235,7 +238,7 @@ WITH {first} locked AS (
     -- stay within psycopg's 4 KB query cache, see ``compact``).
     RETURNING sessions.id, agent, sessions.cursor, state, input, step_seq,
               sessions.lease_epoch, wait, wake, sessions.status, attempts, error,
-              history_rebase, agent_version, started_version, state_patch{returned_slot},
+              history_rebase, agent_version, started_version, state_patch, priority{returned_slot},
               old.status AS previous_status, old.lease_owner AS previous_owner,
               old.cursor AS claimed_cursor, old.start ->> 'step' IS NOT NULL AS started,
               -- Since the delivery that woke it was stored (the resume latency).
@@ -273,7 +276,7 @@ WITH {first} locked AS (
 SELECT id AS session_id, agent, claimed_cursor AS cursor, state, input, step_seq,
        lease_epoch AS epoch, wait, wake, status, attempts, error, history_rebase,
        agent_version AS version, started_version, state_patch, recorded_calls, coordinated,
-       started, waited{selected_slot}
+       started, waited, priority{selected_slot}
 FROM s
 """
 
@@ -386,7 +389,7 @@ WITH dead AS (
     WHERE expires_at < now() AND reaped_at IS NULL
     RETURNING id
 )
-SELECT sessions.id FROM sessions
+SELECT sessions.id, sessions.priority FROM sessions
 JOIN dead ON dead.id = {WORKER_OF_LEASE_OWNER.format(owner="sessions.lease_owner")}
 WHERE sessions.status IN ('running', 'compensating') AND sessions.lease_owner IS NOT NULL
 """

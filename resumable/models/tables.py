@@ -63,6 +63,7 @@ class SessionRow(SQLModel, table=True):
     __tablename__ = "sessions"
     __table_args__ = (
         sa.CheckConstraint(f"status IN ({_SESSION_STATUSES})", name="status"),
+        sa.CheckConstraint("priority IN ('high', 'normal', 'low')", name="priority"),
         # No index names a column that a step in mid-run changes (step_seq,
         # the lease's expiry; such a step leaves updated_at alone): its update
         # is then HOT, and writes no index entry (migration 0015). Running
@@ -204,6 +205,11 @@ class SessionRow(SQLModel, table=True):
         default=None, sa_column=sa.Column(sa.Integer, nullable=True)
     )
     slot_wait_since: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    # Added in migration 0026: the lane its messages go on (resumable/priorities.py).
+    priority: str = Field(
+        default="normal",
+        sa_column=sa.Column(sa.Text, nullable=False, server_default="normal"),
+    )
 
 
 class CheckpointRow(SQLModel, table=True):

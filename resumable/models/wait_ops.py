@@ -34,6 +34,7 @@ from resumable.models.wait_queries import (
     WAKE_FROM_CALLBACK,
     WAKE_FROM_DELIVERIES,
 )
+from resumable.priorities import Priority
 
 
 def create_callback(
@@ -75,6 +76,7 @@ class Woken:
     id: uuid.UUID
     delivery_id: int
     kind: str
+    priority: Priority = "normal"  # the lane its message goes on
 
 
 def wake_from_deliveries(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> Woken | None:
@@ -93,6 +95,7 @@ class WokenByTime:
 
     id: uuid.UUID
     kind: str
+    priority: Priority = "normal"  # the lane its message goes on
 
 
 def wake_due(conn: psycopg.Connection[Any], *, limit: int) -> list[WokenByTime]:
@@ -138,6 +141,7 @@ class CallbackReceived:
     previous: StoredDelivery | None  # what was delivered for the token before
     delivery_id: int | None  # stored now (None: refused, see `target` and `previous`)
     woke: bool  # its session was woken (by this delivery, or a stranded one)
+    priority: Priority = "normal"  # the woken session's, for its message's lane
 
 
 def receive_callback(
@@ -160,9 +164,13 @@ def receive_callback(
     inserted = conn.cursor(row_factory=scalar_row).execute(INSERT_OPEN_CALLBACK_DELIVERY, params)
     woken = conn.cursor(row_factory=tuple_row).execute(WAKE_FROM_CALLBACK, params)
     target, previous = locked.fetchone(), delivered.fetchone()  # flushed, not synced
-    delivery_id, woke = inserted.fetchone(), woken.fetchone() is not None
+    delivery_id, woken_row = inserted.fetchone(), woken.fetchone()
     return CallbackReceived(
-        target, previous, None if delivery_id is None else int(delivery_id), woke
+        target,
+        previous,
+        None if delivery_id is None else int(delivery_id),
+        woken_row is not None,
+        "normal" if woken_row is None else woken_row[3],
     )
 
 

@@ -54,7 +54,7 @@ WITH d AS (
     FROM d
     WHERE sessions.id = %(id)s AND sessions.status = 'suspended'
     RETURNING sessions.id, sessions.step_seq, sessions.cursor, d.id AS delivery_id, d.kind,
-              d.topic
+              d.topic, sessions.priority
 ), c AS (
     UPDATE callbacks SET status = 'closed', closed_at = now()
     FROM s WHERE callbacks.session_id = s.id AND callbacks.status = 'open'
@@ -64,7 +64,7 @@ WITH d AS (
            jsonb_build_object('by', kind, 'topic', topic, 'delivery_id', delivery_id)
     FROM s
 )
-SELECT id, delivery_id, kind FROM s
+SELECT id, delivery_id, kind, priority FROM s
 """
 
 # Suspended sessions that a pending delivery should already have woken (a
@@ -104,7 +104,8 @@ WITH due AS (
         END
     FROM due
     WHERE sessions.id = due.id AND sessions.status = 'suspended'
-    RETURNING sessions.id, sessions.step_seq, sessions.cursor, sessions.wake ->> 'kind' AS kind
+    RETURNING sessions.id, sessions.step_seq, sessions.cursor, sessions.wake ->> 'kind' AS kind,
+              sessions.priority
 ), c AS (
     UPDATE callbacks SET status = 'closed', closed_at = now()
     FROM s WHERE callbacks.session_id = s.id AND callbacks.status = 'open'
@@ -114,7 +115,7 @@ WITH due AS (
     SELECT id, step_seq, cursor, 'resumed', jsonb_build_object('by', kind)
     FROM s WHERE kind <> 'poll_check'
 )
-SELECT id, kind FROM s
+SELECT id, kind, priority FROM s
 """
 
 # A poll check found nothing yet: back to sleep until the next check, without

@@ -30,9 +30,11 @@ from dataclasses import dataclass
 import psycopg
 
 from resumable.agent import AgentRegistry, version_label
+from resumable.broker.lanes import level_of
 from resumable.broker.messages import enqueue_after_commit
 from resumable.models import slot_queries, step_ops
 from resumable.models.step_queries import ClaimedSession
+from resumable.priorities import DEFAULT_PRIORITY, Routed
 from resumable.queue.outcomes import RunOutcome
 from resumable.queue.scope import WorkerScope
 from resumable.queue.takeover import take_over
@@ -64,6 +66,16 @@ class WorkerIdentity:
             ),
             fingerprints={agent.name: agent.fingerprint for agent in registry},
         )
+
+
+def as_delivered(session_id: uuid.UUID) -> Routed:
+    """The session, to send on the lane its message came in on (before a
+    claim has read its priority)."""
+    from dramatiq.middleware import CurrentMessage
+
+    message = CurrentMessage.get_current_message()
+    level = level_of(message.queue_name) if message is not None else DEFAULT_PRIORITY
+    return Routed(session_id, level)
 
 
 class Claims:
@@ -102,7 +114,10 @@ class Claims:
         if scope.shutdown.stopping:
             # Taken off the queue as the worker stops: straight back, unclaimed.
             enqueue_after_commit(
-                scope.broker, scope.settings, [session_id], why="returned unclaimed (stopping)"
+                scope.broker,
+                scope.settings,
+                [as_delivered(session_id)],
+                why="returned unclaimed (stopping)",
             )
             return RunOutcome.NOT_CLAIMED
         with scope.db.connection() as conn:
@@ -138,7 +153,9 @@ class Claims:
     def _again_soon(self, session_id: uuid.UUID, why: str) -> RunOutcome:
         """The message goes back to the queue for a second (any worker's)."""
         scope = self._scope
-        enqueue_after_commit(scope.broker, scope.settings, [session_id], why=why, delay=1.0)
+        enqueue_after_commit(
+            scope.broker, scope.settings, [as_delivered(session_id)], why=why, delay=1.0
+        )
         return RunOutcome.YIELDED
 
     def _slot_transaction(

@@ -20,6 +20,7 @@ import psycopg
 from resumable._internal import serialization
 from resumable._internal.redaction import Redactor
 from resumable.errors import ResumableError, StepTimeoutError
+from resumable.priorities import Priority, Routed
 from resumable.queue.outcomes import RunOutcome
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,12 @@ class HeldLease:
     epoch: int
     attempts: int  # attempts already made (before the failing one, while it is handled)
     secrets: frozenset[str] | set[str] = frozenset()  # values to scrub from error texts
+    priority: Priority = "normal"  # the lane its messages go on
+
+    @property
+    def routed(self) -> Routed:
+        """The session, to send on its lane."""
+        return Routed(self.session_id, self.priority)
 
 
 class RecordsUnavailable(BaseException):

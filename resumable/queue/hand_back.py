@@ -15,17 +15,27 @@ import logging
 import uuid
 
 from resumable.broker.messages import enqueue_after_commit
+from resumable.priorities import Priority, Routed
 from resumable.queue.outcomes import RunOutcome
 from resumable.queue.scope import WorkerScope
 
 logger = logging.getLogger(__name__)
 
 
-def hand_back(scope: WorkerScope, session_id: uuid.UUID, epoch: int, reason: str) -> RunOutcome:
+def hand_back(
+    scope: WorkerScope,
+    session_id: uuid.UUID,
+    epoch: int,
+    reason: str,
+    *,
+    priority: Priority = "normal",
+) -> RunOutcome:
     """Release the lease without a transition and enqueue the session for
-    any worker (this one is stopping)."""
+    any worker (this one is stopping), on its lane."""
     if not scope.keeper.release(session_id, epoch, reason):
         return RunOutcome.LEASE_LOST
     logger.info("%s; session handed back", reason, extra={"action": "handed_back"})
-    enqueue_after_commit(scope.broker, scope.settings, [session_id], why="handed back")
+    enqueue_after_commit(
+        scope.broker, scope.settings, [Routed(session_id, priority)], why="handed back"
+    )
     return RunOutcome.HANDED_BACK

@@ -110,5 +110,5 @@ def _retrying(
         )
     if retry_at is None:
         return False
-    enqueue_after_commit(scope.broker, scope.settings, [held.session_id], why=why, delay=delay)
+    enqueue_after_commit(scope.broker, scope.settings, [held.routed], why=why, delay=delay)
     return True

@@ -54,6 +54,7 @@ from resumable.errors import (
 from resumable.models import step_ops
 from resumable.models.status import SagaOutcome, SessionStatus
 from resumable.models.step_queries import ClaimedSession
+from resumable.priorities import Routed
 from resumable.queue.checkpoint_writer import CheckpointWriter
 from resumable.queue.dead_lettering import dead_letter
 from resumable.queue.decisions import StepRun, transition
@@ -111,7 +112,7 @@ class Run:
         self._step_started = 0.0
         #: Audit events that ride with the next step's commit (a poll check's ``resumed``).
         self._events: list[dict[str, Any]] = []
-        self._active = scope.shutdown.track(claim.session_id, claim.epoch)
+        self._active = scope.shutdown.track(claim.session_id, claim.epoch, claim.priority)
         scope.keeper.hold(claim.session_id, claim.epoch)
 
     @property
@@ -145,7 +146,13 @@ class Run:
             # Claimed without the concurrency slot its step needs (taken over
             # from an older version, which takes none): back to the queue,
             # for a claim under its limit (``resumable/limits.py``).
-            return hand_back(scope, claim.session_id, claim.epoch, "its step needs a slot")
+            return hand_back(
+                scope,
+                claim.session_id,
+                claim.epoch,
+                "its step needs a slot",
+                priority=claim.priority,
+            )
         try:
             # A renamed step's old name runs the step that has it as an alias.
             cursor = claim.cursor or agent.start_step
@@ -190,7 +197,10 @@ class Run:
 
     def hand_back(self) -> RunOutcome:
         """The worker is stopping between two steps: the session goes back."""
-        return hand_back(self._scope, self._claim.session_id, self._claim.epoch, "worker stopping")
+        claim = self._claim
+        return hand_back(
+            self._scope, claim.session_id, claim.epoch, "worker stopping", priority=claim.priority
+        )
 
     # -- 3. the step ----------------------------------------------------------------------
 
@@ -313,11 +323,14 @@ class Run:
             logger.info("session completed after step %s", cursor, extra={"action": "completed"})
             return RunOutcome.COMPLETED
         if decision.wait is not None:
-            wake_if_delivered(scope, claim.session_id)
+            wake_if_delivered(scope, claim.session_id, claim.priority)
             return RunOutcome.SUSPENDED
         if status is SessionStatus.PENDING:
             enqueue_after_commit(
-                scope.broker, settings, [claim.session_id], why="step committed, run yielded"
+                scope.broker,
+                settings,
+                [Routed(claim.session_id, claim.priority)],
+                why="step committed, run yielded",
             )
             if stopping:
                 logger.info(
@@ -367,7 +380,7 @@ class Run:
         if policy.should_retry(exc, attempts):
             return schedule_retry(self._scope, held, policy, exc, record, attempts, step)
         # From here on the failing attempt counts as made (dead letter included).
-        held = HeldLease(held.session_id, held.epoch, attempts, held.secrets)
+        held = HeldLease(held.session_id, held.epoch, attempts, held.secrets, held.priority)
         if agent is not None and has_compensations(self._scope, held):
             return start_saga(self._scope, held, agent, record, step, policy)
         outcome = dead_letter(
@@ -392,7 +405,13 @@ class Run:
             extra={"action": "records_unavailable"},
         )
         try:
-            return hand_back(self._scope, claim.session_id, claim.epoch, "records unavailable")
+            return hand_back(
+                self._scope,
+                claim.session_id,
+                claim.epoch,
+                "records unavailable",
+                priority=claim.priority,
+            )
         except psycopg.OperationalError:
             self._scope.keeper.drop(claim.session_id, claim.epoch)  # its lease lapses
             return RunOutcome.LEASE_LOST
@@ -410,7 +429,8 @@ class Run:
         secrets: set[str] | frozenset[str] = frozenset()
         if self._writer is not None:
             secrets = self._writer.secrets
-        return HeldLease(self._claim.session_id, self._claim.epoch, self._attempts, secrets)
+        claim = self._claim
+        return HeldLease(claim.session_id, claim.epoch, self._attempts, secrets, claim.priority)
 
     def _park(self, divergence: ReplayDivergedError) -> RunOutcome:
         scope, claim = self._scope, self._claim

@@ -93,7 +93,9 @@ def compensate(
         return park(scope.settings, scope.db, scope.keeper, held.session_id, held.epoch, divergence)
     for call in pending:
         if scope.shutdown.stopping:
-            return hand_back(scope, held.session_id, held.epoch, "worker stopping")
+            return hand_back(
+                scope, held.session_id, held.epoch, "worker stopping", priority=held.priority
+            )
         key = f"{call.idempotency_key}:compensate"
         name = call.compensation
         if not _fenced(scope, failure_queries.claim_compensation, call, held):
@@ -164,7 +166,7 @@ def _compensation_failed(
         enqueue_after_commit(
             scope.broker,
             scope.settings,
-            [held.session_id],
+            [held.routed],
             why="compensation retry scheduled",
             delay=delay,
         )

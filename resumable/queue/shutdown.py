@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from resumable.priorities import Priority
+
 
 @dataclass
 class ActiveRun:
@@ -36,6 +38,8 @@ class ActiveRun:
     step_started: float = field(default_factory=time.monotonic)
     #: The event-loop task the run went on in, once it did.
     task: asyncio.Task[Any] | None = None
+    #: The lane its session's messages go on.
+    priority: Priority = "normal"
 
     def at_step(self, step: str | None) -> None:
         self.step = step
@@ -65,9 +69,9 @@ class Shutdown:
     def stop(self) -> None:
         self._stopping.set()
 
-    def track(self, session_id: uuid.UUID, epoch: int) -> ActiveRun:
+    def track(self, session_id: uuid.UUID, epoch: int, priority: Priority = "normal") -> ActiveRun:
         """Register a run the calling thread starts, until ``finish``."""
-        run = ActiveRun(session_id, epoch, threading.current_thread().name)
+        run = ActiveRun(session_id, epoch, threading.current_thread().name, priority=priority)
         with self._lock:
             self._runs[id(run)] = run
         return run

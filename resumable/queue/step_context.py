@@ -76,6 +76,7 @@ def step_context(
             seq,
             idle_timeout=scope.settings.lease_seconds,
             coordinated=claim.coordinated,
+            priority=claim.priority,
         ),
         is_async=agent.is_async_step(cursor),
         rate_limit=agent.rate_limit,

@@ -23,6 +23,7 @@ from resumable.broker.messages import enqueue_after_commit
 from resumable.errors import LeaseLostError
 from resumable.models import wait_ops
 from resumable.models.step_queries import ClaimedSession
+from resumable.priorities import Priority, Routed
 from resumable.queue.event_loop import resolve
 from resumable.queue.scope import WorkerScope
 from resumable.waits import Wake
@@ -63,7 +64,7 @@ def _check_poll(scope: WorkerScope, claim: ClaimedSession, agent: Agent) -> Wake
         )
     if not suspended:
         raise LeaseLostError("lease lost during a poll check")
-    wake_if_delivered(scope, claim.session_id)
+    wake_if_delivered(scope, claim.session_id, claim.priority)
     return None
 
 
@@ -85,7 +86,9 @@ def resumed_event(claim: ClaimedSession, wake: Wake | None) -> dict[str, Any] | 
     }
 
 
-def wake_if_delivered(scope: WorkerScope, session_id: uuid.UUID) -> None:
+def wake_if_delivered(
+    scope: WorkerScope, session_id: uuid.UUID, priority: Priority = "normal"
+) -> None:
     """After suspending: a delivery that arrived early wakes the session now."""
     with scope.db.connection() as conn:
         woke = wait_ops.wake_from_deliveries(conn, session_id)
@@ -96,7 +99,10 @@ def wake_if_delivered(scope: WorkerScope, session_id: uuid.UUID) -> None:
             extra={"action": "early_delivery"},
         )
         enqueue_after_commit(
-            scope.broker, scope.settings, [session_id], why="woken by an early delivery"
+            scope.broker,
+            scope.settings,
+            [Routed(session_id, priority)],
+            why="woken by an early delivery",
         )
 
 

@@ -36,15 +36,18 @@ from resumable._internal.redaction import Redactor
 from resumable._internal.startup_heap import freeze_startup_heap
 from resumable._internal.stop_signals import StopSignals
 from resumable.agent import AgentRegistry
+from resumable.broker.lanes import lanes
 from resumable.broker.messages import SESSION_ACTOR, enqueue_after_commit
 from resumable.broker.rate_limiter import RateLimiter
 from resumable.broker.redis import NAMESPACE, WakingRedisBroker, build_broker
-from resumable.models import agent_queries, step_ops
+from resumable.models import agent_queries, session_queries, step_ops
 from resumable.models.database import Database
+from resumable.priorities import Routed
 from resumable.queue.claims import Claims, WorkerIdentity
 from resumable.queue.database_threads import threads_for_pool
 from resumable.queue.event_loop import EventLoopThread
 from resumable.queue.heartbeat import MAX_TTL_SECONDS, WorkerHeartbeat
+from resumable.queue.lane_order import LaneOrder
 from resumable.queue.lease import LeaseKeeper
 from resumable.queue.loop_driver import LoopDriver
 from resumable.queue.rate_turns import RateTurns
@@ -202,11 +205,12 @@ def enqueue_waiting(runtime: WorkerRuntime, agents: list[str]) -> int:
             worker=identity.worker_id,
             limit=_WAITING_BATCH,
         )
+        routes = session_queries.routes_of(conn, waiting)
     # One Redis round trip per few hundred (a backlog of thousands is common).
     sent = enqueue_after_commit(
         runtime.broker,
         runtime.settings,
-        [str(session_id) for session_id in waiting],
+        routes,
         why="sessions that waited for a worker",
     )
     if waiting and sent:
@@ -259,9 +263,10 @@ def run_worker(
     if threading.current_thread() is threading.main_thread():
         signals.install()
 
+    runtime.broker.declare_lanes(settings.queue_name)
     worker = dramatiq.Worker(
         runtime.broker,
-        queues={settings.queue_name},
+        queues=set(lanes(settings.queue_name)),
         worker_threads=settings.worker_threads,
         # How long an idle consumer blocks before it looks at its delay queue and
         # shutdown flag; wake-ups themselves arrive at once (see broker/redis.py).
@@ -269,6 +274,9 @@ def run_worker(
     )
     if settings.worker_prefetch:
         worker.queue_prefetch = settings.worker_prefetch
+    # Of the messages its lanes' consumers hold, the threads take the earliest
+    # sent, less its priority's head start (before the threads exist).
+    worker.work_queue = LaneOrder(settings.priority_aging_seconds)
     runtime.broker.worker_threads = settings.worker_threads  # before the consumers start
     unserved = announce_agents(runtime)
     warn_unserved_positions(runtime.db, runtime.registry, runtime.identity.worker_id)
@@ -393,7 +401,12 @@ def _leave_behind(runtime: WorkerRuntime, run: ActiveRun, held: bool) -> None:
     """A thread still in a step at exit: say so, and release what it holds."""
     blocked_for = time.monotonic() - run.step_started
     if held and runtime.keeper.release(run.session_id, run.epoch, "worker stopped"):
-        enqueue_after_commit(runtime.broker, runtime.settings, [run.session_id], why="handed back")
+        enqueue_after_commit(
+            runtime.broker,
+            runtime.settings,
+            [Routed(run.session_id, run.priority)],
+            why="handed back",
+        )
         runtime.shutdown.handed_back()
         fate = "its lease is released and the session re-enqueued; the step runs again elsewhere"
     else:

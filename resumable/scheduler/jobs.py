@@ -25,6 +25,7 @@ from resumable.broker.messages import enqueue_after_commit
 from resumable.coordination import children, locks
 from resumable.models import activity_queries, failure_queries, wait_ops
 from resumable.models.database import Database
+from resumable.priorities import Routed
 from resumable.scheduler.alerts import AlertSender, sync_lingering
 from resumable.scheduler.reconcile import reconcile
 from resumable.scheduler.retention import compact_histories, retire_old_sessions
@@ -62,7 +63,10 @@ class SchedulerJobs:
                 rows = wait_ops.wake_due(conn, limit=self.batch)
             sent = time.monotonic()
             reached = enqueue_after_commit(
-                self.broker, self.settings, [row.id for row in rows], why="due wake-ups"
+                self.broker,
+                self.settings,
+                [Routed(row.id, row.priority) for row in rows],
+                why="due wake-ups",
             )
             sending += time.monotonic() - sent
             for row in rows:

@@ -31,6 +31,7 @@ from resumable.broker.redis import NAMESPACE
 from resumable.models import session_queries, step_ops
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
+from resumable.priorities import Routed
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ class ReconcileReport:
     expired: list[uuid.UUID] = field(default_factory=list)
     orphaned: list[uuid.UUID] = field(default_factory=list)  # held by a dead worker
     broker_reset: bool = False
+    #: All of them, each with its lane: what was sent.
+    sent: list[Routed] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -91,13 +94,15 @@ def reconcile(
     try:
         with db.connection() as conn:
             stranded = session_queries.reconcile(conn, grace=grace, limit=limit)
-            report.orphaned = step_ops.orphaned_sessions(conn)
+            orphaned = step_ops.orphaned_sessions(conn)
+        report.orphaned = [uuid.UUID(str(route.session_id)) for route in orphaned]
         for row in stranded:
             found = report.pending if row.status == SessionStatus.PENDING else report.expired
             found.append(row.id)
+        report.sent = [*(Routed(row.id, row.priority) for row in stranded), *orphaned]
         # One Redis round trip per few hundred sessions (a Redis that lost its
         # keys can mean a hundred thousand of them).
-        enqueue_sessions(broker, settings, [*report.pending, *report.expired, *report.orphaned])
+        enqueue_sessions(broker, settings, report.sent)
     except BaseException:
         if report.broker_reset:
             # Not done: let the next pass see the reset again (the database may be

@@ -38,7 +38,7 @@ from resumable.errors import (
     SessionNotFoundError,
     SessionStateError,
 )
-from resumable.models import blocked_queries
+from resumable.models import blocked_queries, session_queries
 from resumable.models.blocked_queries import RecordedCall
 from resumable.models.database import Database
 from resumable.models.status import ToolCallStatus
@@ -219,9 +219,9 @@ class BlockedSessions:
         return BlockedOutcome(session_id, action, status, blocked, superseded)
 
     def _enqueue(self, session_id: uuid.UUID) -> None:
-        enqueue_after_commit(
-            self.broker, self.settings, [session_id], why="blocked session released"
-        )
+        with self.db.connection() as conn:
+            routes = session_queries.routes_of(conn, [session_id])
+        enqueue_after_commit(self.broker, self.settings, routes, why="blocked session released")
 
 
 # -- the preview ------------------------------------------------------------------------

@@ -195,15 +195,15 @@ class DeadLetters:
             raise DeadLetterStateError(refused)
         patched = self._patched_state(letter.session_id, state_patch)
         with self.db.connection() as conn:
-            session_id = dead_letter_queries.retry(
+            retried = dead_letter_queries.retry(
                 conn, dead_letter_id, actor=actor, reason=reason, state=patched, patch=state_patch
             )
-        if session_id is None:
+        if retried is None:
             raise DeadLetterStateError(f"dead letter {dead_letter_id} is no longer open")
         enqueue_after_commit(
-            broker_of(self.broker), self.settings, [session_id], why="dead letter retried"
+            broker_of(self.broker), self.settings, [retried], why="dead letter retried"
         )
-        return session_id
+        return uuid.UUID(str(retried.session_id))
 
     def _session_statuses(self, letters: list[DeadLetterRecord]) -> dict[uuid.UUID, str]:
         ids = list({letter.session_id for letter in letters})

@@ -38,6 +38,7 @@ from resumable.models import wait_ops
 from resumable.models.database import Database, pipelined_transaction
 from resumable.models.status import TERMINAL_STATUSES
 from resumable.models.wait_ops import CallbackTarget, StoredDelivery
+from resumable.priorities import Priority, Routed
 from resumable.settings import Settings
 
 if TYPE_CHECKING:
@@ -86,16 +87,18 @@ class Inbox:
         with self.db.connection() as conn:
             woke = wait_ops.wake_from_deliveries(conn, session_id)
         if woke is not None:
-            self.enqueue(session_id)
+            self.enqueue(session_id, woke.priority)
         return woke is not None
 
-    def enqueue(self, session_id: uuid.UUID) -> None:
+    def enqueue(self, session_id: uuid.UUID, priority: Priority = "normal") -> None:
         """Send the woken session's queue message (after the wake statement;
         before or after its commit). A failed send is the one policy's: the
         wake-up is (or is about to be) committed, the session pending, and
         the scheduler's reconciler sends the message once Redis is back; if
         the commit fails instead, there was nothing to send."""
-        enqueue_after_commit(self.broker, self.settings, [session_id], why="session woken")
+        enqueue_after_commit(
+            self.broker, self.settings, [Routed(session_id, priority)], why="session woken"
+        )
 
     def callback(self, token: str, payload: Any, dedupe_key: str | None) -> Receipt:
         encoded = serialization.dumps(payload, "callback payload")
@@ -107,7 +110,7 @@ class Inbox:
             if got.target is not None and got.woke:
                 # Ours, or (on a path that stored nothing) a delivery that an
                 # earlier receiver committed and died before waking it with.
-                self.enqueue(got.target.session_id)
+                self.enqueue(got.target.session_id, got.priority)
         target, previous = got.target, got.previous
         if got.delivery_id is not None:
             assert target is not None
@@ -184,7 +187,7 @@ class Inbox:
             # The session row is locked since LOCK_SESSION_FOR_SIGNAL: see wait_queries.
             woke = wait_ops.wake_from_deliveries(conn, session_id)
             if woke is not None:
-                self.enqueue(session_id)  # before the commit, as for a callback
+                self.enqueue(session_id, woke.priority)  # before the commit, as for a callback
         return Receipt(
             Verdict.ACCEPTED, "signal accepted", session_id, delivery_id, woke is not None
         )

@@ -21,6 +21,7 @@ from resumable.broker.messages import BrokerSource, broker_of, enqueue_after_com
 from resumable.models import slot_queries
 from resumable.models.database import Database
 from resumable.models.slot_queries import SlotUsage
+from resumable.priorities import Routed
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -32,9 +33,7 @@ MAX_KEYS_PER_PASS = 500
 LOCK_IDLE_SECONDS = 5.0
 
 
-def woken_for_free_slots(
-    db: Database, key: str, limit: int, *, grace: float = 0.0
-) -> list[uuid.UUID]:
+def woken_for_free_slots(db: Database, key: str, limit: int, *, grace: float = 0.0) -> list[Routed]:
     """Under the key's lock, the waiters the key's free slots make room for
     (committed as woken: ``updated_at``); the caller sends their messages."""
     # Not pipelined: the server ends a transaction whose client idles in it
@@ -59,7 +58,7 @@ def wake_waiters(
     woken = woken_for_free_slots(db, key, limit)
     if woken:
         enqueue_after_commit(broker_of(broker), settings, woken, why="a concurrency slot freed")
-    return woken
+    return [uuid.UUID(str(route.session_id)) for route in woken]
 
 
 def wake_missed(
@@ -74,7 +73,7 @@ def wake_missed(
     nobody woke in the last `grace` seconds."""
     with db.connection() as conn:
         keys = slot_queries.keys_to_wake(conn, grace=grace, max_keys=max_keys)
-    woken: list[uuid.UUID] = []
+    woken: list[Routed] = []
     for key in keys:
         try:
             woken += woken_for_free_slots(db, key.key, key.limit, grace=grace)
@@ -88,7 +87,7 @@ def wake_missed(
             extra={"action": "slot_waiters_woken"},
         )
         enqueue_after_commit(broker_of(broker), settings, woken, why="a concurrency slot was free")
-    return woken
+    return [uuid.UUID(str(route.session_id)) for route in woken]
 
 
 def usage(db: Database, *, limit: int = 50) -> list[SlotUsage]:

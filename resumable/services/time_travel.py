@@ -139,7 +139,9 @@ class TimeTravel:
         if not forked:
             raise SessionNotFoundError(f"no session {session_id}")
         if broker is not None and settings is not None:
-            enqueue_after_commit(broker, settings, [fork_id], why="session forked")
+            with self.db.connection() as conn:
+                routes = session_queries.routes_of(conn, [fork_id])
+            enqueue_after_commit(broker, settings, routes, why="session forked")
         return fork_id
 
     def compensated_before(self, session_id: uuid.UUID, at: int) -> list[CompensatedCall]:

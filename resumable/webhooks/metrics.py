@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from resumable.broker.lanes import lanes
 from resumable.client import hung_sessions, unserved_agents
 from resumable.models import metrics_queries
 from resumable.models.database import Database
@@ -181,11 +182,12 @@ class DatabaseCollector(Collector):
         namespace = getattr(self.broker, "namespace", "dramatiq")
         depth = GaugeMetricFamily(
             "resumable_queue_depth",
-            "Queue messages waiting in Redis for a worker, by queue (`.DQ`: delayed).",
+            "Queue messages waiting in Redis for a worker, by queue: its priority lanes"
+            " (`.high`, `.low`; normal: the queue itself) and `.DQ`, the delayed ones.",
             labels=["queue"],
         )
         try:
-            for name in (self.queue, dq_name(self.queue)):
+            for name in (*lanes(self.queue), dq_name(self.queue)):
                 depth.add_metric([name], float(client.llen(f"{namespace}:{name}")))
         except Exception as exc:  # Redis down: the rest of the scrape still answers
             logger.warning("queue depth not read: %s", exc, extra={"action": "metrics_redis"})

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from resumable.models.status import SessionStatus
+from resumable.priorities import Priority
 from resumable.schedules import MAX_EVERY_SECONDS, MAX_SCHEDULE_NAME_LENGTH
 from resumable.schemas import JsonValue
 from resumable.services.dead_letters import MAX_RATE, MIN_RATE, Compensation
@@ -190,6 +191,11 @@ class CreateSession(_Body):
     session_id: uuid.UUID | None = Field(
         default=None, description="Choose the id yourself; 409 if it is taken."
     )
+    priority: Priority = Field(
+        default="normal",
+        description="`high`, `normal` or `low`: which pending session a free worker takes"
+        " first (aged, so a low one is never starved).",
+    )
 
 
 class CreateSchedule(_Body):
@@ -241,6 +247,17 @@ class PauseSchedule(_Body):
 class CancelSession(_Body):
     model_config = ConfigDict(json_schema_extra={"examples": [{"reason": "customer withdrew"}]})
 
+    reason: Reason | None = None
+
+
+class SetPriority(_Body):
+    """An operator's change of a session's priority (audited)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"priority": "high", "reason": "customer on the phone"}]}
+    )
+
+    priority: Priority = Field(description="`high`, `normal` or `low`.")
     reason: Reason | None = None
 
 

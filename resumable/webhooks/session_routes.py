@@ -42,6 +42,7 @@ from resumable.webhooks.request_models import (
     CreateSession,
     ListEvents,
     ListSessions,
+    SetPriority,
     parse_body,
     parse_query,
 )
@@ -128,7 +129,11 @@ async def create_session(request: Request) -> Response:
     def start() -> Any:
         _known_agent(state, body.agent)
         started = state.client.start_session(
-            body.agent, body.input, idempotency_key=key, session_id=body.session_id
+            body.agent,
+            body.input,
+            idempotency_key=key,
+            session_id=body.session_id,
+            priority=body.priority,
         )
         return started, state.client.get(started.session_id)
 
@@ -250,6 +255,40 @@ async def cancel_session(request: Request) -> Response:
         return state.client.cancel(session_id, actor=actor, reason=body.reason)
 
     return json_answer(await database_call(cancel))
+
+
+PRIORITY = Operation(
+    "POST",
+    "/v1/sessions/{session_id}/priority",
+    "setSessionPriority",
+    "Change the priority of a session that has not finished",
+    TAG,
+    description="Which pending session a free worker takes first: `high`, `normal` or `low`"
+    " (aged, so a low one is never starved). A pending session is sent again on its new lane"
+    " at once; a waiting one is woken on it. The change, the reason and the actor go to the"
+    " audit log (nothing is written when it already has that priority).",
+    path_params=(SESSION_ID,),
+    headers=(ACTOR,),
+    body=SetPriority,
+    body_required=True,
+    answers=(
+        Answer(200, "Its priority is the one asked for.", Session),
+        _NOT_FOUND,
+        Answer(409, "It has already finished.", codes=("invalid_session_state",)),
+    ),
+)
+
+
+async def set_session_priority(request: Request) -> Response:
+    state = web_state(request)
+    actor = request_actor(request)
+    session_id = SESSION_ID(request)
+    body = parse_body(SetPriority, await json_body(request))
+
+    def change() -> Any:
+        return state.client.set_priority(session_id, body.priority, actor=actor, reason=body.reason)
+
+    return json_answer(await database_call(change))
 
 
 _BLOCKED_ACTIONS = {
@@ -436,6 +475,7 @@ routes = [
     ApiRoute(GET, get_session),
     ApiRoute(EVENTS, session_events),
     ApiRoute(CANCEL, cancel_session),
+    ApiRoute(PRIORITY, set_session_priority),
     ApiRoute(_blocked_operation("resume"), _blocked_endpoint("resume")),
     ApiRoute(PREVIEW_ACCEPT, preview_accept),  # the accept's preview, before it
     ApiRoute(_blocked_operation("accept"), _blocked_endpoint("accept")),

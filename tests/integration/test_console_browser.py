@@ -340,6 +340,27 @@ def test_an_action_without_the_csrf_token_is_refused_and_changes_nothing(
     assert not tab.dialogs
 
 
+def test_an_operator_changes_a_sessions_priority_from_its_page(
+    tab: Tab, client: Client, db: Database
+) -> None:
+    session = client.start("console_waiting", {})
+    wait_until(lambda: client.get(session).status == "suspended", what="the session to wait")
+    tab.go(f"/ui/sessions/{session}")
+    tab.log_in()
+    tab.page.wait_for_url(f"**/ui/sessions/{session}")
+    assert tab.text("#priority") == "normal"
+    tab.page.select_option("#priority-form select[name=priority]", "high")
+    tab.page.fill("#priority-form input[name=reason]", "customer on the phone")
+    tab.page.click("#priority-form button")
+    assert "priority was changed" in tab.text("#notice")
+    assert tab.text("#priority") == "high"
+    assert client.get(session).priority == "high"
+    [event] = [e for e in client.events(session) if e.type == "priority_changed"]
+    assert event.payload["reason"] == "customer on the phone"
+    assert event.payload["by"].startswith("console:")
+    assert not tab.dialogs
+
+
 def test_accepting_a_blocked_session_shows_what_runs_again_and_confirms_it(
     tab: Tab, client: Client, db: Database, deployment: LocalDeployment
 ) -> None:

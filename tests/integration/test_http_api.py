@@ -248,6 +248,7 @@ def test_openapi_describes_every_route(api: TestClient) -> None:
         ("/v1/sessions/{session_id}", "GET"),
         ("/v1/sessions/{session_id}/events", "GET"),
         ("/v1/sessions/{session_id}/cancel", "POST"),
+        ("/v1/sessions/{session_id}/priority", "POST"),
         ("/v1/sessions/{session_id}/resume", "POST"),
         ("/v1/sessions/{session_id}/accept", "GET"),
         ("/v1/sessions/{session_id}/accept", "POST"),

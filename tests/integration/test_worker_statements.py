@@ -245,7 +245,7 @@ def test_a_retry_a_saga_and_the_dead_letter(client: Client, db: Database) -> Non
             conn, session_id, epoch, attempts=1, error=ERROR, delay=0.0, step="first"
         )
         assert isinstance(retry_at, datetime)
-        assert failure_queries.wake_due_retries(conn, limit=10) == [session_id]
+        assert failure_queries.wake_due_retries(conn, limit=10) == [(session_id, "normal")]
     epoch, _ = _claim(db, session_id)
     with db.connection() as conn:
         assert failure_queries.start_compensation(
@@ -258,7 +258,7 @@ def test_a_retry_a_saga_and_the_dead_letter(client: Client, db: Database) -> Non
         assert failure_queries.compensation_failed(
             conn, "k1", epoch, give_up=False, error=ERROR, delay=0.0
         )
-        assert failure_queries.wake_due_compensations(conn, limit=10) == [session_id]
+        assert failure_queries.wake_due_compensations(conn, limit=10) == [(session_id, "normal")]
     epoch, _ = _claim(db, session_id)
     with db.connection() as conn:
         assert not failure_queries.compensations_ran(conn, session_id)

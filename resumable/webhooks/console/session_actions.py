@@ -90,6 +90,18 @@ async def cancel(request: Request) -> Response:
     return await _act(request, "cancel", lambda: path_session_id(request), act)
 
 
+async def priority(request: Request) -> Response:
+    state = web_state(request)
+
+    def act(form: Form, actor: str, session_id: uuid.UUID) -> str:
+        level = form.text("priority", "The priority", required=True)
+        reason = form.text("reason", "The reason")
+        state.client.set_priority(session_id, level, actor=actor, reason=reason)  # type: ignore[arg-type]
+        return _page(session_id, "priority_changed")
+
+    return await _act(request, "priority", lambda: path_session_id(request), act)
+
+
 async def signal(request: Request) -> Response:
     state = web_state(request)
 
@@ -216,6 +228,7 @@ async def discard_dead_letter(request: Request) -> Response:
 
 routes = [
     Route("/ui/sessions/{session_id}/cancel", cancel, methods=["POST"]),
+    Route("/ui/sessions/{session_id}/priority", priority, methods=["POST"]),
     Route("/ui/sessions/{session_id}/signal", signal, methods=["POST"]),
     Route("/ui/sessions/{session_id}/fork", fork, methods=["POST"]),
     *(

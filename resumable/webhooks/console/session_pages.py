@@ -40,6 +40,7 @@ _MAX_CURSOR_LENGTH = 200
 # query string cannot put words in the console's mouth).
 NOTICES = {
     "cancelled": "The session was cancelled.",
+    "priority_changed": "The session's priority was changed.",
     "signal_accepted": "The signal was stored; the session takes it when it waits for its topic.",
     "signal_duplicate": "That signal id was already received; nothing new was stored.",
     "retried": "The dead letter was retried: the session resumes from its latest checkpoint.",
