@@ -24,6 +24,7 @@ import redis
 from benchmarks.harness import Services
 from resumable.client import Client
 from resumable.dev.disposable_redis import DisposableRedis
+from resumable.priorities import PRIORITIES, Priority
 from tests.faults import agents
 from tests.faults.fleet import Fleet, wait_for
 from tests.faults.ledger import Ledger
@@ -99,16 +100,21 @@ class Matrix:
                 session_input.update(steps=self.args.steps, timer_at=1)
                 if index % 3 == 0:
                     session_input["callback_at"] = 2
-            sid = self._start(kind, session_input)
+            # Every kind in every priority lane (KINDS has 6 kinds: a cycle of 3
+            # levels shifted by the kind's cycle), so each fault meets all three.
+            level = PRIORITIES[(index + index // len(agents.KINDS)) % len(PRIORITIES)]
+            sid = self._start(kind, session_input, level)
             self.sessions[sid] = (kind, session_input)
             started.append(sid)
         return started
 
-    def _start(self, kind: str, session_input: dict[str, Any]) -> uuid.UUID:
+    def _start(self, kind: str, session_input: dict[str, Any], level: Priority) -> uuid.UUID:
         deadline = time.monotonic() + 60
         while True:  # a start that meets a fault (the database restarting) is tried again
             try:
-                return self.client.start(kind, session_input, session_id=uuid.uuid4())
+                return self.client.start(
+                    kind, session_input, session_id=uuid.uuid4(), priority=level
+                )
             except Exception as exc:
                 if time.monotonic() > deadline:
                     raise
@@ -231,7 +237,7 @@ class Matrix:
         status, body = http_get(f"{self.fleet.web_url}/readyz")
         if status != 200:
             result.not_consuming.append(f"web: /readyz {status} {body}")
-        probes = []
+        probes: list[uuid.UUID] = []
         for _ in range(len(leaves) * self.args.threads * 2):
             session_input = {
                 "ledger": f"{self.ledger.url}/effects",
@@ -241,7 +247,8 @@ class Matrix:
                 "timer_at": 1,
                 "timer_seconds": 0.1,
             }
-            sid = self._start(agents.STEPS, session_input)
+            # On each lane: a consumer of one lane lost after the fault shows.
+            sid = self._start(agents.STEPS, session_input, PRIORITIES[len(probes) % 3])
             self.sessions[sid] = (agents.STEPS, session_input)
             probes.append(sid)
         try:
