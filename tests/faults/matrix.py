@@ -227,16 +227,34 @@ class Matrix:
 
     # -- is every process still doing its job? -----------------------------------------
 
+    # How long a process may take to say it is ready again once the
+    # sessions in flight are done: the web's connection pool, whose attempts
+    # failed while PostgreSQL restarted, retries with a backoff (1 s, 2 s, 4 s;
+    # psycopg_pool's), so its /readyz can answer 503 for a few seconds more.
+    READY_WITHIN_SECONDS = 10.0
+
+    def ready(self, name: str, url: str, result: PhaseResult) -> None:
+        """Whether the process's /readyz says ready within READY_WITHIN_SECONDS;
+        a process that took time to is named in the notes with the time."""
+        began = time.monotonic()
+        while True:
+            status, body = http_get(f"{url}/readyz")
+            waited = time.monotonic() - began
+            if status == 200:
+                if waited >= 0.5:
+                    result.notes.append(f"{name} ready {waited:.1f} s after the probe began")
+                return
+            if waited > self.READY_WITHIN_SECONDS:
+                result.not_consuming.append(f"{name}: /readyz {status} {body}")
+                return
+            time.sleep(0.25)
+
     def probe(self, phase: str, result: PhaseResult) -> None:
         leaves = self.fleet.leaves()
         before = {pid: self.steps_run(url) for pid, url in leaves.items()}
         for pid, url in leaves.items():
-            status, body = http_get(f"{url}/readyz")
-            if status != 200:
-                result.not_consuming.append(f"worker pid {pid}: /readyz {status} {body}")
-        status, body = http_get(f"{self.fleet.web_url}/readyz")
-        if status != 200:
-            result.not_consuming.append(f"web: /readyz {status} {body}")
+            self.ready(f"worker pid {pid}", url, result)
+        self.ready("web", self.fleet.web_url, result)
         probes: list[uuid.UUID] = []
         for _ in range(len(leaves) * self.args.threads * 2):
             session_input = {
