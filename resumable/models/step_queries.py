@@ -233,13 +233,15 @@ WITH {first} locked AS (
         {also_set}
         updated_at = now()
     FROM old
-    WHERE sessions.id = old.id
+    -- The session named as well as joined: a planner prunes a partitioned
+    -- (or distributed) sessions table on it (tests/integration/test_partition_plan.py).
+    WHERE sessions.id = %(id)s AND sessions.id = old.id
     -- Unqualified where `old` has no column of that name (the claim must
     -- stay within psycopg's 4 KB query cache, see ``compact``).
     RETURNING sessions.id, agent, sessions.cursor, state, input, step_seq,
               sessions.lease_epoch, wait, wake, sessions.status, attempts, error,
               history_rebase, agent_version, started_version, state_patch, priority{returned_slot},
-              old.status AS previous_status, old.lease_owner AS previous_owner,
+              old.status AS was, old.lease_owner AS previous_owner,
               old.cursor AS claimed_cursor, old.start ->> 'step' IS NOT NULL AS started,
               -- Since the delivery that woke it was stored (the resume latency).
               extract(epoch FROM clock_timestamp()
@@ -248,19 +250,19 @@ WITH {first} locked AS (
               -- The calls recorded for the step about to run (a replay must make
               -- as many, see RECORDED_BEYOND): one probe of an index.
               (SELECT coalesce(max(t.call_index) + 1, 0) FROM tool_execution_cache t
-               WHERE t.session_id = sessions.id AND t.step_seq = sessions.step_seq + 1
+               WHERE t.session_id = %(id)s AND t.step_seq = sessions.step_seq + 1
                  AND t.superseded_at IS NULL AND t.status <> 'failed') AS recorded_calls,
               -- Whether finishing must release locks or wake a parent (a lock is
               -- always granted while the session waits, so before this run).
               (sessions.parent_id IS NOT NULL
                OR EXISTS (SELECT 1 FROM coordination_lock_requests r
-                          WHERE r.session_id = sessions.id)) AS coordinated
+                          WHERE r.session_id = %(id)s)) AS coordinated
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
     SELECT id, step_seq, claimed_cursor,
-           CASE WHEN previous_status = 'running' THEN 'lease_recovered'
-                WHEN previous_status = 'compensating' THEN 'compensation_resumed'
-                WHEN previous_status = 'retrying' THEN 'retry_started'
+           CASE WHEN was = 'running' THEN 'lease_recovered'
+                WHEN was = 'compensating' THEN 'compensation_resumed'
+                WHEN was = 'retrying' THEN 'retry_started'
                 ELSE 'run_started' END,
            jsonb_build_object('worker', %(owner)s, 'epoch', lease_epoch,
                               'previous_owner', previous_owner, 'attempt', attempts + 1,
@@ -268,7 +270,7 @@ WITH {first} locked AS (
                               -- Which code ran it (the agent's fingerprint).
                               'code', %(starts)s::jsonb -> agent ->> 'code')
            -- A resume by a delivery: how long since it arrived (the charts).
-           || CASE WHEN waited IS NULL OR previous_status <> 'pending' THEN '{{}}'::jsonb
+           || CASE WHEN waited IS NULL OR was <> 'pending' THEN '{{}}'::jsonb
                    ELSE jsonb_build_object('waited_ms', round((waited * 1000)::numeric, 2))
               END
     FROM s
@@ -490,11 +492,12 @@ WITH s AS (
             AS ev(step text, type text, payload jsonb, seq bigint)
 ), d AS (
     UPDATE deliveries SET status = 'consumed', consumed_at = now(), consumed_seq = s.step_seq
-    FROM s WHERE deliveries.id = %(delivery_id)s AND deliveries.status = 'pending'
+    FROM s WHERE deliveries.session_id = %(id)s AND deliveries.id = %(delivery_id)s
+             AND deliveries.status = 'pending'
 ), k AS (
     -- The first step after a wake closes what is left of the wait it ended.
     UPDATE callbacks SET status = 'closed', closed_at = now()
-    FROM s WHERE %(after_wake)s AND callbacks.session_id = s.id AND callbacks.status = 'open'
+    FROM s WHERE %(after_wake)s AND callbacks.session_id = %(id)s AND callbacks.status = 'open'
                  AND callbacks.step_seq < s.step_seq
 )
 SELECT step_seq FROM s
@@ -514,7 +517,7 @@ COMMIT_STEP_WITH_RECORDS = compact(
     SET status = 'completed', response = %(records)s::jsonb -> t.idempotency_key,
         error = NULL, updated_at = now()
     FROM s
-    WHERE t.idempotency_key = ANY(%(record_keys)s::text[]) AND t.session_id = s.id
+    WHERE t.idempotency_key = ANY(%(record_keys)s::text[]) AND t.session_id = %(id)s
       AND t.lease_epoch = %(epoch)s AND t.status = 'started'
 )
 SELECT step_seq FROM s

@@ -99,8 +99,9 @@ COMPLETE_TOOL_CALL = """
 UPDATE tool_execution_cache AS t
 SET status = 'completed', response = %(response)s::jsonb, error = NULL, updated_at = now()
 FROM sessions s
-WHERE t.idempotency_key = %(key)s AND t.lease_epoch = %(epoch)s AND t.status = 'started'
-  AND s.id = t.session_id AND s.lease_epoch = %(epoch)s AND s.status = 'running'
+WHERE t.session_id = %(session_id)s AND t.idempotency_key = %(key)s
+  AND t.lease_epoch = %(epoch)s AND t.status = 'started'
+  AND s.id = %(session_id)s AND s.lease_epoch = %(epoch)s AND s.status = 'running'
 RETURNING t.idempotency_key
 """
 
@@ -109,8 +110,9 @@ FAIL_TOOL_CALL = """
 UPDATE tool_execution_cache AS t
 SET status = 'failed', error = %(error)s::jsonb, updated_at = now()
 FROM sessions s
-WHERE t.idempotency_key = %(key)s AND t.lease_epoch = %(epoch)s AND t.status = 'started'
-  AND s.id = t.session_id AND s.lease_epoch = %(epoch)s AND s.status = 'running'
+WHERE t.session_id = %(session_id)s AND t.idempotency_key = %(key)s
+  AND t.lease_epoch = %(epoch)s AND t.status = 'started'
+  AND s.id = %(session_id)s AND s.lease_epoch = %(epoch)s AND s.status = 'running'
 RETURNING t.idempotency_key
 """
 
@@ -161,16 +163,30 @@ def claim_tool_call(
     return claim
 
 
-def complete_tool_call(conn: psycopg.Connection[Any], key: str, epoch: int, response: str) -> bool:
-    """Record the call's result (JSON text); False if the epoch moved on."""
-    return rows.found(conn, COMPLETE_TOOL_CALL, {"key": key, "epoch": epoch, "response": response})
+def complete_tool_call(
+    conn: psycopg.Connection[Any], session_id: uuid.UUID, key: str, epoch: int, response: str
+) -> bool:
+    """Record the call's result (JSON text); False if the epoch moved on.
+    The session is named beside the key: one partition of a table
+    distributed by session id (tests/integration/test_partition_plan.py)."""
+    params = {"session_id": session_id, "key": key, "epoch": epoch, "response": response}
+    return rows.found(conn, COMPLETE_TOOL_CALL, params)
 
 
 def fail_tool_call(
-    conn: psycopg.Connection[Any], key: str, epoch: int, error: dict[str, Any]
+    conn: psycopg.Connection[Any],
+    session_id: uuid.UUID,
+    key: str,
+    epoch: int,
+    error: dict[str, Any],
 ) -> bool:
     """Record that the call failed; False if the epoch moved on."""
-    params = {"key": key, "epoch": epoch, "error": serialization.dumps(error)}
+    params = {
+        "session_id": session_id,
+        "key": key,
+        "epoch": epoch,
+        "error": serialization.dumps(error),
+    }
     return rows.found(conn, FAIL_TOOL_CALL, params)
 
 

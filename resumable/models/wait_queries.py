@@ -57,7 +57,7 @@ WITH d AS (
               d.topic, sessions.priority
 ), c AS (
     UPDATE callbacks SET status = 'closed', closed_at = now()
-    FROM s WHERE callbacks.session_id = s.id AND callbacks.status = 'open'
+    FROM s WHERE callbacks.session_id = %(id)s AND callbacks.status = 'open'
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
     SELECT id, step_seq, cursor, 'resumed',

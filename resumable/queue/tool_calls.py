@@ -480,7 +480,7 @@ class ToolCalls:
     def _record_failure(self, tool: str, key: str, error: dict[str, Any]) -> bool:
         """Record the call as failed under this epoch; False if the epoch moved on."""
         with self._records(tool) as conn:
-            return tool_call_queries.fail_tool_call(conn, key, self._epoch, error)
+            return tool_call_queries.fail_tool_call(conn, self._session_id, key, self._epoch, error)
 
     def _encoded_response(self, tool: str, result: Any) -> str:
         serialization.dumps(result, f"result of tool {tool!r}")
@@ -531,7 +531,9 @@ class ToolCalls:
     def _complete(self, tool: str, key: str, response: str) -> bool:
         """Record a call's result (encoded) under this epoch; False if the epoch moved on."""
         with self._records(tool) as conn:
-            return tool_call_queries.complete_tool_call(conn, key, self._epoch, response)
+            return tool_call_queries.complete_tool_call(
+                conn, self._session_id, key, self._epoch, response
+            )
 
 
 def recorded_calls(ctx: StepContext) -> ToolCalls:

@@ -199,8 +199,12 @@ def test_a_claim_a_call_a_fenced_commit_and_the_leases(client: Client, db: Datab
             args_hash="h",
         )
         assert call.owned and call.status is ToolCallStatus.STARTED
-        assert tool_call_queries.complete_tool_call(conn, "k1", epoch, json.dumps({"ok": 1}))
-        assert not tool_call_queries.fail_tool_call(conn, "k1", epoch + 1, {"type": "E"})
+        assert tool_call_queries.complete_tool_call(
+            conn, session_id, "k1", epoch, json.dumps({"ok": 1})
+        )
+        assert not tool_call_queries.fail_tool_call(
+            conn, session_id, "k1", epoch + 1, {"type": "E"}
+        )
         beyond = step_ops.recorded_beyond(conn, session_id, seq + 1, 0)
         assert [(r.idempotency_key, r.tool, r.status) for r in beyond] == [
             ("k1", "charge", "completed")
@@ -240,7 +244,7 @@ def test_a_retry_a_saga_and_the_dead_letter(client: Client, db: Database) -> Non
             compensation="refund",
             args_hash="h",
         )
-        tool_call_queries.complete_tool_call(conn, "k1", epoch, "{}")
+        tool_call_queries.complete_tool_call(conn, session_id, "k1", epoch, "{}")
         retry_at = failure_queries.schedule_retry(
             conn, session_id, epoch, attempts=1, error=ERROR, delay=0.0, step="first"
         )
