@@ -13,7 +13,7 @@ import psycopg
 from psycopg.rows import kwargs_row, scalar_row, tuple_row
 
 from resumable._internal import serialization
-from resumable.models import rows
+from resumable.models import callback_tokens, rows
 from resumable.models.records import CallbackRecord
 from resumable.models.status import TERMINAL_STATUSES
 from resumable.models.wait_queries import (
@@ -152,6 +152,7 @@ def receive_callback(
     the caller's pipelined transaction (one round trip), then their answers."""
     params = {
         "token": token,
+        "session_id": callback_tokens.session_of(token),
         "dedupe_key": dedupe_key,
         "payload": payload,
         "terminal": sorted(TERMINAL_STATUSES),

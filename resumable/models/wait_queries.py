@@ -144,23 +144,32 @@ RETURNING id
 # statement after it sees the delivery). NO KEY UPDATE, not SHARE: two
 # deliveries for one session queue up instead of deadlocking on the upgrade.
 
-LOCK_SESSION_OF_CALLBACK = """
+# The session a callback token names (models/callback_tokens.py), or, for a
+# token made before they carried it (%(session_id)s NULL), the one its
+# callback row names: with the former, every statement of the receipt finds
+# its rows by session as well as by token.
+_SESSION_OF_TOKEN = (
+    "coalesce(%(session_id)s::uuid, (SELECT session_id FROM callbacks WHERE token = %(token)s))"
+)
+
+LOCK_SESSION_OF_CALLBACK = f"""
 SELECT id FROM sessions
-WHERE id = (SELECT session_id FROM callbacks WHERE token = %(token)s)
+WHERE id = {_SESSION_OF_TOKEN}
 FOR NO KEY UPDATE
 """
 
-LOCK_CALLBACK = """
+LOCK_CALLBACK = f"""
 SELECT c.token, c.session_id, c.topic, c.status AS callback_status,
        s.status AS session_status, s.step_seq, s.cursor
 FROM callbacks c JOIN sessions s ON s.id = c.session_id
-WHERE c.token = %(token)s
+WHERE c.token = %(token)s AND c.session_id = {_SESSION_OF_TOKEN}
+  AND s.id = {_SESSION_OF_TOKEN}
 FOR UPDATE OF c
 """
 
-CALLBACK_DELIVERY = """
+CALLBACK_DELIVERY = f"""
 SELECT id, dedupe_key, status, payload FROM deliveries
-WHERE kind = 'callback' AND token = %(token)s
+WHERE kind = 'callback' AND token = %(token)s AND session_id = {_SESSION_OF_TOKEN}
 """
 
 INSERT_CALLBACK_DELIVERY = """
@@ -188,14 +197,16 @@ SELECT id FROM d
 # back from LOCK_CALLBACK and CALLBACK_DELIVERY to name its verdict. Each
 # statement of the transaction takes its snapshot after the locks were
 # granted, so both see the same rows.
-INSERT_OPEN_CALLBACK_DELIVERY = """
+INSERT_OPEN_CALLBACK_DELIVERY = f"""
 WITH t AS (
     SELECT c.token, c.session_id, c.topic, s.step_seq, s.cursor
     FROM callbacks c JOIN sessions s ON s.id = c.session_id
     WHERE c.token = %(token)s AND c.status <> 'closed'
+      AND c.session_id = {_SESSION_OF_TOKEN} AND s.id = {_SESSION_OF_TOKEN}
       AND s.status <> ALL(%(terminal)s::text[])
       AND NOT EXISTS (SELECT 1 FROM deliveries d
-                      WHERE d.kind = 'callback' AND d.token = c.token)
+                      WHERE d.kind = 'callback' AND d.token = c.token
+                        AND d.session_id = {_SESSION_OF_TOKEN})
 ), d AS (
     INSERT INTO deliveries (session_id, kind, token, topic, dedupe_key, payload, status)
     SELECT session_id, 'callback', token, topic, %(dedupe_key)s, %(payload)s::jsonb, 'pending'
@@ -203,7 +214,7 @@ WITH t AS (
     RETURNING id
 ), c AS (
     UPDATE callbacks SET status = 'received'
-    WHERE token = %(token)s AND EXISTS (SELECT 1 FROM d)
+    WHERE token = %(token)s AND session_id = {_SESSION_OF_TOKEN} AND EXISTS (SELECT 1 FROM d)
 ), e AS (
     INSERT INTO audit_events (session_id, seq, step, event_type, payload)
     SELECT t.session_id, t.step_seq, t.cursor, 'callback_received',
@@ -215,9 +226,7 @@ SELECT id FROM d
 """
 
 # WAKE_FROM_DELIVERIES for the session a callback token belongs to.
-WAKE_FROM_CALLBACK = WAKE_FROM_DELIVERIES.replace(
-    "%(id)s", "(SELECT session_id FROM callbacks WHERE token = %(token)s)"
-)
+WAKE_FROM_CALLBACK = WAKE_FROM_DELIVERIES.replace("%(id)s", _SESSION_OF_TOKEN)
 
 LOCK_SESSION_FOR_SIGNAL = """
 SELECT id, status, step_seq, cursor FROM sessions WHERE id = %(session_id)s FOR NO KEY UPDATE

@@ -10,14 +10,13 @@ random and unguessable, but a replay of the same step finds the same token
 
 from __future__ import annotations
 
-import secrets
 import uuid
 from datetime import timedelta
 
 import psycopg
 
 from resumable.errors import LeaseLostError
-from resumable.models import wait_ops
+from resumable.models import callback_tokens, wait_ops
 from resumable.models.database import Database
 from resumable.queue.failing import RecordsUnavailable, connection_lost
 from resumable.waits import Callback, check_name, check_seconds
@@ -47,7 +46,7 @@ class CallbackFactory:
                     conn,
                     self._session_id,
                     self._epoch,
-                    token=secrets.token_urlsafe(32),
+                    token=callback_tokens.new_token(self._session_id),
                     step_seq=self._step_seq,
                     call_index=index,
                     topic=topic,

@@ -295,9 +295,10 @@ class Callbacks:
         index = self._next_index
         self._next_index += 1
         token = self._records.callback_at.get((self._seq, index))
-        if token is None:  # 43 characters, as the worker's 32 random bytes
+        if token is None:  # shaped as the worker's: the session id in hex, then 43 characters
             material = f"{self._session_id}:{self._seq}:{index}".encode()
-            token = base64.urlsafe_b64encode(hashlib.sha256(material).digest()).decode()[:43]
+            secret = base64.urlsafe_b64encode(hashlib.sha256(material).digest()).decode()[:43]
+            token = uuid.UUID(str(self._session_id)).hex + secret
             self._records.callback_at[(self._seq, index)] = token
         callback = Callback(token, topic, f"{PUBLIC_URL}/v1/callbacks/{token}", timeout)
         self._records.callbacks.setdefault(token, CallbackRow(callback))

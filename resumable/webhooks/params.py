@@ -27,7 +27,8 @@ Value = TypeVar("Value")
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _DIGITS = re.compile(r"^[0-9]{1,19}$")
 TOPIC_PATTERN = r"^[A-Za-z0-9_.:\-]{1,100}$"
-# Callback tokens are `secrets.token_urlsafe(32)` (43 characters); longer is never one.
+# Callback tokens are 75 characters (a session id in hex, then `secrets.token_urlsafe(32)`;
+# 43 for tokens made before it was prefixed): longer is never one.
 TOKEN_PATTERN = r"^[A-Za-z0-9_\-]{1,128}$"
 
 

@@ -6,10 +6,9 @@ session id, and each hot-path statement planned against it with the values a
 worker or the web sends. A statement that touches at most one partition of
 each such table is one a distributed PostgreSQL routes to one node.
 
-Two hot paths do not prune yet and say why (`NEEDS_CHANGE`): a callback
-found by its token, and a recorded call's insert keyed by its idempotency
-key alone. If one starts to prune, or another stops, this test fails and
-says which.
+One hot statement does not prune yet and says why (`NEEDS_CHANGE`): a
+recorded call's insert keyed by its idempotency key alone. If one starts to
+prune, or another stops, this test fails and says which.
 """
 
 from __future__ import annotations
@@ -110,21 +109,16 @@ HOT = {
     "WAKE_FROM_DELIVERIES": wait_queries.WAKE_FROM_DELIVERIES,
 }
 
-# The statements that reach more than one partition today, and why. Each
-# finds its rows by a key that is not the session id: a callback by its token
-# alone (the token would have to carry its session id, or a reference table
-# map tokens to sessions), and a recorded call's insert, whose conflict
-# target is its idempotency key alone (a unique index of a distributed table
-# must hold the distribution column: (session_id, idempotency_key)). The
-# others name the session beside every join by it (a planner cannot prune on
-# a value it learns only when the statement runs).
+# The statements that reach more than one partition today, and why: a
+# recorded call's insert, whose conflict target is its idempotency key alone
+# (a unique index of a distributed table must hold the distribution column:
+# it would become (session_id, idempotency_key)). The others name the session
+# beside every join by it (a planner cannot prune on a value it learns only
+# when the statement runs); a callback's receipt takes it from the token
+# (models/callback_tokens.py; a token made before it carried its session is
+# still found, by token alone, on every partition).
 NEEDS_CHANGE = {
     "CLAIM_TOOL_CALL": "ON CONFLICT (idempotency_key): needs (session_id, idempotency_key)",
-    "LOCK_SESSION_OF_CALLBACK": "by callback token",
-    "LOCK_CALLBACK": "by callback token",
-    "CALLBACK_DELIVERY": "by callback token",
-    "INSERT_OPEN_CALLBACK_DELIVERY": "by callback token",
-    "WAKE_FROM_CALLBACK": "by callback token",
 }
 
 
