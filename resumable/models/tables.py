@@ -281,10 +281,15 @@ class ToolCallRow(SQLModel, table=True):
         sa.Index("ix_tool_execution_cache_session_id_step_seq", "session_id", "step_seq"),
     )
 
+    # The primary key is (idempotency_key, session_id) since migration 0027:
+    # a table distributed by session id keeps only unique indexes that hold it.
     idempotency_key: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
     session_id: uuid.UUID = Field(
         sa_column=sa.Column(
-            sa.Uuid, sa.ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False
+            sa.Uuid,
+            sa.ForeignKey("sessions.id", ondelete="CASCADE"),
+            primary_key=True,
+            nullable=False,
         )
     )
     step_seq: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))

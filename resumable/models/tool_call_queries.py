@@ -64,7 +64,7 @@ WITH owner AS (
     SELECT %(key)s, id, %(step_seq)s, %(step)s, %(call_index)s, %(tool)s, %(request)s::jsonb,
            'started', %(epoch)s, %(compensation)s, %(args_hash)s
     FROM owner WHERE NOT EXISTS (SELECT 1 FROM other)
-    ON CONFLICT (idempotency_key) DO UPDATE SET
+    ON CONFLICT (idempotency_key, session_id) DO UPDATE SET
         attempts = tool_execution_cache.attempts + 1,
         lease_epoch = EXCLUDED.lease_epoch,
         status = 'started',
@@ -87,6 +87,7 @@ FROM (SELECT 1) AS one
 LEFT JOIN ins ON true
 LEFT JOIN other ON true
 LEFT JOIN tool_execution_cache AS t ON t.idempotency_key = %(key)s
+                                   AND t.session_id = %(session_id)s
                                    AND t.superseded_at IS NULL
 """
 

@@ -6,9 +6,8 @@ session id, and each hot-path statement planned against it with the values a
 worker or the web sends. A statement that touches at most one partition of
 each such table is one a distributed PostgreSQL routes to one node.
 
-One hot statement does not prune yet and says why (`NEEDS_CHANGE`): a
-recorded call's insert keyed by its idempotency key alone. If one starts to
-prune, or another stops, this test fails and says which.
+A statement that stops pruning fails this test and is named; one that
+cannot be changed would be listed in `NEEDS_CHANGE`, with why.
 """
 
 from __future__ import annotations
@@ -109,17 +108,15 @@ HOT = {
     "WAKE_FROM_DELIVERIES": wait_queries.WAKE_FROM_DELIVERIES,
 }
 
-# The statements that reach more than one partition today, and why: a
-# recorded call's insert, whose conflict target is its idempotency key alone
-# (a unique index of a distributed table must hold the distribution column:
-# it would become (session_id, idempotency_key)). The others name the session
-# beside every join by it (a planner cannot prune on a value it learns only
-# when the statement runs); a callback's receipt takes it from the token
-# (models/callback_tokens.py; a token made before it carried its session is
-# still found, by token alone, on every partition).
-NEEDS_CHANGE = {
-    "CLAIM_TOOL_CALL": "ON CONFLICT (idempotency_key): needs (session_id, idempotency_key)",
-}
+# The statements that reach more than one partition, and why: none left.
+# Each names the session beside every join by it (a planner cannot prune on
+# a value it learns only when the statement runs); a callback's receipt
+# takes it from the token (models/callback_tokens.py; a token made before
+# it carried its session is still found, by token alone, on every
+# partition); a recorded call's insert conflicts on (idempotency_key,
+# session_id), the primary key since migration 0027 (a unique index of a
+# distributed table must hold the distribution column).
+NEEDS_CHANGE: dict[str, str] = {}
 
 
 @pytest.fixture
