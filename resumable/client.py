@@ -375,9 +375,10 @@ class Client:
         ``normal``, ``low``); the `Session`. Audited as ``priority_changed``
         (nothing is written when it already has it). A pending session's
         message is sent again on its new lane at once; a session that waits
-        (suspended, retrying, for a slot) is woken on it later, and a running
-        one's own next message (a yield, a retry) goes on it from its next
-        run. SessionStateError if it has finished."""
+        (suspended, for a slot) is woken on it later; a retry already
+        scheduled comes back on the lane it was scheduled on, and a running
+        one's own next message (a yield, a retry) goes on the new one from its
+        next run. SessionStateError if it has finished."""
         sid = _as_uuid(session_id)
         level = check_priority(priority)
         arguments.storable(actor, "actor")
