@@ -265,7 +265,7 @@ PRIORITY = Operation(
     TAG,
     description="Which pending session a free worker takes first: `high`, `normal` or `low`"
     " (aged, so a low one is never starved). A pending session is sent again on its new lane"
-    " at once; a waiting one is woken on it. The change, the reason and the actor go to the"
+    " at once; a suspended one is woken on it. The change, the reason and the actor go to the"
     " audit log (nothing is written when it already has that priority).",
     path_params=(SESSION_ID,),
     headers=(ACTOR,),
