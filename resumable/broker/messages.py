@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from resumable._internal.reachability import reason
 from resumable.broker.lanes import lane
@@ -47,11 +47,6 @@ def broker_of(source: BrokerSource) -> dramatiq.Broker:
 
 #: What the senders take: a session's id, or its id and priority.
 SessionRef: TypeAlias = "uuid.UUID | str | Routed"
-
-
-def routed(rows: Iterable[Any]) -> list[Routed]:
-    """Rows with ``id`` and ``priority`` (a statement's RETURNING) as sends."""
-    return [Routed(row["id"], row["priority"]) for row in rows]
 
 
 def session_message(settings: Settings, ref: SessionRef) -> dramatiq.Message[None]:

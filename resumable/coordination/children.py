@@ -28,7 +28,7 @@ from resumable.agent import checked_name
 from resumable.broker.messages import enqueue_after_commit
 from resumable.coordination import locks
 from resumable.coordination.shared import CoordinationError
-from resumable.models import coordination_ops, session_queries
+from resumable.models import coordination_ops
 from resumable.models.database import Database
 from resumable.priorities import Priority, Routed
 from resumable.settings import Settings
@@ -102,9 +102,9 @@ def wake_parent(
             parent,
             extra={"action": "dead_letter_handled", "session_id": parent, "dead_letters": handled},
         )
-    with db.connection() as conn:
-        routes = session_queries.routes_of(conn, [woken.id])
-    enqueue_after_commit(broker, settings, routes, why="parent woken by its children")
+    enqueue_after_commit(
+        broker, settings, [Routed(woken.id, woken.priority)], why="parent woken by its children"
+    )
     return True
 
 

@@ -31,8 +31,9 @@ import psycopg
 from resumable.broker.messages import enqueue_after_commit
 from resumable.coordination.shared import CoordinationError, check_name
 from resumable.errors import LeaseLostError
-from resumable.models import coordination_ops, session_queries
+from resumable.models import coordination_ops
 from resumable.models.database import Database
+from resumable.priorities import Routed
 from resumable.settings import Settings
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ def release(conn: psycopg.Connection[Any], session_id: uuid.UUID, name: str) -> 
         raise CoordinationError(f"this session does not hold lock {name!r}")
 
 
-def grant(db: Database, name: str, idle_timeout: float) -> list[uuid.UUID]:
+def grant(db: Database, name: str, idle_timeout: float) -> list[Routed]:
     """Hand free permits of `name` to the oldest waiters; the sessions woken
     (enqueue them after this returns: the grant is committed)."""
     with db.connection() as conn, conn.transaction():
@@ -88,15 +89,12 @@ def grant_and_wake(
 ) -> int:
     """Grant each lock and enqueue the sessions it woke, in one send (also
     those granted before a later grant failed); how many woke."""
-    woken: list[uuid.UUID] = []
+    woken: list[Routed] = []
     try:
         for name in sorted(names):
             woken += grant(db, name, settings.lease_seconds)
     finally:
-        if woken:
-            with db.connection() as conn:
-                routes = session_queries.routes_of(conn, woken)
-            enqueue_after_commit(broker, settings, routes, why="lock granted")
+        enqueue_after_commit(broker, settings, woken, why="lock granted")
     return len(woken)
 
 

@@ -12,6 +12,7 @@ import psycopg
 from resumable._internal import serialization
 from resumable.errors import SessionExistsError
 from resumable.models import rows
+from resumable.priorities import Routed
 
 # The rows needed to rebuild the state after `seq`: from the latest snapshot at
 # or before it (so at most K rows with incremental checkpoints).
@@ -78,7 +79,7 @@ WITH src AS (
     SELECT %(id)s, agent, 'pending', %(cursor)s, %(seq)s, %(seq)s, %(state)s::jsonb, input, id,
            %(seq)s, %(rebase)s, 0, agent_version, started_version, priority
     FROM src
-    RETURNING id
+    RETURNING id, priority
 ), c AS (
     INSERT INTO checkpoints (session_id, seq, step, next_step, state, kind, patch, events,
                              created_at)
@@ -110,7 +111,7 @@ WITH src AS (
            jsonb_build_object('fork', %(id)s::text, 'at', %(seq)s::int, 'by', %(actor)s::text)
     FROM s
 )
-SELECT id FROM s
+SELECT id, priority FROM s
 """
 
 # Compaction: make the oldest kept row a snapshot, then drop what precedes it.
@@ -239,9 +240,10 @@ def fork(
     actor: str,
     patch: list[dict[str, Any]] | None,
     compensated: int,
-) -> bool:
-    """Create the fork; False if there is no session `source`.
-    SessionExistsError if `fork_id` is taken."""
+) -> Routed | None:
+    """Create the fork; the fork, with the priority it took from its
+    source; None if there is no session `source`. SessionExistsError if
+    `fork_id` is taken."""
     params = {
         "id": fork_id,
         "source": source,
@@ -254,9 +256,10 @@ def fork(
         "compensated": compensated,
     }
     try:
-        return rows.found(conn, FORK_SESSION, params)
+        forked = rows.routes(conn, FORK_SESSION, params)
     except psycopg.errors.UniqueViolation:
         raise SessionExistsError(f"a session with id {fork_id} already exists") from None
+    return forked[0] if forked else None
 
 
 def rebase_row(

@@ -45,6 +45,7 @@ from resumable.models.coordination_queries import (
     SharedDocument,
     SharedVersion,
 )
+from resumable.priorities import Priority, Routed
 
 # -- shared documents ---------------------------------------------------------------
 
@@ -150,10 +151,10 @@ def held_count(conn: psycopg.Connection[Any], name: str) -> int:
     return int(rows.value(conn, HELD_COUNT, {"name": name}) or 0)
 
 
-def grant(conn: psycopg.Connection[Any], name: str, *, free: int, fence: int) -> list[uuid.UUID]:
-    """Grant up to `free` permits to the oldest waiters; the sessions woken."""
-    params = {"name": name, "free": free, "fence": fence}
-    return [uuid.UUID(str(i)) for i in rows.values(conn, GRANT, params)]
+def grant(conn: psycopg.Connection[Any], name: str, *, free: int, fence: int) -> list[Routed]:
+    """Grant up to `free` permits to the oldest waiters; the sessions woken,
+    each with its lane."""
+    return rows.routes(conn, GRANT, {"name": name, "free": free, "fence": fence})
 
 
 @dataclass(frozen=True)
@@ -214,6 +215,7 @@ class WokenParent:
 
     id: uuid.UUID
     handled: list[int] | None
+    priority: Priority = "normal"  # the lane its message goes on
 
 
 def wake_parent(

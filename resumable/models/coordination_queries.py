@@ -182,7 +182,7 @@ WITH candidates AS (
         updated_at = now()
     FROM g
     WHERE sessions.id = g.session_id AND sessions.status = 'suspended'
-    RETURNING sessions.id, sessions.step_seq, sessions.cursor, g.token
+    RETURNING sessions.id, sessions.step_seq, sessions.cursor, g.token, sessions.priority
 ), c AS (
     UPDATE callbacks SET status = 'closed', closed_at = now()
     FROM s WHERE callbacks.session_id = s.id AND callbacks.status = 'open'
@@ -192,7 +192,7 @@ WITH candidates AS (
            jsonb_build_object('by', 'lock', 'name', %(name)s::text, 'token', token)
     FROM s
 )
-SELECT id FROM s
+SELECT id, priority FROM s
 """
 
 # The holder's request, if this epoch of the session still owns its lease.
@@ -299,7 +299,7 @@ WITH p AS (
         updated_at = now()
     FROM ready
     WHERE sessions.id = ready.id AND sessions.status = 'suspended'
-    RETURNING sessions.id, sessions.step_seq, sessions.cursor
+    RETURNING sessions.id, sessions.step_seq, sessions.cursor, sessions.priority
 ), c AS (
     UPDATE callbacks SET status = 'closed', closed_at = now()
     FROM s WHERE callbacks.session_id = s.id AND callbacks.status = 'open'
@@ -331,7 +331,7 @@ WITH p AS (
                               'reason', h.resolution, 'parent_id', h.parent_id)
     FROM handled h JOIN sessions c ON c.id = h.session_id
 )
-SELECT id, (SELECT array_agg(id ORDER BY id) FROM handled) AS handled FROM s
+SELECT id, (SELECT array_agg(id ORDER BY id) FROM handled) AS handled, priority FROM s
 """
 
 # Run before WAKE_PARENT when a child finishes: whether the parent waits for

@@ -136,12 +136,10 @@ class TimeTravel:
                 patch=state_patch,
                 compensated=len(compensated),
             )
-        if not forked:
+        if forked is None:
             raise SessionNotFoundError(f"no session {session_id}")
         if broker is not None and settings is not None:
-            with self.db.connection() as conn:
-                routes = session_queries.routes_of(conn, [fork_id])
-            enqueue_after_commit(broker, settings, routes, why="session forked")
+            enqueue_after_commit(broker, settings, [forked], why="session forked")
         return fork_id
 
     def compensated_before(self, session_id: uuid.UUID, at: int) -> list[CompensatedCall]:

@@ -301,14 +301,20 @@ def test_hostile_strings_from_agents_tools_and_errors_render_inert(
     assert not tab.dialogs, tab.dialogs
 
 
-def test_an_action_without_the_csrf_token_is_refused_and_changes_nothing(
-    tab: Tab, client: Client, db: Database
-) -> None:
+def _waiting_session_page(tab: Tab, client: Client) -> uuid.UUID:
+    """A session waiting for a signal, its page open and logged in to."""
     session = client.start("console_waiting", {})
     wait_until(lambda: client.get(session).status == "suspended", what="the session to wait")
     tab.go(f"/ui/sessions/{session}")
     tab.log_in()
     tab.page.wait_for_url(f"**/ui/sessions/{session}")
+    return session
+
+
+def test_an_action_without_the_csrf_token_is_refused_and_changes_nothing(
+    tab: Tab, client: Client, db: Database
+) -> None:
+    session = _waiting_session_page(tab, client)
 
     tab.page.evaluate("document.querySelector('#cancel-form input[name=csrf]').remove()")
     with tab.page.expect_response(f"**/ui/sessions/{session}/cancel") as answer:
@@ -343,11 +349,7 @@ def test_an_action_without_the_csrf_token_is_refused_and_changes_nothing(
 def test_an_operator_changes_a_sessions_priority_from_its_page(
     tab: Tab, client: Client, db: Database
 ) -> None:
-    session = client.start("console_waiting", {})
-    wait_until(lambda: client.get(session).status == "suspended", what="the session to wait")
-    tab.go(f"/ui/sessions/{session}")
-    tab.log_in()
-    tab.page.wait_for_url(f"**/ui/sessions/{session}")
+    session = _waiting_session_page(tab, client)
     assert tab.text("#priority") == "normal"
     tab.page.select_option("#priority-form select[name=priority]", "high")
     tab.page.fill("#priority-form input[name=reason]", "customer on the phone")
