@@ -37,6 +37,12 @@ since on a small or shared machine that, not the code, sets the tail.
 The targets: phase A resume p50 under 3 ms and p99 under 10 ms; phase B resume
 p99 under 50 ms.
 
+With ``--pgbouncer PATH`` the web process, the workers and the benchmark's
+client reach PostgreSQL through that PgBouncer in transaction mode (keeping
+prepared statements if it is 1.21 or later, with
+``RESUMABLE_DB_PREPARED_STATEMENTS=false`` if not), and its CPU is reported
+as the deployment's; the floors and the benchmark's polling stay direct.
+
 ``DATABASE_URL``/``REDIS_URL`` are used when set; otherwise embedded servers run
 under ``--home`` (default ``.resumable/bench-resume``). The tables are truncated
 and Redis is flushed: never point this at a database you care about.
@@ -46,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import http.client
 import multiprocessing
 import os
@@ -68,7 +75,7 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
 
 from benchmarks import harness
 from benchmarks.agents.resume import AGENT_NAME
-from benchmarks.harness import BenchDeployment, Services
+from benchmarks.harness import BenchDeployment, Services, pgbouncer
 from benchmarks.harness.cpu import Contention, CpuMeter, GroupCpu, ServerPids
 from benchmarks.harness.report import (
     add_deployment,
@@ -282,15 +289,17 @@ def resume_path_pids(deployment: BenchDeployment, servers: ServerPids) -> list[i
     return [os.getpid(), *deployment.pids, *servers.all()]
 
 
-def path_cpu(meter: CpuMeter, deployment: BenchDeployment, poller: PG) -> GroupCpu:
+def path_cpu(
+    meter: CpuMeter, deployment: BenchDeployment, poller: PG, bouncer: int | None = None
+) -> GroupCpu:
     """CPU so far of each process on the resume path (the poller's backend is
-    this benchmark's, not PostgreSQL's work for the deployment)."""
+    this benchmark's, not PostgreSQL's work for the deployment), with the
+    PgBouncer in between when there is one."""
     web = [deployment.web.pid] if deployment.web is not None else []
-    return GroupCpu.sample(
-        meter,
-        {"web": web, "workers": [w.pid for w in deployment.workers]},
-        own_backends=[poller.info.backend_pid],
-    )
+    groups = {"web": web, "workers": [w.pid for w in deployment.workers]}
+    if bouncer is not None:
+        groups["pgbouncer"] = [bouncer]
+    return GroupCpu.sample(meter, groups, own_backends=[poller.info.backend_pid])
 
 
 # -- the phases ----------------------------------------------------------------------------
@@ -661,6 +670,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--poll-ms", type=float, default=2.0, help="phase A: database poll interval"
     )
+    parser.add_argument(
+        "--pgbouncer",
+        metavar="PATH",
+        help="run the deployment through this PgBouncer in transaction mode",
+    )
     names = ("sessions", "workers", "threads", "concurrency", "enqueue_threads", "floor_samples")
     args = parse(parser, argv, names)
     if args.sessions < 2:
@@ -668,15 +682,41 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def through_pgbouncer(
+    args: argparse.Namespace, services: Services, stack: contextlib.ExitStack
+) -> tuple[Services, dict[str, str], int | None]:
+    """With ``--pgbouncer``: the services as the deployment reaches them through
+    a PgBouncer in transaction mode (prepared statements kept where it can,
+    the setting off where it cannot), the setting, and its pid."""
+    if args.pgbouncer is None:
+        return services, {}, None
+    keeps = pgbouncer.keeps_prepared_statements(pgbouncer.version_of(args.pgbouncer))
+    bouncer = stack.enter_context(
+        pgbouncer.running(
+            services.database_url,
+            program=args.pgbouncer,
+            pool_size=args.workers * (args.threads + 2) + 12,
+            prepared_statements=200 if keeps else 0,
+        )
+    )
+    print(f"through {bouncer.version} in transaction mode, prepared statements {keeps}")
+    setting = {"RESUMABLE_DB_PREPARED_STATEMENTS": "true" if keeps else "false"}
+    os.environ.update(setting)  # this process's own client too
+    return dataclasses.replace(services, database_url=bouncer.url), setting, bouncer.pid
+
+
 def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
     harness.reset_data(services.pg_url, services.redis_url, TRUNCATED)
+    stack = contextlib.ExitStack()
+    services, setting, bouncer = through_pgbouncer(args, services, stack)
     env = harness.worker_env(
         args.threads,
         RESUMABLE_API_TOKENS="bench-" + secrets.token_hex(16),
         RESUMABLE_WEBHOOK_SECRET=new_secret(),
+        **setting,
     )
     servers = ServerPids.find(services.pg_url, services.redis_url)
-    with BenchDeployment(services, log_dir, env) as deployment:
+    with stack, BenchDeployment(services, log_dir, env) as deployment:
         sender = start_deployment(args, deployment)
         print(f"web on {deployment.url}, {args.workers} workers x {args.threads} threads")
         with (
@@ -703,16 +743,22 @@ def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
             print(f"floors measured; phase A: {half} callbacks one at a time")
             pids = resume_path_pids(deployment, servers)
             meter = CpuMeter(servers)
-            before, cpu_before = Contention.sample(pids), path_cpu(meter, deployment, poller)
+            before, cpu_before = (
+                Contention.sample(pids),
+                path_cpu(meter, deployment, poller, bouncer),
+            )
             latency = phase_a(args, deployment, sender, http, poller, targets[:half])
-            after_a, cpu_a = Contention.sample(pids), path_cpu(meter, deployment, poller)
+            after_a, cpu_a = Contention.sample(pids), path_cpu(meter, deployment, poller, bouncer)
             hops = hop_breakdown(poller, latency)
             print(f"phase B: {len(targets) - half} callbacks, {args.concurrency} senders")
-            before_b, cpu_before_b = Contention.sample(pids), path_cpu(meter, deployment, poller)
+            before_b, cpu_before_b = (
+                Contention.sample(pids),
+                path_cpu(meter, deployment, poller, bouncer),
+            )
             load = phase_b(args, deployment, sender, poller, targets[half:])
             hops_b = hop_breakdown(poller, load.samples)
             after_b = Contention.sample(resume_path_pids(deployment, servers))
-            cpu_b = path_cpu(meter, deployment, poller)
+            cpu_b = path_cpu(meter, deployment, poller, bouncer)
             contention = (
                 after_a.describe(before, len(latency), RESUME_PATH, "resume"),
                 after_b.describe(before_b, len(load.samples), RESUME_PATH, "resume"),

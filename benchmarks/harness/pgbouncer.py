@@ -1,7 +1,7 @@
-"""A PgBouncer of the test's own in front of the test database: Debian's
-``pgbouncer`` package (1.18 on Debian 12, which cannot keep prepared
-statements in transaction mode), started with a config written for the test
-and stopped after it.
+"""A PgBouncer of a test's or a benchmark's own in front of its database:
+Debian's ``pgbouncer`` package by default (1.18 on Debian 12, which cannot
+keep prepared statements in transaction mode), or another build named by
+path, started with a config written for the run and stopped after it.
 
 PgBouncer refuses to run as root; started by root, it is told to switch to
 the user that can reach the server (the embedded PostgreSQL's socket
@@ -43,6 +43,7 @@ class Bouncer:
     url: str  # the test database through PgBouncer, as resumable takes it
     version: str
     log: Path
+    pid: int  # its CPU time is the benchmark's to count
 
 
 def _server(database_url: str) -> tuple[str, int, str, str]:
@@ -70,32 +71,48 @@ def _run_as(host: str) -> str | None:
     raise RuntimeError("no user to run PgBouncer as (it refuses root)")
 
 
-def _keeps_no_prepared_statements(version: str) -> list[str]:
+def keeps_prepared_statements(version: str) -> bool:
     """PgBouncer 1.21 and later can keep prepared statements in transaction
-    mode (1.24 does by default): told not to, it behaves as 1.18 does, which
-    is what these tests are about. 1.18 knows no such setting."""
+    mode (``max_prepared_statements``); 1.18 knows no such setting."""
     found = re.search(r"PgBouncer (\d+)\.(\d+)", version)
-    if found and (int(found[1]), int(found[2])) >= (1, 21):
-        return ["max_prepared_statements = 0"]
+    return bool(found and (int(found[1]), int(found[2])) >= (1, 21))
+
+
+def version_of(program: str) -> str:
+    """The first line of ``pgbouncer --version``: ``PgBouncer 1.18.0``."""
+    return subprocess.run(
+        [program, "--version"], capture_output=True, text=True, check=True, timeout=10
+    ).stdout.split("\n", 1)[0]
+
+
+def _prepared_statements(version: str, keep: int) -> list[str]:
+    """Told to keep none, a PgBouncer that could behaves as 1.18 does, which is
+    what the tests are about; a benchmark asks for `keep` per connection."""
+    if keeps_prepared_statements(version):
+        return [f"max_prepared_statements = {keep}"]
     return []
 
 
 @contextlib.contextmanager
 def running(
-    database_url: str, *, pool_mode: str = "transaction", pool_size: int = 20
+    database_url: str,
+    *,
+    pool_mode: str = "transaction",
+    pool_size: int = 20,
+    program: str | None = None,
+    prepared_statements: int = 0,
 ) -> Iterator[Bouncer]:
-    """PgBouncer in `pool_mode` for the test database, until the block ends.
-    Its files go to a directory of its own under the system's temporary
-    directory (pytest's are root's alone, where the user it switches to could
-    not read its config)."""
-    program = binary()
+    """PgBouncer in `pool_mode` for the database, until the block ends: the
+    one installed, or `program`; keeping up to `prepared_statements` per
+    server connection where it can (1.21+). Its files go to a directory of
+    its own under the system's temporary directory (pytest's are root's
+    alone, where the user it switches to could not read its config)."""
+    program = program or binary()
     if program is None:
         raise RuntimeError("PgBouncer is not installed (Debian: apt-get install pgbouncer)")
     host, port, database, user = _server(database_url)
     listen = free_port()
-    version = subprocess.run(
-        [program, "--version"], capture_output=True, text=True, check=True, timeout=10
-    ).stdout.split("\n", 1)[0]
+    version = version_of(program)
     with tempfile.TemporaryDirectory(prefix="resumable-pgbouncer-") as directory:
         yield from _run(
             program,
@@ -108,6 +125,7 @@ def running(
             listen,
             pool_mode,
             pool_size,
+            prepared_statements,
         )
 
 
@@ -122,6 +140,7 @@ def _run(
     listen: int,
     pool_mode: str,
     pool_size: int,
+    prepared_statements: int,
 ) -> Iterator[Bouncer]:
     log = workdir / "pgbouncer.log"
     (workdir / "users.txt").write_text(f'"{user}" ""\n')
@@ -142,7 +161,7 @@ def _run(
                 # psycopg and libpq send these at connect; PgBouncer 1.18
                 # refuses unknown startup parameters otherwise.
                 "ignore_startup_parameters = extra_float_digits,options",
-                *_keeps_no_prepared_statements(version),
+                *_prepared_statements(version, prepared_statements),
                 f"logfile = {log}",
                 f"pidfile = {workdir / 'pgbouncer.pid'}",
                 "",
@@ -176,7 +195,7 @@ def _run(
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
-        yield Bouncer(bounced, version, log)
+        yield Bouncer(bounced, version, log, process.pid)
     finally:
         process.terminate()
         try:

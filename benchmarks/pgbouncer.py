@@ -1,0 +1,228 @@
+"""What does PgBouncer in transaction mode cost steps, with and without
+prepared statements?
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/pgbouncer.py [--pgbouncer /path/to/pgbouncer-1.21+
+                                              --rounds 2 --sessions 400 --steps 20]
+
+The durable run of ``benchmarks/steps.py`` (real workers, no-op steps, each
+committed) four ways, interleaved round by round so that each way meets the
+same machine:
+
+- ``direct, prepared``: workers connect to PostgreSQL, the default;
+- ``direct, not prepared``: the same with ``RESUMABLE_DB_PREPARED_STATEMENTS=false``;
+- ``PgBouncer 1.18, not prepared``: the installed ``pgbouncer`` (Debian 12's
+  1.18) in transaction mode, which cannot keep prepared statements, so the
+  setting is off;
+- ``PgBouncer 1.2x, prepared``: a PgBouncer 1.21 or later (``--pgbouncer``,
+  or the installed one when it is that recent) in transaction mode with
+  ``max_prepared_statements = 200``, the setting on.
+
+A way whose PgBouncer is missing is left out and said so. Printed per way and
+round: steps/s and CPU per step (workers, PostgreSQL, Valkey, the benchmark
+process and, behind a PgBouncer, PgBouncer itself), then each way's best
+round against ``direct, prepared``'s.
+
+The benchmark and the database's own bookkeeping (polling, counters) talk to
+PostgreSQL directly; only the workers and the client that starts sessions go
+through PgBouncer, as in a deployment.
+
+``DATABASE_URL``/``REDIS_URL`` are used when set; otherwise embedded servers
+run under ``--home`` (default ``.resumable/bench-pgbouncer``). The tables are
+truncated and Redis is flushed: never point this at a database you care about.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import harness, steps
+from benchmarks.harness import Services, pgbouncer
+from benchmarks.harness.cpu import CpuMeter, CpuSample
+from benchmarks.harness.pg_counters import (
+    StatementStats,
+    calibrate_empty_query,
+    enable_pg_stat_statements,
+)
+from benchmarks.harness.report import add_deployment, bench_parser, context_lines, parse
+from resumable._internal import procfs
+
+PREPARED_SETTING = "RESUMABLE_DB_PREPARED_STATEMENTS"
+KEPT_PER_CONNECTION = 200  # max_prepared_statements: above the statements a worker prepares
+
+
+@dataclass(frozen=True)
+class Way:
+    label: str
+    prepared: bool
+    program: str | None = None  # a PgBouncer binary; None: straight to PostgreSQL
+
+
+class BouncerMeter(CpuMeter):
+    """A meter that also counts a PgBouncer's CPU, as one of the clients'
+    processes, and keeps its share apart."""
+
+    def __init__(self, inner: CpuMeter, bouncer_pid: int | None) -> None:
+        super().__init__(inner.servers)
+        self.bouncer_pid = bouncer_pid
+        self.bouncer_samples: list[float] = []
+
+    def sample(self, pids: list[int]) -> CpuSample:
+        if self.bouncer_pid is None:
+            return super().sample(pids)
+        self.bouncer_samples.append(procfs.cpu_seconds(self.bouncer_pid) or 0.0)
+        return super().sample([*pids, self.bouncer_pid])
+
+    def bouncer_seconds(self) -> float:
+        """The PgBouncer's CPU between the last two samples (a run's timed part)."""
+        if len(self.bouncer_samples) < 2:
+            return 0.0
+        return self.bouncer_samples[-1] - self.bouncer_samples[-2]
+
+
+@contextlib.contextmanager
+def prepared_setting(prepared: bool) -> Iterator[None]:
+    """The setting for every process started meanwhile, and this one's client."""
+    before = os.environ.get(PREPARED_SETTING)
+    os.environ[PREPARED_SETTING] = "true" if prepared else "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PREPARED_SETTING, None)
+        else:
+            os.environ[PREPARED_SETTING] = before
+
+
+def ways(args: argparse.Namespace) -> tuple[list[Way], list[str]]:
+    """The ways this machine can run, and why any other is left out."""
+    found: list[Way] = [Way("direct, prepared", True), Way("direct, not prepared", False)]
+    missing: list[str] = []
+    installed = pgbouncer.binary()
+    old = (
+        installed
+        if installed and not pgbouncer.keeps_prepared_statements(pgbouncer.version_of(installed))
+        else None
+    )
+    recent = args.pgbouncer or (installed if installed and old is None else None)
+    if old is not None:
+        found.append(Way(f"{pgbouncer.version_of(old)}, not prepared", False, old))
+    else:
+        missing.append("a PgBouncer older than 1.21 (Debian 12: apt-get install pgbouncer)")
+    if recent is not None:
+        version = pgbouncer.version_of(recent)
+        if not pgbouncer.keeps_prepared_statements(version):
+            raise SystemExit(
+                f"--pgbouncer {recent} is {version}: 1.21 or later keeps prepared ones"
+            )
+        found.append(Way(f"{version}, prepared", True, recent))
+    else:
+        missing.append("a PgBouncer 1.21 or later (--pgbouncer PATH)")
+    return found, missing
+
+
+def run_way(
+    args: argparse.Namespace,
+    services: Services,
+    way: Way,
+    context: tuple[StatementStats, int, Path, CpuMeter],
+) -> tuple[float, float, dict[str, float]]:
+    """One durable run: steps/s, CPU ms per step in all, and its parts."""
+    stats, empty_query_commits, log_dir, meter = context
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(prepared_setting(way.prepared))
+        through = services
+        bouncer_pid: int | None = None
+        if way.program is not None:
+            bouncer = stack.enter_context(
+                pgbouncer.running(
+                    services.database_url,
+                    program=way.program,
+                    pool_size=args.workers * args.threads + 8,
+                    prepared_statements=KEPT_PER_CONNECTION if way.prepared else 0,
+                )
+            )
+            through = dataclasses.replace(services, database_url=bouncer.url)
+            bouncer_pid = bouncer.pid
+        counted = BouncerMeter(meter, bouncer_pid)
+        result = steps.run_durable(args, through, stats, empty_query_commits, log_dir, counted)
+    cpu = result.cpu
+    assert cpu is not None
+    per_step = 1e3 / result.steps
+    bouncer_ms = counted.bouncer_seconds() * per_step
+    parts = {
+        "workers": (cpu.clients * per_step) - bouncer_ms,
+        "PgBouncer": bouncer_ms,
+        "postgres": cpu.postgres * per_step,
+        "valkey": cpu.valkey * per_step,
+        "benchmark": cpu.bench * per_step,
+    }
+    return result.rate, result.cpu_per_step * 1e3, parts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser(__doc__, "bench-pgbouncer", timeout=600.0)
+    add_deployment(parser, threads=8)
+    parser.add_argument("--sessions", type=int, default=400, help="sessions per run")
+    parser.add_argument("--steps", type=int, default=20, help="steps per session")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds")
+    parser.add_argument("--warm-up", type=int, default=100, help="untimed one-step sessions first")
+    parser.add_argument("--enqueue-threads", type=int, default=4, help="Client.start threads")
+    parser.add_argument("--pgbouncer", help="a PgBouncer 1.21 or later to run as well")
+    args = parse(parser, argv, ["sessions", "steps", "rounds", "workers", "threads"])
+    chosen, missing = ways(args)
+    results: dict[str, list[tuple[float, float, dict[str, float]]]] = {w.label: [] for w in chosen}
+    with harness.bench_services(args.home) as services:
+        for line in context_lines(services.where):
+            print(line)
+        for reason in missing:
+            print(f"# left out: {reason}")
+        stats = enable_pg_stat_statements(services.pg_url, args.home, services.own_database)
+        context = (
+            stats,
+            calibrate_empty_query(services.pg_url),
+            harness.log_dir_for(args.home),
+            CpuMeter.find(services.pg_url, services.redis_url),
+        )
+        print(
+            f"# {args.workers} workers x {args.threads} threads, {args.sessions} sessions x "
+            f"{args.steps} steps a run, {args.rounds} interleaved rounds"
+        )
+        for round_number in range(1, args.rounds + 1):
+            for way in chosen:
+                rate, cpu_ms, parts = run_way(args, services, way, context)
+                results[way.label].append((rate, cpu_ms, parts))
+                described = ", ".join(
+                    f"{name} {value:.3f}" for name, value in parts.items() if value
+                )
+                print(
+                    f"round {round_number}  {way.label:<34} {rate:8,.0f} steps/s  "
+                    f"{cpu_ms:.3f} ms CPU a step ({described})",
+                    flush=True,
+                )
+        harness.reset_data(services.pg_url, services.redis_url, steps.TRUNCATED, steps.TABLES)
+    baseline = max(results["direct, prepared"], key=lambda result: result[0])
+    print("\nbest round of each way, against direct, prepared:")
+    for label, runs in results.items():
+        rate, cpu_ms, _ = max(runs, key=lambda result: result[0])
+        rates = ", ".join(f"{run[0]:,.0f}" for run in runs)
+        print(
+            f"  {label:<34} {rate:8,.0f} steps/s ({rate / baseline[0]:.2f}x; rounds {rates}), "
+            f"{cpu_ms:.3f} ms CPU a step ({cpu_ms / baseline[1]:.2f}x)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
