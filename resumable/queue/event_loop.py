@@ -87,6 +87,8 @@ class EventLoopThread:
         self.busy_spells = 0
         self.starved_spells = 0
         self._noticed: dict[str, tuple[float, int]] = {}  # kind -> (said at, unsaid since)
+        self._root: asyncio.Task[None] | None = None  # see ``_start``
+        self._finished: asyncio.Future[None] | None = None  # ends the root task
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -104,12 +106,27 @@ class EventLoopThread:
             self._step_threads, thread_name_prefix="resumable-sync-step"
         )
         ready = threading.Event()
+        finished = loop.create_future()
+        self._finished = finished
+
+        async def root() -> None:
+            """The loop's one long-lived task, until ``stop``. anyio (which
+            PydanticAI and Starlette use to run sync code on threads) looks
+            for the task the loop was started with: found, it keeps its
+            worker threads for the loop's life. A loop run forever has no
+            such task, and then every ``to_thread`` call scanned all the
+            loop's tasks and tied a new thread to the short-lived task that
+            made the call (stopped when that task ended): a thread started
+            per sync call of a framework agent, with hundreds of sessions in
+            flight."""
+            await finished
 
         def run() -> None:
             asyncio.set_event_loop(loop)
             loop.call_soon(ready.set)
             loop.call_soon(self._tick, loop)
-            loop.run_forever()
+            self._root = loop.create_task(root(), name="resumable-event-loop-root")
+            loop.run_until_complete(self._root)
 
         self._thread = threading.Thread(target=run, name="resumable-event-loop", daemon=True)
         self._thread.start()
@@ -277,7 +294,11 @@ class EventLoopThread:
             return
 
         async def cancel_all() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            tasks = [
+                task
+                for task in asyncio.all_tasks()
+                if task is not asyncio.current_task() and task is not self._root
+            ]
             for task in tasks:
                 task.cancel()
             await asyncio.wait(tasks, timeout=timeout) if tasks else None
@@ -286,7 +307,7 @@ class EventLoopThread:
             asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(timeout + 1)
         except Exception:
             logger.warning("tasks still on the event loop at exit", exc_info=True)
-        loop.call_soon_threadsafe(loop.stop)
+        loop.call_soon_threadsafe(_settle, self._finished)
         self._thread.join(timeout)
         if self._watchdog is not None:
             self._watchdog.join(timeout)  # what it saw last is said (and counted)
@@ -296,6 +317,11 @@ class EventLoopThread:
             self._database.stop(timeout)
         if not self._thread.is_alive():
             loop.close()
+
+
+def _settle(future: asyncio.Future[None] | None) -> None:
+    if future is not None and not future.done():
+        future.set_result(None)
 
 
 @dataclass(frozen=True)
