@@ -18,10 +18,10 @@ worker`` processes running ``benchmarks/agents/bursts.py``.
    away; once all wait, one UPDATE makes every one due at the same instant T
    (the database's clock). Reported: the time from T until the last of them
    completed (``max(finished_at) - T``), wakes/s, and that time against N /
-   steps/s: the target is at most 1.3. "Woken in" is the time until the last
-   ``resumed`` audit event for timers and polls; a retry's wake writes none, so
-   for retries it is when this process's poll (every 0.25 s) first saw none
-   waiting, marked ``~``.
+   steps/s: the target is at most 1.3 (issue 38 asks 1.5 of timers). "Woken
+   in" is the time until the last ``resumed`` audit event for timers and
+   polls; a retry's wake writes none, so for retries it is when this
+   process's poll (every 0.25 s) first saw none waiting, marked ``~``.
 3. The CPU each process spent (the workers, the schedulers, PostgreSQL with all
    its children, Valkey, this process) per step in step 1 and per resumed
    session in step 2, counted from T: what a resume costs against a step.
@@ -74,6 +74,8 @@ from benchmarks.harness.report import add_deployment, bench_parser, command_line
 from resumable.broker.messages import enqueue_sessions
 
 TARGET_RATIO = 1.3
+#: Issue 38's target for timer bursts, a looser one than ``TARGET_RATIO``.
+TIMER_TARGET_RATIO = 1.5
 TABLES = ("sessions", "checkpoints", "audit_events", "callbacks", "deliveries")
 
 # Every suspended session of the agent falls due now: its timer (or its next
@@ -383,6 +385,7 @@ def run(args: argparse.Namespace, services: Services, stats: StatementStats) -> 
             f"{'direct':>9}{'x direct':>10}{'N/steps/s':>11}{'ratio':>7}"
         )
         worst = 0.0
+        worst_timers: float | None = None
         for kind in args.kinds:
             for size in args.sizes:
                 deployment.check_alive()
@@ -395,6 +398,8 @@ def run(args: argparse.Namespace, services: Services, stats: StatementStats) -> 
                 floor = size / rate
                 ratio = elapsed / floor
                 worst = max(worst, ratio)
+                if kind == "timer":
+                    worst_timers = max(worst_timers or 0.0, ratio)
                 label = f"{size:,} {KINDS[kind].plural}"
                 approximate = " " if KINDS[kind].resumed_event else "~"
                 print(
@@ -408,6 +413,12 @@ def run(args: argparse.Namespace, services: Services, stats: StatementStats) -> 
                 print(f"  server's work per resumed session, direct: {direct_work}")
         verdict = "PASS" if worst <= TARGET_RATIO else "MISS"
         print(f"target: every burst within {TARGET_RATIO:g}x N / steps/s: {verdict} ({worst:.2f})")
+        if worst_timers is not None:
+            verdict = "PASS" if worst_timers <= TIMER_TARGET_RATIO else "MISS"
+            print(
+                f"target (issue 38): every timer burst within {TIMER_TARGET_RATIO:g}x N / steps/s:"
+                f" {verdict} ({worst_timers:.2f})"
+            )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
