@@ -271,7 +271,8 @@ class EventLoopThread:
             )
             return
         try:
-            tasks = len(asyncio.all_tasks(loop))  # a copy made safe to take from here
+            # A copy made safe to take from here; the loop's own root task is not work.
+            tasks = len(asyncio.all_tasks(loop) - {self._root})
         except RuntimeError:  # the loop changed its tasks under every try
             tasks = 0
         logger.warning(
