@@ -111,7 +111,7 @@ class EventLoopThread:
 
         async def root() -> None:
             """The loop's one long-lived task, until ``stop``. anyio (which
-            PydanticAI and Starlette use to run sync code on threads) looks
+            PydanticAI, among others, uses to run sync code on threads) looks
             for the task the loop was started with: found, it keeps its
             worker threads for the loop's life. A loop run forever has no
             such task, and then every ``to_thread`` call scanned all the
