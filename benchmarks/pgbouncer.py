@@ -38,9 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import os
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,9 +55,6 @@ from benchmarks.harness.pg_counters import (
 )
 from benchmarks.harness.report import add_deployment, bench_parser, context_lines, parse
 from resumable._internal import procfs
-
-PREPARED_SETTING = "RESUMABLE_DB_PREPARED_STATEMENTS"
-KEPT_PER_CONNECTION = 200  # max_prepared_statements: above the statements a worker prepares
 
 
 @dataclass(frozen=True)
@@ -89,20 +84,6 @@ class BouncerMeter(CpuMeter):
         if len(self.bouncer_samples) < 2:
             return 0.0
         return self.bouncer_samples[-1] - self.bouncer_samples[-2]
-
-
-@contextlib.contextmanager
-def prepared_setting(prepared: bool) -> Iterator[None]:
-    """The setting for every process started meanwhile, and this one's client."""
-    before = os.environ.get(PREPARED_SETTING)
-    os.environ[PREPARED_SETTING] = "true" if prepared else "false"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(PREPARED_SETTING, None)
-        else:
-            os.environ[PREPARED_SETTING] = before
 
 
 def ways(args: argparse.Namespace) -> tuple[list[Way], list[str]]:
@@ -141,7 +122,7 @@ def run_way(
     """One durable run: steps/s, CPU ms per step in all, and its parts."""
     stats, empty_query_commits, log_dir, meter = context
     with contextlib.ExitStack() as stack:
-        stack.enter_context(prepared_setting(way.prepared))
+        stack.enter_context(pgbouncer.prepared_setting(way.prepared))
         through = services
         bouncer_pid: int | None = None
         if way.program is not None:
@@ -150,7 +131,7 @@ def run_way(
                     services.database_url,
                     program=way.program,
                     pool_size=args.workers * args.threads + 8,
-                    prepared_statements=KEPT_PER_CONNECTION if way.prepared else 0,
+                    prepared_statements=pgbouncer.KEPT_PER_CONNECTION if way.prepared else 0,
                 )
             )
             through = dataclasses.replace(services, database_url=bouncer.url)

@@ -684,39 +684,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def through_pgbouncer(
     args: argparse.Namespace, services: Services, stack: contextlib.ExitStack
-) -> tuple[Services, dict[str, str], int | None]:
+) -> tuple[Services, int | None]:
     """With ``--pgbouncer``: the services as the deployment reaches them through
     a PgBouncer in transaction mode (prepared statements kept where it can,
-    the setting off where it cannot), the setting, and its pid."""
+    the setting off where it cannot, for every process the run starts), and
+    its pid."""
     if args.pgbouncer is None:
-        return services, {}, None
+        return services, None
     keeps = pgbouncer.keeps_prepared_statements(pgbouncer.version_of(args.pgbouncer))
+    stack.enter_context(pgbouncer.prepared_setting(keeps))
     bouncer = stack.enter_context(
         pgbouncer.running(
             services.database_url,
             program=args.pgbouncer,
             pool_size=args.workers * (args.threads + 2) + 12,
-            prepared_statements=200 if keeps else 0,
+            prepared_statements=pgbouncer.KEPT_PER_CONNECTION if keeps else 0,
         )
     )
     print(f"through {bouncer.version} in transaction mode, prepared statements {keeps}")
-    setting = {"RESUMABLE_DB_PREPARED_STATEMENTS": "true" if keeps else "false"}
-    os.environ.update(setting)  # this process's own client too
-    return dataclasses.replace(services, database_url=bouncer.url), setting, bouncer.pid
+    return dataclasses.replace(services, database_url=bouncer.url), bouncer.pid
 
 
 def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
     harness.reset_data(services.pg_url, services.redis_url, TRUNCATED)
-    stack = contextlib.ExitStack()
-    services, setting, bouncer = through_pgbouncer(args, services, stack)
     env = harness.worker_env(
         args.threads,
         RESUMABLE_API_TOKENS="bench-" + secrets.token_hex(16),
         RESUMABLE_WEBHOOK_SECRET=new_secret(),
-        **setting,
     )
     servers = ServerPids.find(services.pg_url, services.redis_url)
-    with stack, BenchDeployment(services, log_dir, env) as deployment:
+    with contextlib.ExitStack() as stack:  # a PgBouncer outlives the processes using it
+        services, bouncer = through_pgbouncer(args, services, stack)
+        deployment = stack.enter_context(BenchDeployment(services, log_dir, env))
         sender = start_deployment(args, deployment)
         print(f"web on {deployment.url}, {args.workers} workers x {args.threads} threads")
         with (

@@ -78,11 +78,39 @@ def keeps_prepared_statements(version: str) -> bool:
     return bool(found and (int(found[1]), int(found[2])) >= (1, 21))
 
 
+#: ``max_prepared_statements`` a benchmark asks of a PgBouncer that can keep
+#: them: above the statements a worker prepares.
+KEPT_PER_CONNECTION = 200
+PREPARED_SETTING = "RESUMABLE_DB_PREPARED_STATEMENTS"
+
+
 def version_of(program: str) -> str:
-    """The first line of ``pgbouncer --version``: ``PgBouncer 1.18.0``."""
-    return subprocess.run(
-        [program, "--version"], capture_output=True, text=True, check=True, timeout=10
-    ).stdout.split("\n", 1)[0]
+    """The first line of ``pgbouncer --version``: ``PgBouncer 1.18.0``.
+    SystemExit naming `program` when it is not a PgBouncer that runs."""
+    try:
+        line = subprocess.run(
+            [program, "--version"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.split("\n", 1)[0]
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SystemExit(f"{program}: cannot run it as PgBouncer ({exc})") from None
+    if not line.startswith("PgBouncer "):
+        raise SystemExit(f"{program}: not a PgBouncer (its --version says {line!r})")
+    return line
+
+
+@contextlib.contextmanager
+def prepared_setting(prepared: bool) -> Iterator[None]:
+    """``RESUMABLE_DB_PREPARED_STATEMENTS`` for every process started
+    meanwhile and this one's clients, as it was afterwards."""
+    before = os.environ.get(PREPARED_SETTING)
+    os.environ[PREPARED_SETTING] = "true" if prepared else "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PREPARED_SETTING, None)
+        else:
+            os.environ[PREPARED_SETTING] = before
 
 
 def _prepared_statements(version: str, keep: int) -> list[str]:
