@@ -326,6 +326,33 @@ def test_callbacks_refuse_an_empty_body_and_a_signed_non_utf8_one_and_stay_open(
     assert api.post(path, content=body, headers=signed_bytes(body)).status_code == 202
 
 
+def test_a_token_with_another_sessions_prefix_or_a_made_up_secret_is_404(
+    api: TestClient, db: Database, world: dict[str, str]
+) -> None:
+    """A callback token is its session's id in hex and a secret: neither half
+    alone opens a callback, and a NUL byte or a near-copy changes nothing."""
+    token = world["token"]
+    prefix, secret = token[:32], token[32:]
+    assert prefix == uuid.UUID(world["session_id"]).hex
+    before = snapshot(db)
+    body = b'{"approved": true}'
+    for forged in (
+        uuid.uuid4().hex + secret,  # the real secret under another session
+        prefix + "A" * len(secret),  # the real session with a made-up secret
+        prefix + secret[:-1] + ("B" if secret[-1] != "B" else "C"),  # one character off
+        secret,  # the secret alone, as a token made before prefixes
+    ):
+        answer = api.post(f"/v1/callbacks/{forged}", content=body, headers=signed_bytes(body))
+        assert (answer.status_code, answer.json()["error"]["code"]) == (404, "not_found"), forged
+    nul = api.post(f"/v1/callbacks/{prefix}%00{secret}", content=body, headers=signed_bytes(body))
+    assert 400 <= nul.status_code < 500
+    assert snapshot(db) == before
+    assert (
+        api.post(f"/v1/callbacks/{token}", content=body, headers=signed_bytes(body)).status_code
+        == 202
+    )
+
+
 def test_a_delivery_id_reused_for_another_body_is_409(
     api: TestClient, client: Client, world: dict[str, str]
 ) -> None:
