@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
 
 from benchmarks import harness
 from benchmarks.harness.report import bench_parser, context_lines, parse
-from resumable.broker.redis import build_broker
+from resumable.broker.choice import build_broker
 from resumable.client import Client
 from resumable.models import agent_queries
 from resumable.models.database import Database

@@ -35,7 +35,7 @@ from prometheus_client import generate_latest
 
 from benchmarks import harness
 from benchmarks.harness.report import bench_parser, parse
-from resumable.broker.redis import build_broker
+from resumable.broker.choice import build_broker
 from resumable.models import metrics_queries
 from resumable.models.database import Database
 from resumable.webhooks.metrics import Metrics

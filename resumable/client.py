@@ -213,7 +213,7 @@ class Client:
         self._owned.callback(db.close)
 
         def make_broker() -> dramatiq.Broker:
-            from resumable.broker.redis import build_broker
+            from resumable.broker.choice import build_broker
 
             broker = build_broker(settings, urls.redis_url)
             self._owned.callback(broker.close)
@@ -771,9 +771,9 @@ class Client:
         from resumable.services.rate_limits import rate_limits
 
         count = arguments.count(limit, "limit", maximum=1000)
-        redis_client = getattr(self.broker, "client", None)
-        if redis_client is None:  # not a Redis broker: there is no shared line to read
-            raise ConfigurationError("rate limits live in Redis; this client's broker is not one")
+        redis_client = getattr(self.broker, "rate_store", None)
+        if redis_client is None:  # a plain dramatiq broker: no shared line to read
+            raise ConfigurationError("rate limits live in Redis; this client's broker has none")
         return rate_limits(self.db, redis_client, NAMESPACE, self.settings.queue_name, limit=count)
 
     # -- schedules -------------------------------------------------------------------

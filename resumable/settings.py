@@ -45,6 +45,13 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("REDIS_URL", "RESUMABLE_REDIS_URL"),
         description="Redis URL. Unset: an embedded Valkey server is started under `home`.",
     )
+    broker_url: str | None = Field(
+        default=None,
+        description="The broker that carries queue messages. Unset: Redis at `REDIS_URL`. "
+        "An `amqp://` or `amqps://` URL: RabbitMQ (several nodes separated by `;`); Redis "
+        "(`REDIS_URL`, or the embedded one) then keeps only rate limits' turns and is "
+        "connected on a rate-limited call's first turn.",
+    )
     home: Path = Field(
         default=Path(".resumable"),
         description="Directory for local data: embedded servers' data, pid files, logs.",
@@ -313,7 +320,7 @@ class Settings(BaseSettings):
             raise ValueError("must not end in .high or .low (the queue's priority lanes)")
         return value
 
-    @field_validator("database_url", "redis_url", "alert_webhook_url", mode="before")
+    @field_validator("database_url", "redis_url", "broker_url", "alert_webhook_url", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         """`DATABASE_URL=` in an env file means "not set", as it always has."""
@@ -328,6 +335,11 @@ class Settings(BaseSettings):
     @classmethod
     def _redis_url(cls, value: str | None) -> str | None:
         return None if value is None else checked_redis_url(value)
+
+    @field_validator("broker_url")
+    @classmethod
+    def _amqp_url(cls, value: str | None) -> str | None:
+        return None if value is None else checked_amqp_url(value)
 
     @field_validator("public_url", "alert_webhook_url")
     @classmethod
@@ -417,6 +429,34 @@ def checked_redis_url(value: str) -> str:
     if scheme not in {"redis", "rediss", "unix"}:
         raise ValueError("must be a redis://, rediss:// or unix:// URL")
     _check_redis_url(value, scheme)
+    return value
+
+
+_AMQP_SCHEMES = ("amqp", "amqps")
+
+
+def is_amqp_url(url: str | None) -> bool:
+    """Whether `url` names RabbitMQ (RESUMABLE_BROKER_URL)."""
+    return url is not None and url.split("://", 1)[0] in _AMQP_SCHEMES
+
+
+def checked_amqp_url(value: str) -> str:
+    """RESUMABLE_BROKER_URL as settings take it; ValueError saying what is wrong."""
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
+        raise ValueError("must not contain control characters")
+    for one in value.split(";"):
+        parts = urlsplit(one)
+        if parts.scheme not in _AMQP_SCHEMES or not parts.hostname:
+            raise ValueError("must be an amqp:// or amqps:// URL with a host")
+        _split_port(parts)
+        import pika  # only when RabbitMQ is named: what pika refuses fails now, not at a send
+
+        try:
+            pika.URLParameters(one)
+        except ValueError as exc:
+            # pika's words name the option, and quote only its value.
+            option = str(exc).split(":", 1)[0].split(" value ", 1)[0]
+            raise ValueError(f"pika cannot read it: {option}") from None
     return value
 
 

@@ -30,7 +30,7 @@ from starlette.applications import Starlette
 from resumable._internal import procfs
 from resumable._internal.database_urls import libpq_url, sqlalchemy_url
 from resumable._internal.embedded import ServiceURLs, service_urls
-from resumable.broker.redis import build_broker
+from resumable.broker.choice import build_broker
 from resumable.client import Client
 from resumable.dev import processes
 from resumable.dev.processes import Deployment, Process

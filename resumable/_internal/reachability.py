@@ -20,7 +20,9 @@ any refusal was before.
 from __future__ import annotations
 
 import re
+import sys
 from typing import Literal
+from urllib.parse import unquote, urlsplit
 
 import psycopg
 import psycopg.errors
@@ -152,8 +154,24 @@ def redis_location(url: str) -> str:
     return f"{parsed.host or 'localhost'}:{parsed.port or 6379}/{parsed.database or 0}"
 
 
+def rabbitmq_location(url: str) -> str:
+    """``host:port/vhost`` of the first node named: never the password."""
+    first = url.split(";", 1)[0]
+    try:
+        parts = urlsplit(first)
+        port = parts.port or (5671 if parts.scheme == "amqps" else 5672)
+    except ValueError:
+        return "an unparsable URL"
+    vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
+    return f"{parts.hostname or 'localhost'}:{port} (vhost {vhost!r})"
+
+
 def reason(exc: BaseException) -> str:
     """The server's or the network's own words, on one line."""
+    inner = exc.args[0] if exc.args else None
+    for candidate in (exc, inner):  # dramatiq wraps pika's errors in its ConnectionClosed
+        if isinstance(candidate, BaseException) and type(candidate).__module__.startswith("pika"):
+            return amqp_reason(candidate)
     if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.orig is not None:
         exc = exc.orig
     text = str(exc).strip() or type(exc).__name__
@@ -183,6 +201,9 @@ def which_server(exc: BaseException) -> Server | None:
         return "database"
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError | BrokerConnectionError):
         return "redis"
+    pika = sys.modules.get("pika.exceptions")  # RabbitMQ's, once anything loaded them
+    if pika is not None and isinstance(exc, pika.AMQPConnectionError | pika.AMQPChannelError):
+        return "redis"
     return None
 
 
@@ -202,6 +223,51 @@ def probe_database(url: str, setting: str = "DATABASE_URL", timeout: float = PRO
         raise ServiceUnreachableError(
             f"cannot connect to PostgreSQL at {database_location(url)} "
             f"(database {_database_name(url)!r}, {setting}): {why}",
+            reason=why,
+        ) from exc
+
+
+def amqp_reason(exc: BaseException) -> str:
+    """What pika's error says, on one line: pika wraps the socket's error
+    (``AMQPConnectionError(AMQPConnectorSocketConnectError(ConnectionRefusedError(...)))``),
+    and the server's refusals carry a reply text ("ACCESS_REFUSED - ...")."""
+    while True:
+        inner = exc.args[0] if exc.args else getattr(exc, "exception", None)
+        if not isinstance(inner, BaseException):
+            break
+        exc = inner
+    text = getattr(exc, "reply_text", None)
+    if isinstance(text, str) and text:
+        return " ".join(text.split())
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    # A refusal at login comes as text: "ConnectionClosedByBroker: (403) 'ACCESS_REFUSED - ...'"
+    quoted = re.search(r"\(\d+\) '([^']+)'", str(exc))
+    if quoted:
+        return quoted.group(1)
+    return reason(exc) if str(exc).strip() else type(exc).__name__
+
+
+def probe_rabbitmq(
+    url: str, setting: str = "RESUMABLE_BROKER_URL", timeout: float = PROBE_TIMEOUT
+) -> None:
+    """Open an AMQP connection once; raise ServiceUnreachableError naming
+    `setting` if that fails (refused, unreachable, a bad login or vhost)."""
+    import pika
+    import pika.exceptions
+
+    try:
+        parameters = []
+        for one in url.split(";"):
+            params = pika.URLParameters(one)
+            params.socket_timeout = params.stack_timeout = timeout
+            params.blocked_connection_timeout = timeout
+            parameters.append(params)
+        pika.BlockingConnection(parameters).close()
+    except (pika.exceptions.AMQPError, OSError, ValueError) as exc:
+        why = amqp_reason(exc)
+        raise ServiceUnreachableError(
+            f"cannot connect to RabbitMQ at {rabbitmq_location(url)} ({setting}): {why}",
             reason=why,
         ) from exc
 

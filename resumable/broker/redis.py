@@ -79,13 +79,8 @@ def build_broker(settings: Settings, redis_url: str) -> WakingRedisBroker:
     session from PostgreSQL once its lease expires. The one middleware kept,
     ``CurrentMessage``, only sets a context variable per message.
     """
-    pool = redis.ConnectionPool.from_url(
-        redis_url,
-        socket_timeout=REDIS_TIMEOUT_SECONDS,
-        socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
-    )
     broker = WakingRedisBroker(
-        connection_pool=pool,
+        connection_pool=_pool(redis_url),
         namespace=NAMESPACE,
         heartbeat_timeout=settings.heartbeat_timeout_ms,
         maintenance_chance=settings.maintenance_chance,
@@ -96,6 +91,25 @@ def build_broker(settings: Settings, redis_url: str) -> WakingRedisBroker:
     # variable set per message, nothing more.
     broker.add_middleware(CurrentMessage())
     return broker
+
+
+def _pool(redis_url: str) -> redis.ConnectionPool:
+    return redis.ConnectionPool.from_url(
+        redis_url,
+        socket_timeout=REDIS_TIMEOUT_SECONDS,
+        socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+    )
+
+
+def redis_client(redis_url: str) -> redis.Redis:
+    """A client with the timeouts every sender's has (rate limits' turns
+    when RabbitMQ carries the messages, ``broker/rabbitmq.py``)."""
+    return redis.Redis(connection_pool=_pool(redis_url))
+
+
+# Set in Redis by the reconciler; gone means Redis lost its keys (flushed, or
+# restarted without persistence) and every queue message with them.
+MARKER_KEY = f"{NAMESPACE}:reconciler-marker"
 
 
 class WakingRedisBroker(RedisBroker):
@@ -120,6 +134,30 @@ class WakingRedisBroker(RedisBroker):
     def stop_fetching(self) -> None:
         """This process is stopping: its consumers take no more messages."""
         self.fetching.clear()
+
+    @property
+    def rate_store(self) -> redis.Redis:
+        """Where rate limits keep their turns: this Redis."""
+        return self.client
+
+    def ping(self) -> None:
+        self.client.ping()
+
+    def queue_depths(self, names: Sequence[str]) -> dict[str, int]:
+        """Messages waiting in each queue (not yet fetched by a worker)."""
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.llen(f"{self.namespace}:{name}")
+        return {name: int(depth) for name, depth in zip(names, pipe.execute(), strict=True)}
+
+    def messages_lost(self) -> bool:
+        """Whether Redis lost its keys since the last call (also true on the
+        first call against a fresh Redis). Atomic, so of several schedulers
+        one sees it."""
+        return bool(self.client.set(MARKER_KEY, "1", nx=True))
+
+    def forget_marker(self) -> None:
+        self.client.delete(MARKER_KEY)
 
     def enqueue(self, message: Message[Any], *, delay: int | None = None) -> Message[Any]:
         if delay is not None:

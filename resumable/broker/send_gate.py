@@ -112,7 +112,6 @@ def gate_of(broker: dramatiq.Broker) -> SendGate:
         with _gates_lock:
             gate = _gates.get(broker)
             if gate is None:
-                client = getattr(broker, "client", None)
-                ping = getattr(client, "ping", None)
+                ping = getattr(broker, "ping", None)
                 gate = _gates[broker] = SendGate(ping if callable(ping) else None)
     return gate

@@ -22,7 +22,6 @@ import psycopg
 from resumable._internal.embedded import ServiceURLs, service_urls
 from resumable._internal.reachability import (
     probe_database,
-    probe_redis,
     refused,
 )
 from resumable.agent import AgentRegistry
@@ -64,7 +63,7 @@ def connected(
 
         def make_broker() -> dramatiq.Broker:
             """Only a command that sends pays for the broker's libraries."""
-            from resumable.broker.redis import build_broker
+            from resumable.broker.choice import build_broker
 
             built.append(build_broker(settings, urls.redis_url))
             return built[-1]
@@ -91,7 +90,9 @@ def check_servers(
     configured = settings.database_url is not None
     probe_database(urls.database_url, "DATABASE_URL" if configured else "the embedded server")
     if broker:
-        probe_redis(urls.redis_url, "REDIS_URL" if settings.redis_url else "the embedded server")
+        from resumable.broker.choice import broker_probe
+
+        broker_probe(settings, urls.redis_url)[2]()
     if not configured:
         if migrate_embedded:
             from resumable.models import migrate

@@ -29,7 +29,8 @@ from pathlib import Path
 from rich.console import Console
 
 from resumable._internal.embedded import ServiceURLs, service_urls
-from resumable.broker.redis import build_broker
+from resumable._internal.reachability import rabbitmq_location
+from resumable.broker.choice import build_broker
 from resumable.client import Client
 from resumable.demo import preflight, proof, timeline
 from resumable.demo.deadline import Deadline, DemoError
@@ -40,7 +41,7 @@ from resumable.dev.processes import Deployment, ProcessExitedError, free_port
 from resumable.dev.signals import StoppedBySignalError, StopRequests
 from resumable.models import migrate
 from resumable.models.database import Database
-from resumable.settings import Settings
+from resumable.settings import Settings, is_amqp_url
 
 __all__ = ["run_demo"]
 
@@ -68,12 +69,20 @@ def run_demo(settings: Settings, console: Console) -> int:
         try:
             with service_urls(settings.database_url, settings.redis_url, settings.home_dir) as urls:
                 stop.check()
-                where = "configured" if settings.database_url else "embedded"
-                console.print(f"PostgreSQL and Redis: {where} servers", highlight=False)
+                console.print(_servers_line(settings), highlight=False)
                 return _run(settings, urls, console, clock, started)
         except StoppedBySignalError as exc:
             console.print(f"[red]demo {exc}[/]; its processes are stopped", highlight=False)
             return 128 + exc.signum
+
+
+def _servers_line(settings: Settings) -> str:
+    """Which servers the demo runs on (never a password)."""
+    where = "configured" if settings.database_url else "embedded"
+    if settings.broker_url is None or not is_amqp_url(settings.broker_url):
+        return f"PostgreSQL and Redis: {where} servers"
+    broker = rabbitmq_location(settings.broker_url)
+    return f"PostgreSQL: {where} server; broker: RabbitMQ at {broker} (RESUMABLE_BROKER_URL)"
 
 
 def _run(

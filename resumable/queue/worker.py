@@ -36,10 +36,11 @@ from resumable._internal.redaction import Redactor
 from resumable._internal.startup_heap import freeze_startup_heap
 from resumable._internal.stop_signals import StopSignals
 from resumable.agent import AgentRegistry
+from resumable.broker.choice import AnyBroker, build_broker
 from resumable.broker.lanes import lanes
 from resumable.broker.messages import SESSION_ACTOR, enqueue_after_commit
 from resumable.broker.rate_limiter import RateLimiter
-from resumable.broker.redis import NAMESPACE, WakingRedisBroker, build_broker
+from resumable.broker.redis import NAMESPACE
 from resumable.models import agent_queries, session_queries, step_ops
 from resumable.models.database import Database
 from resumable.priorities import Routed
@@ -86,7 +87,7 @@ class WorkerRuntime:
 
     settings: Settings
     db: Database
-    broker: WakingRedisBroker
+    broker: AnyBroker
     registry: AgentRegistry
     identity: WorkerIdentity
     keeper: LeaseKeeper
@@ -132,7 +133,7 @@ def build_runtime(
         loop=loop,
         redactor=Redactor(settings.redact_keys),
         turns=RateTurns(
-            RateLimiter(broker.client, NAMESPACE, settings.queue_name),
+            RateLimiter(broker.rate_store, NAMESPACE, settings.queue_name),
             stopping=lambda: shutdown.stopping,
         ),
     )
@@ -376,7 +377,7 @@ def _say_what_the_stop_waits_for(held: list[ActiveRun], limit: float) -> None:
     )
 
 
-def _return_unstarted(broker: WakingRedisBroker, worker: dramatiq.Worker) -> int:
+def _return_unstarted(broker: AnyBroker, worker: dramatiq.Worker) -> int:
     """Return messages dramatiq had queued in memory for this process's threads
     (what ``Worker.stop`` does at its very end, done first so that other
     workers start them now rather than after this one's steps finish)."""

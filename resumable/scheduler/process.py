@@ -31,13 +31,11 @@ from resumable._internal.reachability import (
     PROBE_TIMEOUT,
     database_location,
     probe_database,
-    probe_redis,
-    redis_location,
 )
 from resumable._internal.startup_heap import freeze_startup_heap
 from resumable._internal.stop_signals import StopSignals
 from resumable.agent import AgentRegistry
-from resumable.broker.redis import build_broker
+from resumable.broker.choice import broker_probe, build_broker
 from resumable.models.database import Database
 from resumable.scheduler.jobs import SchedulerJobs
 from resumable.scheduler.outages import Dependency, Outages
@@ -87,7 +85,7 @@ def run_scheduler(
                 database_location(database_url),
                 partial(probe_database, database_url, "DATABASE_URL"),
             ),
-            Dependency("redis", redis_location(redis_url), partial(probe_redis, redis_url)),
+            Dependency("redis", *broker_probe(settings, redis_url)[1:]),
         ],
         first_delay=interval,
         max_delay=min(MAX_BACKOFF_SECONDS, interval * MAX_BACKOFF_INTERVALS),

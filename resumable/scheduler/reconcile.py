@@ -24,10 +24,8 @@ import uuid
 from dataclasses import dataclass, field
 
 import dramatiq
-from dramatiq.brokers.redis import RedisBroker
 
 from resumable.broker.messages import enqueue_sessions
-from resumable.broker.redis import NAMESPACE
 from resumable.models import session_queries, step_ops
 from resumable.models.database import Database
 from resumable.models.status import SessionStatus
@@ -37,9 +35,6 @@ from resumable.settings import Settings
 logger = logging.getLogger(__name__)
 
 
-# Set in Redis by the reconciler; gone means Redis lost its keys (flushed, or
-# restarted without persistence) and every queue message with them.
-MARKER_KEY = f"{NAMESPACE}:reconciler-marker"
 # How many pending sessions one pass brings back after Redis lost its keys
 # (a normal pass takes `limit`; the grace period spreads the rest).
 RESET_LIMIT = 100_000
@@ -62,14 +57,14 @@ class ReconcileReport:
 def broker_was_reset(broker: dramatiq.Broker) -> bool:
     """Whether Redis lost its keys since the last call (also true on the first
     call against a fresh Redis). Atomic, so of several schedulers one sees it."""
-    if not isinstance(broker, RedisBroker):
-        return False
-    return bool(broker.client.set(MARKER_KEY, "1", nx=True))
+    lost = getattr(broker, "messages_lost", None)
+    return bool(lost()) if lost is not None else False
 
 
 def forget_marker(broker: dramatiq.Broker) -> None:
-    if isinstance(broker, RedisBroker):
-        broker.client.delete(MARKER_KEY)
+    forget = getattr(broker, "forget_marker", None)
+    if forget is not None:
+        forget()
 
 
 def reconcile(

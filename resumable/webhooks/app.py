@@ -22,7 +22,7 @@ from starlette.types import ASGIApp
 
 from resumable._internal.embedded import service_urls
 from resumable.agent import AgentRegistry
-from resumable.broker.redis import build_broker
+from resumable.broker.choice import build_broker
 from resumable.client import Client
 from resumable.models.database import Database
 from resumable.services.inbox import Inbox

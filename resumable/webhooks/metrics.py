@@ -174,22 +174,23 @@ class DatabaseCollector(Collector):
         yield from families.values()
 
     def _queue_depth(self) -> GaugeMetricFamily | None:
-        """Messages waiting in Redis (not yet fetched by a worker), and delayed
-        ones (retries and hand-backs not due yet); left out if Redis is down."""
-        client = getattr(self.broker, "client", None)
-        if client is None or self.queue is None:
+        """Messages waiting in the broker (not yet fetched by a worker), and
+        delayed ones (retries and hand-backs not due yet; on RabbitMQ, those
+        a worker holds until due are not counted); left out if the broker is
+        down."""
+        depths_of = getattr(self.broker, "queue_depths", None)
+        if depths_of is None or self.queue is None:
             return None
-        namespace = getattr(self.broker, "namespace", "dramatiq")
         depth = GaugeMetricFamily(
             "resumable_queue_depth",
-            "Queue messages waiting in Redis for a worker, by queue: its priority lanes"
+            "Queue messages waiting in the broker for a worker, by queue: its priority lanes"
             " (`.high`, `.low`; normal: the queue itself) and `.DQ`, the delayed ones.",
             labels=["queue"],
         )
         try:
-            for name in (*lanes(self.queue), dq_name(self.queue)):
-                depth.add_metric([name], float(client.llen(f"{namespace}:{name}")))
-        except Exception as exc:  # Redis down: the rest of the scrape still answers
+            for name, count in depths_of([*lanes(self.queue), dq_name(self.queue)]).items():
+                depth.add_metric([name], float(count))
+        except Exception as exc:  # the broker down: the rest of the scrape still answers
             logger.warning("queue depth not read: %s", exc, extra={"action": "metrics_redis"})
             return None
         return depth

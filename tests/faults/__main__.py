@@ -38,6 +38,7 @@ the scheduler wakes the probes' timers. Exit status 1 if anything fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -52,12 +53,13 @@ from benchmarks.harness import (
     reset_data,
 )
 from benchmarks.harness.report import context_lines
+from resumable.dev.disposable_rabbitmq import DisposableRabbitMQ
 from resumable.dev.disposable_redis import DisposableRedis
 from resumable.dev.processes import Deployment
 from tests.faults.callbacks import CallbackSender
 from tests.faults.fleet import Fleet
 from tests.faults.ledger import Ledger
-from tests.faults.matrix import FAULTS, Matrix, PhaseResult
+from tests.faults.matrix import FAULTS, RABBITMQ_FAULTS, Matrix, PhaseResult
 from tests.tables import RUNTIME_TABLES
 
 SECRET = "whsec_" + "ZmF1bHQtbWF0cml4LXNlY3JldC0wMTIzNDU2Nzg5YWI="
@@ -66,13 +68,13 @@ TOKEN = "fault-matrix-token-0123456789"
 
 def report(results: list[PhaseResult]) -> bool:
     print(
-        f"\n{'fault':<16} {'sessions':>8} {'in flight':>9} {'lost':>5} {'2 keys':>6}"
+        f"\n{'fault':<20} {'sessions':>8} {'in flight':>9} {'lost':>5} {'2 keys':>6}"
         f" {'gaps':>5} {'fault s':>8} {'done s':>7}  consuming after"
     )
     for r in results:
         consuming = "every process" if not r.not_consuming else "NO"
         print(
-            f"{r.fault:<16} {r.sessions:>8} {r.in_flight_at_fault:>9} {len(r.lost):>5}"
+            f"{r.fault:<20} {r.sessions:>8} {r.in_flight_at_fault:>9} {len(r.lost):>5}"
             f" {r.two_keys:>6} {len(r.gaps):>5} {r.fault_seconds:>8.1f}"
             f" {r.recovered_seconds:>7.1f}  {consuming}"
         )
@@ -100,7 +102,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m tests.faults", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--short", action="store_true", help="CI's form: smaller batches")
-    parser.add_argument("--only", default="", help=f"comma-separated, of: {', '.join(FAULTS)}")
+    parser.add_argument(
+        "--only", default="", help=f"comma-separated, of: {', '.join(FAULTS + RABBITMQ_FAULTS)}"
+    )
+    parser.add_argument(
+        "--broker",
+        choices=["redis", "rabbitmq"],
+        default="redis",
+        help="what carries the messages: a Redis of the matrix's own, or a RabbitMQ node"
+        " of its own (rabbitmq-server must be installed); Redis's faults become RabbitMQ's",
+    )
     add_workload_arguments(parser, lease=2.0)
     parser.add_argument("--kills", type=int, default=None)
     parser.add_argument("--kill-every", type=float, default=1.0)
@@ -108,10 +119,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.sessions = args.sessions or (24 if args.short else 60)
     args.kills = args.kills or (4 if args.short else 12)
-    wanted = [name for name in args.only.split(",") if name] or FAULTS
-    unknown = [name for name in wanted if name not in FAULTS]
+    known = RABBITMQ_FAULTS if args.broker == "rabbitmq" else FAULTS
+    wanted = [name for name in args.only.split(",") if name] or known
+    unknown = [name for name in wanted if name not in known]
     if unknown:
-        parser.error(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
+        parser.error(
+            f"unknown fault(s) {', '.join(unknown)} with {args.broker}; known: {', '.join(known)}"
+        )
     args.faults = wanted
     return args
 
@@ -119,13 +133,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
-    with DisposableRedis(args.home / "valkey") as own_redis:
+    with contextlib.ExitStack() as stack:
+        own_redis = stack.enter_context(DisposableRedis(args.home / "valkey"))
         os.environ["REDIS_URL"] = own_redis.url  # the matrix's own, to kill and start again
-        with bench_services(args.home) as services:
-            reset_data(services.pg_url, own_redis.url, RUNTIME_TABLES)
-            for line in context_lines(services.where.replace("embedded Valkey", own_redis.url)):
-                print(line)
-            results = run(args, services, own_redis)
+        rabbitmq = None
+        if args.broker == "rabbitmq":
+            rabbitmq = stack.enter_context(DisposableRabbitMQ(args.home / "rabbitmq"))
+            os.environ["RESUMABLE_BROKER_URL"] = rabbitmq.url
+        services = stack.enter_context(bench_services(args.home))
+        reset_data(services.pg_url, own_redis.url, RUNTIME_TABLES)
+        for line in context_lines(services.where.replace("embedded Valkey", own_redis.url)):
+            print(line)
+        if rabbitmq is not None:
+            print(f"  broker: RabbitMQ node {rabbitmq.node} at {rabbitmq.url}")
+        results = run(args, services, own_redis, rabbitmq)
     ok = report(results)
     print(
         f"\n{'OK' if ok else 'FAILED'}: {len(results)} faults in {time.monotonic() - started:.0f} s"
@@ -134,7 +155,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(
-    args: argparse.Namespace, services: Services, own_redis: DisposableRedis
+    args: argparse.Namespace,
+    services: Services,
+    own_redis: DisposableRedis,
+    rabbitmq: DisposableRabbitMQ | None = None,
 ) -> list[PhaseResult]:
     log_dir = log_dir_for(args.home)
     print(f"  logs in {log_dir}")
@@ -153,7 +177,7 @@ def run(
         fleet.add_worker(2)
         sender = CallbackSender(services.pg_url, fleet.web_url, SECRET)
         sender.start()
-        matrix = Matrix(args, services, own_redis, fleet, client, ledger)
+        matrix = Matrix(args, services, own_redis, fleet, client, ledger, rabbitmq)
         try:
             results = run_phases(matrix, args.faults)
         finally:
@@ -167,7 +191,9 @@ def deployment_env(args: argparse.Namespace, database_url: str, redis_url: str) 
     """The environment of every process of the deployment: leases, heartbeats
     and the scheduler's pass short, so that a fault's effects (a takeover, a
     redelivery, a reconciled session) show within seconds, not minutes."""
+    broker = os.environ.get("RESUMABLE_BROKER_URL")
     return {
+        **({"RESUMABLE_BROKER_URL": broker} if broker else {}),
         "DATABASE_URL": database_url,
         "REDIS_URL": redis_url,
         "PYTHONPATH": str(ROOT),

@@ -22,7 +22,10 @@ import psycopg
 import redis
 
 from benchmarks.harness import Services
+from resumable.broker.lanes import lanes
+from resumable.broker.rabbitmq import MARKER_QUEUE
 from resumable.client import Client
+from resumable.dev.disposable_rabbitmq import DisposableRabbitMQ
 from resumable.dev.disposable_redis import DisposableRedis
 from resumable.priorities import PRIORITIES, Priority
 from tests.faults import agents
@@ -36,6 +39,17 @@ FAULTS = [
     "zombie",
     "redis_restart",
     "redis_flush",
+    "postgres",
+    "web_kill",
+    "rolling_sigterm",
+]
+#: The faults with RabbitMQ as the broker (``--broker rabbitmq``): its own
+#: node killed and started again, and its queues deleted, in place of Redis's.
+RABBITMQ_FAULTS = [
+    "kill_storm",
+    "zombie",
+    "rabbitmq_restart",
+    "rabbitmq_lost_queues",
     "postgres",
     "web_kill",
     "rolling_sigterm",
@@ -72,8 +86,10 @@ class Matrix:
         fleet: Fleet,
         client: Client,
         ledger: Ledger,
+        rabbitmq: DisposableRabbitMQ | None = None,
     ) -> None:
         self.args = args
+        self.rabbitmq = rabbitmq
         self.services = services
         self.redis = own_redis
         self.fleet = fleet
@@ -324,6 +340,35 @@ class Matrix:
             client.flushall()
         finally:
             client.close()
+
+    def rabbitmq_restart(self, result: PhaseResult) -> None:
+        """SIGKILL the RabbitMQ node, start it again 3 s later: what it
+        confirmed (durable queues, persistent messages) is on its disk."""
+        assert self.rabbitmq is not None
+        self.rabbitmq.kill()
+        time.sleep(3)
+        self.rabbitmq.start()
+
+    def rabbitmq_lost_queues(self, result: PhaseResult) -> None:
+        """Delete every queue of the vhost, messages and the reconciler's
+        marker with them (RabbitMQ's FLUSHALL: a node reset, an operator's
+        mistake): consumers are cancelled, and the marker's absence tells the
+        reconciler to send every pending session again."""
+        assert self.rabbitmq is not None
+        import pika
+
+        connection = pika.BlockingConnection(pika.URLParameters(self.rabbitmq.url))
+        try:
+            channel = connection.channel()
+            queue = self.services.settings().queue_name
+            # Each lane was declared with its delay and dead-letter queues.
+            names = [f"{lane}{suffix}" for lane in lanes(queue) for suffix in ("", ".DQ", ".XQ")]
+            names.append(MARKER_QUEUE)
+            for name in names:
+                channel.queue_delete(queue=name)
+            result.notes.append(f"deleted {len(names)} queues")
+        finally:
+            connection.close()
 
     def postgres(self, result: PhaseResult) -> None:
         with self._observe() as conn:

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import pytest
 
-from resumable.broker.redis import build_broker
+from resumable.broker.choice import build_broker
 from resumable.client import Client
 from resumable.dev.disposable_redis import DisposableRedis
 from resumable.models.database import Database

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
+from resumable.broker.choice import build_broker
 from resumable.broker.messages import enqueue_after_commit
-from resumable.broker.redis import build_broker
 from resumable.client import Client
 from resumable.dev.disposable_redis import DisposableRedis
 from resumable.models.database import Database

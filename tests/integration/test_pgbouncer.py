@@ -27,7 +27,7 @@ import redis
 
 from benchmarks.harness import pgbouncer
 from resumable._internal.database_urls import libpq_url
-from resumable.broker.redis import build_broker
+from resumable.broker.choice import build_broker
 from resumable.client import Client
 from resumable.models.database import Database
 from resumable.settings import Settings

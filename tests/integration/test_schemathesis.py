@@ -30,7 +30,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from schemathesis.transport.requests import ManagedCookiesSession
 
 from resumable._internal.embedded import ServiceURLs
-from resumable.broker.redis import build_broker
+from resumable.broker.choice import build_broker
 from resumable.client import Client
 from resumable.dev.processes import Deployment
 from resumable.models.database import Database

@@ -15,9 +15,10 @@ import psycopg_pool
 import pytest
 import redis
 
+from resumable.broker.redis import MARKER_KEY
 from resumable.client import Client
 from resumable.models.database import Database
-from resumable.scheduler.reconcile import MARKER_KEY, reconcile
+from resumable.scheduler.reconcile import reconcile
 from resumable.settings import Settings
 from resumable.webhooks.metrics import DatabaseCollector
 from tests.conftest import ManagedProcess, free_port, run_cli, wait_until

@@ -102,6 +102,14 @@ def test_a_value_past_either_bound_names_the_variable(
         # went on, and a scheduler logging a traceback at every tick.
         ("REDIS_URL", "redis://h:6379/0?socket_timout=5", "does not know: socket_timout"),
         ("REDIS_URL", "redis://:pw@h:6379/0?bogus_opt=1", "does not know: bogus_opt"),
+        ("RESUMABLE_BROKER_URL", "redis://h:6379/0", "amqp:// or amqps://"),
+        ("RESUMABLE_BROKER_URL", "amqp://u:pw@/", "amqp:// or amqps:// URL with a host"),
+        ("RESUMABLE_BROKER_URL", "amqp://u:pw@h:99999/", "from 1 to 65535"),
+        ("RESUMABLE_BROKER_URL", "amqp://u:pw@h/\x01", "control characters"),
+        ("RESUMABLE_BROKER_URL", "amqp://u:pw@h/;http://h", "amqp:// or amqps://"),
+        ("RESUMABLE_BROKER_URL", "amqp://u:pw@h/?bogus=1", "Unknown URL parameter"),
+        ("RESUMABLE_BROKER_URL", "amqp://u:pw@h/?heartbeat=abc", "Invalid heartbeat"),
+        ("RESUMABLE_BROKER_URL", "amqp://u:pw@h/?socket_timeout=-1", "socket_timeout"),
         ("RESUMABLE_HOME", "", "must not be empty"),
         ("RESUMABLE_HOME", "data\udcff", "UTF-8"),
     ],
@@ -200,3 +208,13 @@ def test_the_postgres_schemes_libpq_takes_are_taken(
     settings = load_settings()
     assert settings.database_url == f"{scheme}://u:pw@h:5433/db"
     assert libpq_url(settings.database_url).startswith("postgresql://u:pw@h:5433/db")
+
+
+def test_a_rabbitmq_broker_url_passes_and_an_empty_one_means_redis(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = "amqp://guest:guest@rabbit-1:5672/%2F?heartbeat=30;amqps://rabbit-2/prod"
+    monkeypatch.setenv("RESUMABLE_BROKER_URL", url)
+    assert load_settings().broker_url == url
+    monkeypatch.setenv("RESUMABLE_BROKER_URL", "")
+    assert load_settings().broker_url is None

@@ -1,0 +1,49 @@
+"""How a RabbitMQ URL becomes pika's connection parameters and a location
+that a log line may show."""
+
+from __future__ import annotations
+
+import pika
+
+from resumable._internal.reachability import amqp_reason, rabbitmq_location
+from resumable.broker.rabbitmq import AMQP_TIMEOUT_SECONDS, connection_parameters
+
+
+def test_every_node_gets_timeouts_unless_its_url_names_them() -> None:
+    first, second = connection_parameters(
+        "amqp://u:pw@a:5672/%2F;amqp://u:pw@b:5673/v?socket_timeout=2"
+    )
+    assert (first.host, first.port, first.virtual_host) == ("a", 5672, "/")
+    assert first.socket_timeout == first.stack_timeout == AMQP_TIMEOUT_SECONDS
+    assert first.blocked_connection_timeout == AMQP_TIMEOUT_SECONDS
+    assert (second.host, second.port, second.virtual_host) == ("b", 5673, "v")
+    assert second.socket_timeout == 2  # the URL's own
+    assert second.blocked_connection_timeout == AMQP_TIMEOUT_SECONDS
+
+
+def test_a_location_never_shows_the_password() -> None:
+    assert rabbitmq_location("amqp://guest:s3cret@rabbit:5672/prod") == "rabbit:5672 (vhost 'prod')"
+    assert rabbitmq_location("amqps://u:s3cret@rabbit/") == "rabbit:5671 (vhost '/')"
+    assert "s3cret" not in rabbitmq_location("amqp://u:s3cret@a/%2F;amqp://u:s3cret@b/")
+    assert rabbitmq_location("amqp://u:pw@h:port/") == "an unparsable URL"
+
+
+def test_pika_s_wrapped_errors_read_as_their_cause() -> None:
+    refused = pika.exceptions.AMQPConnectionError(ConnectionRefusedError(111, "Connection refused"))
+    assert amqp_reason(refused) == "Connection refused"
+    login = pika.exceptions.ProbableAuthenticationError(
+        "ConnectionClosedByBroker: (403) 'ACCESS_REFUSED - Login was refused'"
+    )
+    assert amqp_reason(login) == "ACCESS_REFUSED - Login was refused"
+    closed = pika.exceptions.ChannelClosedByBroker(404, "NOT_FOUND - no queue 'q'")
+    assert amqp_reason(closed) == "NOT_FOUND - no queue 'q'"
+
+
+def test_a_send_that_failed_on_rabbitmq_is_told_in_its_words() -> None:
+    from dramatiq.errors import ConnectionClosed
+
+    from resumable._internal.reachability import reason
+
+    refused = pika.exceptions.AMQPConnectionError(ConnectionRefusedError(111, "Connection refused"))
+    assert reason(ConnectionClosed(refused)) == "Connection refused"  # type: ignore[no-untyped-call]
+    assert reason(refused) == "Connection refused"
