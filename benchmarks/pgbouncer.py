@@ -47,14 +47,13 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
 
 from benchmarks import harness, steps
 from benchmarks.harness import Services, pgbouncer
-from benchmarks.harness.cpu import CpuMeter, CpuSample
+from benchmarks.harness.cpu import CpuMeter, MeterWithServer
 from benchmarks.harness.pg_counters import (
     StatementStats,
     calibrate_empty_query,
     enable_pg_stat_statements,
 )
 from benchmarks.harness.report import add_deployment, bench_parser, context_lines, parse
-from resumable._internal import procfs
 
 
 @dataclass(frozen=True)
@@ -62,28 +61,6 @@ class Way:
     label: str
     prepared: bool
     program: str | None = None  # a PgBouncer binary; None: straight to PostgreSQL
-
-
-class BouncerMeter(CpuMeter):
-    """A meter that also counts a PgBouncer's CPU, as one of the clients'
-    processes, and keeps its share apart."""
-
-    def __init__(self, inner: CpuMeter, bouncer_pid: int | None) -> None:
-        super().__init__(inner.servers)
-        self.bouncer_pid = bouncer_pid
-        self.bouncer_samples: list[float] = []
-
-    def sample(self, pids: list[int]) -> CpuSample:
-        if self.bouncer_pid is None:
-            return super().sample(pids)
-        self.bouncer_samples.append(procfs.cpu_seconds(self.bouncer_pid) or 0.0)
-        return super().sample([*pids, self.bouncer_pid])
-
-    def bouncer_seconds(self) -> float:
-        """The PgBouncer's CPU between the last two samples (a run's timed part)."""
-        if len(self.bouncer_samples) < 2:
-            return 0.0
-        return self.bouncer_samples[-1] - self.bouncer_samples[-2]
 
 
 def ways(args: argparse.Namespace) -> tuple[list[Way], list[str]]:
@@ -136,12 +113,12 @@ def run_way(
             )
             through = dataclasses.replace(services, database_url=bouncer.url)
             bouncer_pid = bouncer.pid
-        counted = BouncerMeter(meter, bouncer_pid)
+        counted = MeterWithServer(meter, bouncer_pid)
         result = steps.run_durable(args, through, stats, empty_query_commits, log_dir, counted)
     cpu = result.cpu
     assert cpu is not None
     per_step = 1e3 / result.steps
-    bouncer_ms = counted.bouncer_seconds() * per_step
+    bouncer_ms = counted.server_seconds() * per_step
     parts = {
         "workers": (cpu.clients * per_step) - bouncer_ms,
         "PgBouncer": bouncer_ms,

@@ -42,6 +42,10 @@ client reach PostgreSQL through that PgBouncer in transaction mode (keeping
 prepared statements if it is 1.21 or later, with
 ``RESUMABLE_DB_PREPARED_STATEMENTS=false`` if not), and its CPU is reported
 as the deployment's; the floors and the benchmark's polling stay direct.
+With ``--broker rabbitmq`` a RabbitMQ node of the run's own
+(``resumable/dev/disposable_rabbitmq.py``) carries the messages instead of
+Redis, its CPU counted as the deployment's (run it again without, alone on
+the machine, to compare).
 
 ``DATABASE_URL``/``REDIS_URL`` are used when set; otherwise embedded servers run
 under ``--home`` (default ``.resumable/bench-resume``). The tables are truncated
@@ -87,6 +91,7 @@ from benchmarks.harness.report import (
     percentile,
 )
 from resumable.demo.webhook_sender import WebhookSender, new_secret
+from resumable.dev.disposable_rabbitmq import DisposableRabbitMQ
 
 AGENT_MODULE = "benchmarks.agents.resume"
 TRUNCATED = (
@@ -290,15 +295,14 @@ def resume_path_pids(deployment: BenchDeployment, servers: ServerPids) -> list[i
 
 
 def path_cpu(
-    meter: CpuMeter, deployment: BenchDeployment, poller: PG, bouncer: int | None = None
+    meter: CpuMeter, deployment: BenchDeployment, poller: PG, extra: dict[str, int]
 ) -> GroupCpu:
     """CPU so far of each process on the resume path (the poller's backend is
     this benchmark's, not PostgreSQL's work for the deployment), with the
-    PgBouncer in between when there is one."""
+    servers of `extra` (a PgBouncer in between, a RabbitMQ node) by name."""
     web = [deployment.web.pid] if deployment.web is not None else []
     groups = {"web": web, "workers": [w.pid for w in deployment.workers]}
-    if bouncer is not None:
-        groups["pgbouncer"] = [bouncer]
+    groups.update({name: [pid] for name, pid in extra.items()})
     return GroupCpu.sample(meter, groups, own_backends=[poller.info.backend_pid])
 
 
@@ -671,6 +675,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--poll-ms", type=float, default=2.0, help="phase A: database poll interval"
     )
     parser.add_argument(
+        "--broker",
+        choices=["redis", "rabbitmq"],
+        default="redis",
+        help="what carries the messages: Redis, or a RabbitMQ node of the run's own",
+    )
+    parser.add_argument(
         "--pgbouncer",
         metavar="PATH",
         help="run the deployment through this PgBouncer in transaction mode",
@@ -680,6 +690,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.sessions < 2:
         parser.error("--sessions must be at least 2 (one per phase)")
     return args
+
+
+def on_rabbitmq(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict[str, int]:
+    """With ``--broker rabbitmq``: a RabbitMQ node of the run's own carries
+    the messages of every process the run starts, and its pid by name."""
+    if args.broker != "rabbitmq":
+        return {}
+    node = stack.enter_context(DisposableRabbitMQ(args.home / "rabbitmq"))
+    stack.enter_context(harness.broker_named(node.url))
+    print(f"RabbitMQ carries the messages: node {node.node} at 127.0.0.1:{node.port}")
+    return {"rabbitmq": node.pid} if node.pid else {}
 
 
 def through_pgbouncer(
@@ -715,6 +736,9 @@ def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
     servers = ServerPids.find(services.pg_url, services.redis_url)
     with contextlib.ExitStack() as stack:  # a PgBouncer outlives the processes using it
         services, bouncer = through_pgbouncer(args, services, stack)
+        extra = on_rabbitmq(args, stack)
+        if bouncer is not None:
+            extra["pgbouncer"] = bouncer
         deployment = stack.enter_context(BenchDeployment(services, log_dir, env))
         sender = start_deployment(args, deployment)
         print(f"web on {deployment.url}, {args.workers} workers x {args.threads} threads")
@@ -744,20 +768,20 @@ def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
             meter = CpuMeter(servers)
             before, cpu_before = (
                 Contention.sample(pids),
-                path_cpu(meter, deployment, poller, bouncer),
+                path_cpu(meter, deployment, poller, extra),
             )
             latency = phase_a(args, deployment, sender, http, poller, targets[:half])
-            after_a, cpu_a = Contention.sample(pids), path_cpu(meter, deployment, poller, bouncer)
+            after_a, cpu_a = Contention.sample(pids), path_cpu(meter, deployment, poller, extra)
             hops = hop_breakdown(poller, latency)
             print(f"phase B: {len(targets) - half} callbacks, {args.concurrency} senders")
             before_b, cpu_before_b = (
                 Contention.sample(pids),
-                path_cpu(meter, deployment, poller, bouncer),
+                path_cpu(meter, deployment, poller, extra),
             )
             load = phase_b(args, deployment, sender, poller, targets[half:])
             hops_b = hop_breakdown(poller, load.samples)
             after_b = Contention.sample(resume_path_pids(deployment, servers))
-            cpu_b = path_cpu(meter, deployment, poller, bouncer)
+            cpu_b = path_cpu(meter, deployment, poller, extra)
             contention = (
                 after_a.describe(before, len(latency), RESUME_PATH, "resume"),
                 after_b.describe(before_b, len(load.samples), RESUME_PATH, "resume"),

@@ -1,6 +1,12 @@
 """Fixtures: real PostgreSQL and Redis (embedded unless DATABASE_URL/REDIS_URL
 are set), a clean schema per test, and a deployment of real web, worker and
-scheduler subprocesses (``deployment``; ``start_worker`` & co. start one part)."""
+scheduler subprocesses (``deployment``; ``start_worker`` & co. start one part).
+
+``RESUMABLE_TEST_BROKER=rabbitmq`` runs the same tests with RabbitMQ carrying
+the messages (a node of each pytest worker's own, emptied before each test):
+every client, process and command of a test then uses it. Tests of Redis
+itself (its lists and keys, its restarts) are marked ``redis_broker`` and
+left out of that run; CI runs the integration tests both ways."""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +40,7 @@ from resumable._internal.embedded import ServiceURLs, service_urls
 from resumable.broker.choice import build_broker
 from resumable.client import Client
 from resumable.dev import processes
+from resumable.dev.disposable_rabbitmq import DisposableRabbitMQ, rabbitmq_installed
 from resumable.dev.processes import Deployment, Process
 from resumable.models import migrate
 from resumable.models.database import Database
@@ -55,6 +63,24 @@ WORKER_ENV = {
     # per core; test_worker_processes.py runs several).
     "RESUMABLE_WORKER_PROCESSES": "1",
 }
+
+
+#: The broker the tests run on: ``redis`` (the default) or ``rabbitmq``.
+TEST_BROKER = os.environ.get("RESUMABLE_TEST_BROKER", "redis")
+if TEST_BROKER not in ("redis", "rabbitmq"):
+    raise SystemExit(f"RESUMABLE_TEST_BROKER must be redis or rabbitmq, not {TEST_BROKER!r}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On RabbitMQ, tests of Redis itself are left out (deselected, not
+    skipped: they ran in the Redis run)."""
+    if TEST_BROKER != "rabbitmq":
+        return
+    kept = [item for item in items if item.get_closest_marker("redis_broker") is None]
+    deselected = [item for item in items if item.get_closest_marker("redis_broker") is not None]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -169,8 +195,44 @@ def _redis_db(redis_url: str, index: int) -> str:
     return urlunsplit(parts._replace(path=f"/{base + 1 + index}"))
 
 
+@pytest.fixture(scope="session")
+def test_rabbitmq() -> Iterator[DisposableRabbitMQ | None]:
+    """This pytest worker's RabbitMQ node when the tests run on RabbitMQ."""
+    if TEST_BROKER != "rabbitmq":
+        yield None
+        return
+    assert rabbitmq_installed(), "rabbitmq-server is not installed (the README's command does it)"
+    # Not under pytest's tmp_path: run as root, the server drops to the
+    # `rabbitmq` user, which cannot enter root's private directories.
+    with DisposableRabbitMQ(Path(tempfile.mkdtemp(prefix="resumable-rabbitmq-"))) as node:
+        yield node
+
+
+def delete_rabbitmq_queues(url: str, queue: str) -> None:
+    """Every queue resumable declares for `queue` (its lanes, each with its
+    delay and dead-letter queues) and the reconciler's marker, gone."""
+    import pika
+
+    from resumable.broker.lanes import lanes
+    from resumable.broker.rabbitmq import MARKER_QUEUE
+
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        channel = connection.channel()
+        for lane in lanes(queue):
+            for suffix in ("", ".DQ", ".XQ"):
+                channel.queue_delete(queue=f"{lane}{suffix}")
+        channel.queue_delete(queue=MARKER_QUEUE)
+    finally:
+        connection.close()
+
+
 @pytest.fixture
-def settings(urls: ServiceURLs) -> Settings:
+def settings(urls: ServiceURLs, test_rabbitmq: DisposableRabbitMQ | None) -> Settings:
+    broker: dict[str, Any] = {}
+    if test_rabbitmq is not None:
+        delete_rabbitmq_queues(test_rabbitmq.url, Settings().queue_name)
+        broker = {"broker_url": test_rabbitmq.url}
     return Settings(
         database_url=urls.database_url,
         redis_url=urls.redis_url,
@@ -178,6 +240,7 @@ def settings(urls: ServiceURLs) -> Settings:
         lease_seconds=2,
         heartbeat_timeout_ms=3000,
         reconcile_grace_seconds=5,
+        **broker,
     )
 
 
@@ -233,6 +296,12 @@ ManagedProcess = Process
 WorkerProcess = Process
 
 
+def broker_env(settings: Settings) -> dict[str, str]:
+    """``RESUMABLE_BROKER_URL`` for a process a test starts by hand, when the
+    tests run on RabbitMQ (empty on Redis)."""
+    return {"RESUMABLE_BROKER_URL": settings.broker_url} if settings.broker_url else {}
+
+
 def run_cli(
     settings: Settings,
     *args: str,
@@ -248,6 +317,7 @@ def run_cli(
     env = {
         "DATABASE_URL": settings.database_url or "",
         "REDIS_URL": settings.redis_url or "",
+        **broker_env(settings),
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": str(ROOT),
         "HOME": "/tmp",
@@ -314,9 +384,10 @@ def web_port() -> int:
 
 
 @pytest.fixture
-def process_env(web_port: int) -> dict[str, str]:
+def process_env(web_port: int, settings: Settings) -> dict[str, str]:
     """Environment shared by every process of one test's deployment."""
     return {
+        **broker_env(settings),
         "RESUMABLE_PUBLIC_URL": f"http://127.0.0.1:{web_port}",
         "RESUMABLE_API_TOKENS": API_TOKEN,
         "RESUMABLE_WEBHOOK_SECRET": WEBHOOK_SECRET,

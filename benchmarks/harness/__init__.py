@@ -37,6 +37,7 @@ from benchmarks.harness.servers import (
     ROOT,
     Services,
     bench_services,
+    broker_named,
     log_dir_for,
     stopped_like_ctrl_c,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "ROOT",
     "Services",
     "bench_services",
+    "broker_named",
     "log_dir_for",
     "stopped_like_ctrl_c",
     # Database

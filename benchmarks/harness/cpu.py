@@ -264,3 +264,26 @@ class GroupCpu:
             f"{', '.join(parts)}; the deployment {self.deployment_ms(before, count):.2f} ms"
             f" (all but this process), in all {total / count * 1e3:.2f} ms"
         )
+
+
+class MeterWithServer(CpuMeter):
+    """A meter that also counts one more server's CPU (a PgBouncer, a
+    RabbitMQ node's VM) as one of the clients' processes, and keeps its
+    share apart (``server_seconds``)."""
+
+    def __init__(self, inner: CpuMeter, server_pid: int | None) -> None:
+        super().__init__(inner.servers)
+        self.server_pid = server_pid
+        self.server_samples: list[float] = []
+
+    def sample(self, pids: list[int]) -> CpuSample:
+        if self.server_pid is None:
+            return super().sample(pids)
+        self.server_samples.append(procfs.cpu_seconds(self.server_pid) or 0.0)
+        return super().sample([*pids, self.server_pid])
+
+    def server_seconds(self) -> float:
+        """The server's CPU between the last two samples (a run's timed part)."""
+        if len(self.server_samples) < 2:
+            return 0.0
+        return self.server_samples[-1] - self.server_samples[-2]

@@ -91,3 +91,18 @@ def log_dir_for(home: Path) -> Path:
     log_dir = home / "logs" if home.is_dir() else Path(tempfile.mkdtemp(prefix="rb-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     return log_dir
+
+
+@contextlib.contextmanager
+def broker_named(url: str | None) -> Iterator[None]:
+    """RESUMABLE_BROKER_URL set to `url` (unset for None: Redis) for what
+    starts meanwhile: a deployment's processes and a client inherit it."""
+    before = os.environ.pop("RESUMABLE_BROKER_URL", None)
+    if url is not None:
+        os.environ["RESUMABLE_BROKER_URL"] = url
+    try:
+        yield
+    finally:
+        os.environ.pop("RESUMABLE_BROKER_URL", None)
+        if before is not None:
+            os.environ["RESUMABLE_BROKER_URL"] = before

@@ -25,6 +25,7 @@ from resumable.models.step_queries import (
     COMMIT_STEP,
     COMMIT_STEP_WITH_RECORDS,
     HUNG_SESSIONS,
+    LEASE_LEFT,
     MIGRATE_SESSION,
     ORPHANED_SESSIONS,
     RECORDED_BEYOND,
@@ -170,6 +171,12 @@ def claimable_of_agents(
 def orphaned_sessions(conn: psycopg.Connection[Any]) -> list[Routed]:
     """The sessions of workers whose heartbeat expired, once per dead worker."""
     return rows.routes(conn, ORPHANED_SESSIONS)
+
+
+def lease_left(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> float | None:
+    """Seconds the lease of a held session has yet to run; None: not held."""
+    seconds = rows.value(conn, LEASE_LEFT, {"id": session_id})
+    return None if seconds is None else float(seconds)
 
 
 def renew_lease(

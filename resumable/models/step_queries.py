@@ -400,6 +400,18 @@ WHERE sessions.status IN ('running', 'compensating') AND sessions.lease_owner IS
 # Extend a held lease, in every status a live worker holds one. The outer
 # SELECT sees the row as it was before the update: when nothing was renewed,
 # it says where the session stands (cancelled, or another worker's epoch).
+# How long the lease of a session some worker holds has yet to run (no row:
+# nobody holds it). A claim that finds a session held asks this of a message
+# RabbitMQ delivered again: the worker holding it died with it, and RabbitMQ
+# gives a dead consumer's messages back at once, before the lease runs out.
+LEASE_LEFT = """
+SELECT extract(epoch FROM lease_expires_at - now())::float8 AS seconds
+FROM sessions
+WHERE id = %(id)s AND status IN ('running', 'compensating') AND lease_owner IS NOT NULL
+  AND lease_expires_at > now()
+"""
+
+
 RENEW_LEASE = """
 WITH r AS (
     UPDATE sessions SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)

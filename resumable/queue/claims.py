@@ -78,6 +78,20 @@ def as_delivered(session_id: uuid.UUID) -> Routed:
     return Routed(session_id, level)
 
 
+# How long after a held session's lease ends its message delivered again
+# comes back (``Claims._when_lease_ends``).
+_AFTER_LEASE_SECONDS = 0.2
+
+
+def _delivered_again() -> bool:
+    """Whether the message being run was delivered before and not acked
+    (RabbitMQ's ``redelivered`` flag: its consumer's connection dropped)."""
+    from dramatiq.middleware import CurrentMessage
+
+    message = CurrentMessage.get_current_message()
+    return bool(getattr(message, "redelivered", False))
+
+
 class Claims:
     """Claims sessions for the runs of one worker process (from any thread)."""
 
@@ -150,6 +164,28 @@ class Claims:
             # transaction, until the server ends it): try again in a moment.
             return self._again_soon(session_id, "its concurrency key's lock is busy")
 
+    def _lease_left(self, session_id: uuid.UUID) -> float | None:
+        with self._scope.db.connection() as conn:
+            return step_ops.lease_left(conn, session_id)
+
+    def _when_lease_ends(self, session_id: uuid.UUID, left: float) -> RunOutcome:
+        """A message RabbitMQ delivered again while another worker holds its
+        session: that worker most likely died with it (RabbitMQ gives a dead
+        consumer's messages back at once, Redis only after a heartbeat
+        timeout, when the lease has run out). Dropped as a duplicate, the
+        session would wait for the scheduler to find its worker dead; sent
+        again for when the lease ends, it is claimed then if nobody renewed
+        it, and ignored as the duplicate it is if somebody did."""
+        scope = self._scope
+        enqueue_after_commit(
+            scope.broker,
+            scope.settings,
+            [as_delivered(session_id)],
+            why="delivered again while its lease runs",
+            delay=left + _AFTER_LEASE_SECONDS,
+        )
+        return RunOutcome.YIELDED
+
     def _again_soon(self, session_id: uuid.UUID, why: str) -> RunOutcome:
         """The message goes back to the queue for a second (any worker's)."""
         scope = self._scope
@@ -220,6 +256,10 @@ class Claims:
                 conn, session_id, versions=self._versions_json, takes_over=identity.takes_over
             )
         if row is None:
+            if _delivered_again():
+                left = self._lease_left(session_id)
+                if left is not None:
+                    return self._when_lease_ends(session_id, left)
             # Finished, owned by a live worker, or unknown: a duplicate message.
             logger.debug("session not claimable; message ignored", extra={"action": "skip"})
             return RunOutcome.NOT_CLAIMED

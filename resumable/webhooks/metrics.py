@@ -145,7 +145,8 @@ class DatabaseCollector(Collector):
         """Rate limits (``resumable/limits.py``): the sessions waiting for a
         turn holding no worker, how far off the next turn is, and what the
         provider refused; the ``SLOT_KEYS_SHOWN`` busiest limits."""
-        client = getattr(self.broker, "client", None)
+        # Redis keeps the turns on either broker (RabbitMQ carries messages only).
+        client = getattr(self.broker, "rate_store", None)
         if client is None or self.queue is None:
             return
         families = {
@@ -166,8 +167,9 @@ class DatabaseCollector(Collector):
                 labels=["limit"],
             ),
         }
-        namespace = getattr(self.broker, "namespace", "dramatiq")
-        for item in rate_limits(self.db, client, namespace, self.queue, limit=SLOT_KEYS_SHOWN):
+        from resumable.broker.redis import NAMESPACE
+
+        for item in rate_limits(self.db, client, NAMESPACE, self.queue, limit=SLOT_KEYS_SHOWN):
             families["waiting"].add_metric([item.name], float(item.sessions_waiting))
             families["next"].add_metric([item.name], item.next_turn_in_seconds)
             families["refused"].add_metric([item.name], float(item.refused))

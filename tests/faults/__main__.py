@@ -3,6 +3,7 @@
 Run from the repository root (CI runs ``--short``)::
 
     .venv/bin/python -m tests.faults [--short] [--only kill_storm,redis_restart]
+                                     [--broker rabbitmq]
 
 A real deployment (a web process, a scheduler, a single-process worker and a
 worker of two forked processes) runs on a PostgreSQL and a Redis of the
@@ -25,6 +26,13 @@ the fault, and waits for every session of the batch to finish:
   PostgreSQL in immediate mode (a crash and its recovery; embedded only);
 - ``web_kill``: SIGKILL the web process while callbacks arrive, start it again;
 - ``rolling_sigterm``: SIGTERM each worker in turn and start its successor.
+
+With ``--broker rabbitmq`` a RabbitMQ node of the matrix's own
+(``resumable/dev/disposable_rabbitmq.py``) carries the messages, and Redis's
+two faults become RabbitMQ's: ``rabbitmq_restart`` (``kill -9`` of the node,
+started again 3 s later with what it had written to disk) and
+``rabbitmq_lost_queues`` (every queue of the vhost deleted, messages and the
+reconciler's marker with them).
 
 Checked from outside after each fault: no session lost (each ends as its
 agent must: completed, or failed with its saga undone), no logical call's

@@ -10,6 +10,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
+import pytest
 import redis
 from dramatiq.broker import MessageProxy
 from dramatiq.message import Message
@@ -22,6 +23,9 @@ from resumable.models.database import Database
 from resumable.scheduler.jobs import SchedulerJobs
 from resumable.settings import Settings
 from tests.conftest import queued_messages
+
+# Tests of the Redis broker itself (its lists, tokens and scripts).
+pytestmark = pytest.mark.redis_broker
 
 
 def _suspend_due(db: Database, count: int, kind: str) -> list[uuid.UUID]:

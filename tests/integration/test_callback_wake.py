@@ -27,6 +27,9 @@ from tests.relay import Relay, redis_target, redis_url_via
 TOKEN = "tok-race"
 WAIT = '{"then": "b", "callbacks": ["tok-race"], "signals": []}'
 
+# Tests of the Redis broker itself (its lists, tokens and scripts).
+pytestmark = pytest.mark.redis_broker
+
 
 @pytest.fixture
 def running_session(db: Database) -> uuid.UUID:

@@ -7,6 +7,7 @@ import subprocess
 import uuid
 from collections.abc import Callable
 
+import pytest
 import redis
 
 from resumable.client import Client
@@ -49,6 +50,7 @@ def test_enqueue_then_inspect_a_session(
     assert Page[Checkpoint].model_validate(history).items == client.checkpoints(session_id)
 
 
+@pytest.mark.redis_broker
 def test_reconcile_command_re_enqueues_lost_sessions(
     client: Client, redis_client: redis.Redis
 ) -> None:

@@ -28,7 +28,7 @@ from resumable._internal.database_urls import libpq_url
 from resumable._internal.embedded import EmbeddedServices
 from resumable.client import Client
 from tests import cli_zygote
-from tests.conftest import ROOT, ManagedProcess, free_port, wait_until
+from tests.conftest import ROOT, ManagedProcess, broker_env, free_port, wait_until
 
 # The console script, as a user types it: unlike `python -m`, it does not put
 # the working directory on the import path.
@@ -47,6 +47,7 @@ def _run(
     if client is not None:
         full_env["DATABASE_URL"] = client.settings.database_url or ""
         full_env["REDIS_URL"] = client.settings.redis_url or ""
+        full_env.update(broker_env(client.settings))
     full_env.update(env or {})
     if command is None:  # `python -m resumable.cli`, forked (tests/cli_zygote.py)
         return cli_zygote.run(args, full_env, cwd=cwd, timeout=timeout)
@@ -69,6 +70,7 @@ def _run_all(
     full_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/tmp"}
     full_env["DATABASE_URL"] = client.settings.database_url or ""
     full_env["REDIS_URL"] = client.settings.redis_url or ""
+    full_env.update(broker_env(client.settings))
     full_env.update(env or {})
     return cli_zygote.run_all([(args, full_env) for args in commands], cwd=ROOT, timeout=60)
 
@@ -117,9 +119,17 @@ def test_unreachable_database_fails_within_seconds_naming_the_setting(client: Cl
 
 def test_a_worker_with_an_unreachable_server_stops_at_once_naming_it(client: Client) -> None:
     port = free_port()
+    broker_case = (  # the broker the tests run on, out of reach
+        (
+            {"RESUMABLE_BROKER_URL": f"amqp://guest:guest@127.0.0.1:{port}/"},
+            ["RESUMABLE_BROKER_URL"],
+        )
+        if client.settings.broker_url
+        else ({"REDIS_URL": f"redis://127.0.0.1:{port}/0"}, ["REDIS_URL"])
+    )
     for env, fragments in [
         ({"DATABASE_URL": f"postgresql://postgres@127.0.0.1:{port}/x"}, ["DATABASE_URL"]),
-        ({"REDIS_URL": f"redis://127.0.0.1:{port}/0"}, ["REDIS_URL"]),
+        broker_case,
     ]:
         started = time.monotonic()
         result = _run("worker", "--agents", "tests.agents", client=client, env=env, timeout=30)
@@ -127,6 +137,7 @@ def test_a_worker_with_an_unreachable_server_stops_at_once_naming_it(client: Cli
         assert time.monotonic() - started < 10
 
 
+@pytest.mark.redis_broker
 def test_unreachable_redis_fails_before_anything_is_written(client: Client) -> None:
     port = free_port()
     result = _run(
@@ -330,6 +341,7 @@ def test_bytes_that_are_not_utf8_in_input_are_refused(client: Client) -> None:
         **os.environ,
         "DATABASE_URL": client.settings.database_url or "",
         "REDIS_URL": client.settings.redis_url or "",
+        **broker_env(client.settings),
         "PYTHONPATH": str(ROOT),
     }
     done = subprocess.run(
@@ -446,6 +458,7 @@ def test_worker_imports_agents_from_the_working_directory(client: Client, tmp_pa
         **os.environ,
         "DATABASE_URL": client.settings.database_url or "",
         "REDIS_URL": client.settings.redis_url or "",
+        **broker_env(client.settings),
         "RESUMABLE_WORKER_THREADS": "2",
     }
     env.pop("PYTHONPATH", None)
@@ -482,6 +495,7 @@ def _run_bytes(client: Client, *args: bytes) -> subprocess.CompletedProcess[str]
         "HOME": "/tmp",
         "DATABASE_URL": client.settings.database_url or "",
         "REDIS_URL": client.settings.redis_url or "",
+        **broker_env(client.settings),
     }
     try:
         texts = [arg.decode() for arg in args]

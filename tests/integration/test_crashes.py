@@ -7,6 +7,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import redis
 
 from resumable.client import Client
@@ -145,6 +146,7 @@ def test_many_sessions_on_two_workers(
     assert {client.get(i).result["n"] for i in ids[:5]} == {10}
 
 
+@pytest.mark.redis_broker
 def test_redis_flushed_with_pending_sessions_reconcile_brings_all_back(
     client: Client,
     settings: Settings,

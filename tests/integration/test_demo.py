@@ -14,7 +14,7 @@ from resumable.client import Client
 from resumable.dev.processes import spawn
 from resumable.models.database import Database
 from resumable.settings import Settings
-from tests.conftest import ROOT
+from tests.conftest import ROOT, broker_env
 
 
 def _run_demo(settings: Settings, home: Path) -> subprocess.CompletedProcess[str]:
@@ -22,6 +22,7 @@ def _run_demo(settings: Settings, home: Path) -> subprocess.CompletedProcess[str
         **os.environ,
         "DATABASE_URL": settings.database_url or "",
         "REDIS_URL": settings.redis_url or "",
+        **broker_env(settings),
         "RESUMABLE_HOME": str(home),
         "COLUMNS": "200",  # one line per claim, so the output can be parsed
         "PYTHONPATH": str(ROOT),

@@ -65,6 +65,7 @@ def _failed_session(client: Client, flag: Path) -> tuple[uuid.UUID, int]:
     return session_id, letter.dead_letter_id
 
 
+@pytest.mark.redis_broker
 def test_a_dead_letter_retry_with_redis_cut_answers_200_and_the_reconciler_runs_it(
     client: Client,
     settings: Settings,
@@ -99,6 +100,7 @@ def test_a_dead_letter_retry_with_redis_cut_answers_200_and_the_reconciler_runs_
     assert client.get(session_id).result == {"fixed": True, "patched": None}
 
 
+@pytest.mark.redis_broker
 def test_fork_blocked_resume_and_signal_with_redis_cut_answer_2xx_and_run(
     client: Client,
     db: Database,
@@ -144,6 +146,7 @@ def test_fork_blocked_resume_and_signal_with_redis_cut_answer_2xx_and_run(
     assert _reconciled(scheduler)
 
 
+@pytest.mark.redis_broker
 def test_the_one_policy_logs_one_line_while_redis_is_down_and_sends_once_it_is_back(
     settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import redis
 
 from resumable.broker.redis import REDIS_TIMEOUT_SECONDS
@@ -22,6 +23,7 @@ def _log_lines(process: ManagedProcess) -> list[str]:
     return [line for line in process.output().splitlines() if line.strip()]
 
 
+@pytest.mark.redis_broker
 def test_scheduler_reports_an_outage_once_backs_off_and_resumes(
     settings: Settings,
     client: Client,
@@ -73,6 +75,7 @@ def test_scheduler_reports_an_outage_once_backs_off_and_resumes(
         relay.cut()
 
 
+@pytest.mark.redis_broker
 def test_scheduler_reports_a_redis_outage_once_and_resumes(
     settings: Settings,
     client: Client,
@@ -122,6 +125,7 @@ def test_scheduler_reports_a_redis_outage_once_and_resumes(
         relay.cut()
 
 
+@pytest.mark.redis_broker
 def test_a_worker_says_a_stalled_redis_in_one_line_and_runs_again_once_it_answers(
     settings: Settings, client: Client, deployment: LocalDeployment
 ) -> None:

@@ -100,6 +100,7 @@ def test_a_retry_and_a_child_keep_the_lane_of_their_session(
     assert client.get(child.session_id).result == {"lane": "resumable.low"}
 
 
+@pytest.mark.redis_broker
 def test_an_operator_moves_a_waiting_session_to_another_lane(
     client: Client, redis_client: redis.Redis, settings: Settings, db: Database
 ) -> None:

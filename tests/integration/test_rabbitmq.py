@@ -228,6 +228,31 @@ def test_a_stopping_worker_hands_back_the_messages_it_holds(
         assert api.effect_count() == 1
 
 
+def test_a_killed_worker_s_session_runs_again_when_its_lease_ends_with_no_scheduler(
+    rabbit_client: Client, deployment: LocalDeployment, tmp_path: Path
+) -> None:
+    """RabbitMQ gives a SIGKILLed worker's message back at once, while the
+    session's lease still runs: the worker it reaches sends it again for
+    when the lease ends, rather than dropping it as a duplicate and leaving
+    the session to the scheduler (none runs here)."""
+    client = rabbit_client
+    doomed = deployment.worker(RESUMABLE_WORKER_THREADS="1")
+    (tmp_path / "hold").touch()
+    with FakeAPI() as api:
+        session_input = {"api": api.url, "steps": 2, "gate_dir": str(tmp_path), "hold_at": 1}
+        session_id = client.start("counter", session_input)
+        wait_until((tmp_path / "entered-count-1").exists, 20, what="the first step, held")
+        deployment.worker()  # idle until RabbitMQ hands it the dead worker's message
+        deployment.kill(doomed)
+        (tmp_path / "hold").unlink()
+        wait_until(
+            lambda: client.get(session_id).status == "completed",
+            15,  # the 2 s lease, a second step, with room for a loaded machine
+            what="the session to complete on the second worker",
+        )
+        assert api.effect_count() == 2  # the first step's charge replayed, not made again
+
+
 def test_queue_depth_is_read_from_rabbitmq(
     rabbit_client: Client, deployment: LocalDeployment
 ) -> None:

@@ -188,6 +188,7 @@ def test_sigterm_stops_a_web_whose_requests_the_hung_database_never_answered(
         proxy.cut()
 
 
+@pytest.mark.redis_broker
 def test_a_callback_whose_enqueue_meets_a_stalled_redis_still_answers_202(
     settings: Settings,
     client: Client,

@@ -30,7 +30,7 @@ from pathlib import Path
 from resumable.client import Client
 from resumable.models.database import Database
 from resumable.settings import Settings
-from tests.conftest import ROOT, ManagedProcess, wait_until
+from tests.conftest import ROOT, ManagedProcess, broker_env, wait_until
 from tests.fake_api import FakeAPI
 
 _BLOCK = re.compile(
@@ -110,6 +110,7 @@ def _run(block: Block, settings: Settings, **env: str) -> subprocess.CompletedPr
     environment = {
         "DATABASE_URL": settings.database_url or "",
         "REDIS_URL": settings.redis_url or "",
+        **broker_env(settings),
         "PATH": "/usr/bin:/bin",
         "HOME": "/tmp",
         **env,
@@ -188,6 +189,7 @@ def test_the_quick_start_runs_to_completion(
         env={
             "DATABASE_URL": settings.database_url or "",
             "REDIS_URL": settings.redis_url or "",
+            **broker_env(settings),
             "PYTHONPATH": str(tmp_path),
             "PATH": "/usr/bin:/bin",
             "HOME": "/tmp",

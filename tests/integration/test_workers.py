@@ -74,6 +74,7 @@ def test_a_killed_workers_session_runs_again_within_five_seconds_by_default(
     )
 
 
+@pytest.mark.redis_broker
 def test_pending_sessions_move_within_seconds_after_redis_loses_its_keys(
     client: Client,
     redis_client: redis.Redis,
@@ -98,6 +99,7 @@ def test_pending_sessions_move_within_seconds_after_redis_loses_its_keys(
     assert all(client.get(s).seq == 2 for s in ids[:5])
 
 
+@pytest.mark.redis_broker
 def test_reconcile_waits_out_the_grace_unless_redis_lost_its_keys(
     client: Client, settings: Settings, db: Database, redis_client: redis.Redis
 ) -> None:
@@ -114,6 +116,7 @@ def test_reconcile_waits_out_the_grace_unless_redis_lost_its_keys(
     assert after.broker_reset and sorted(after.pending) == sorted(ids)
 
 
+@pytest.mark.redis_broker
 def test_a_lost_broker_seen_while_the_database_is_down_is_not_forgotten(
     client: Client, settings: Settings, db: Database, redis_client: redis.Redis
 ) -> None:
