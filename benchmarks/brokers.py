@@ -43,7 +43,15 @@ from benchmarks.harness.pg_counters import (
     calibrate_empty_query,
     enable_pg_stat_statements,
 )
-from benchmarks.harness.report import add_deployment, bench_parser, context_lines, parse
+from benchmarks.harness.report import (
+    WayRun,
+    add_deployment,
+    bench_parser,
+    context_lines,
+    interleaved_ways,
+    parse,
+    print_best_rounds,
+)
 from resumable.dev.disposable_rabbitmq import DisposableRabbitMQ, rabbitmq_installed
 
 WAYS = ("redis", "rabbitmq")
@@ -54,23 +62,14 @@ def run_way(
     services: Services,
     rabbitmq: DisposableRabbitMQ | None,
     context: tuple[StatementStats, int, Path, CpuMeter],
-) -> tuple[float, float, dict[str, float]]:
+) -> WayRun:
     """One durable run: steps/s, CPU ms per step in all, and its parts."""
     stats, empty_query_commits, log_dir, meter = context
     counted = MeterWithServer(meter, rabbitmq.pid if rabbitmq else None)
     with harness.broker_named(rabbitmq.url if rabbitmq else None):
         result = steps.run_durable(args, services, stats, empty_query_commits, log_dir, counted)
-    cpu = result.cpu
-    assert cpu is not None
-    per_step = 1e3 / result.steps
-    rabbitmq_ms = counted.server_seconds() * per_step
-    parts = {
-        "workers": (cpu.clients * per_step) - rabbitmq_ms,
-        "RabbitMQ": rabbitmq_ms,
-        "postgres": cpu.postgres * per_step,
-        "valkey": cpu.valkey * per_step,
-        "benchmark": cpu.bench * per_step,
-    }
+    assert result.cpu is not None
+    parts = counted.parts_per_step(result.cpu, result.steps, "RabbitMQ")
     return result.rate, result.cpu_per_step * 1e3, parts
 
 
@@ -85,7 +84,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(parser, argv, ["sessions", "steps", "rounds", "workers", "threads"])
     if not rabbitmq_installed():
         raise SystemExit("rabbitmq-server is not installed (apt-get install rabbitmq-server)")
-    results: dict[str, list[tuple[float, float, dict[str, float]]]] = {w: [] for w in WAYS}
     with (
         harness.bench_services(args.home) as services,
         DisposableRabbitMQ(args.home / "rabbitmq") as rabbitmq,
@@ -104,29 +102,15 @@ def main(argv: list[str] | None = None) -> int:
             f"# {args.workers} workers x {args.threads} threads, {args.sessions} sessions x "
             f"{args.steps} steps a run, {args.rounds} interleaved rounds"
         )
-        for round_number in range(1, args.rounds + 1):
-            for way in WAYS:
-                node = rabbitmq if way == "rabbitmq" else None
-                rate, cpu_ms, parts = run_way(args, services, node, context)
-                results[way].append((rate, cpu_ms, parts))
-                described = ", ".join(
-                    f"{name} {value:.3f}" for name, value in parts.items() if value
-                )
-                print(
-                    f"round {round_number}  {way:<9} {rate:8,.0f} steps/s  "
-                    f"{cpu_ms:.3f} ms CPU a step ({described})",
-                    flush=True,
-                )
-        harness.reset_data(services.pg_url, services.redis_url, steps.TRUNCATED, steps.TABLES)
-    baseline = max(results["redis"], key=lambda result: result[0])
-    print("\nbest round of each way, against redis:")
-    for label, runs in results.items():
-        rate, cpu_ms, _ = max(runs, key=lambda result: result[0])
-        rates = ", ".join(f"{run[0]:,.0f}" for run in runs)
-        print(
-            f"  {label:<9} {rate:8,.0f} steps/s ({rate / baseline[0]:.2f}x; rounds {rates}), "
-            f"{cpu_ms:.3f} ms CPU a step ({cpu_ms / baseline[1]:.2f}x)"
+        results = interleaved_ways(
+            WAYS,
+            args.rounds,
+            lambda index: run_way(
+                args, services, rabbitmq if WAYS[index] == "rabbitmq" else None, context
+            ),
         )
+        harness.reset_data(services.pg_url, services.redis_url, steps.TRUNCATED, steps.TABLES)
+    print_best_rounds(results, "redis")
     return 0
 
 

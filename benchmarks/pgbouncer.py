@@ -53,7 +53,15 @@ from benchmarks.harness.pg_counters import (
     calibrate_empty_query,
     enable_pg_stat_statements,
 )
-from benchmarks.harness.report import add_deployment, bench_parser, context_lines, parse
+from benchmarks.harness.report import (
+    WayRun,
+    add_deployment,
+    bench_parser,
+    context_lines,
+    interleaved_ways,
+    parse,
+    print_best_rounds,
+)
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,7 @@ def run_way(
     services: Services,
     way: Way,
     context: tuple[StatementStats, int, Path, CpuMeter],
-) -> tuple[float, float, dict[str, float]]:
+) -> WayRun:
     """One durable run: steps/s, CPU ms per step in all, and its parts."""
     stats, empty_query_commits, log_dir, meter = context
     with contextlib.ExitStack() as stack:
@@ -115,17 +123,8 @@ def run_way(
             bouncer_pid = bouncer.pid
         counted = MeterWithServer(meter, bouncer_pid)
         result = steps.run_durable(args, through, stats, empty_query_commits, log_dir, counted)
-    cpu = result.cpu
-    assert cpu is not None
-    per_step = 1e3 / result.steps
-    bouncer_ms = counted.server_seconds() * per_step
-    parts = {
-        "workers": (cpu.clients * per_step) - bouncer_ms,
-        "PgBouncer": bouncer_ms,
-        "postgres": cpu.postgres * per_step,
-        "valkey": cpu.valkey * per_step,
-        "benchmark": cpu.bench * per_step,
-    }
+    assert result.cpu is not None
+    parts = counted.parts_per_step(result.cpu, result.steps, "PgBouncer")
     return result.rate, result.cpu_per_step * 1e3, parts
 
 
@@ -140,7 +139,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pgbouncer", help="a PgBouncer 1.21 or later to run as well")
     args = parse(parser, argv, ["sessions", "steps", "rounds", "workers", "threads"])
     chosen, missing = ways(args)
-    results: dict[str, list[tuple[float, float, dict[str, float]]]] = {w.label: [] for w in chosen}
     with harness.bench_services(args.home) as services:
         for line in context_lines(services.where):
             print(line)
@@ -157,28 +155,13 @@ def main(argv: list[str] | None = None) -> int:
             f"# {args.workers} workers x {args.threads} threads, {args.sessions} sessions x "
             f"{args.steps} steps a run, {args.rounds} interleaved rounds"
         )
-        for round_number in range(1, args.rounds + 1):
-            for way in chosen:
-                rate, cpu_ms, parts = run_way(args, services, way, context)
-                results[way.label].append((rate, cpu_ms, parts))
-                described = ", ".join(
-                    f"{name} {value:.3f}" for name, value in parts.items() if value
-                )
-                print(
-                    f"round {round_number}  {way.label:<34} {rate:8,.0f} steps/s  "
-                    f"{cpu_ms:.3f} ms CPU a step ({described})",
-                    flush=True,
-                )
-        harness.reset_data(services.pg_url, services.redis_url, steps.TRUNCATED, steps.TABLES)
-    baseline = max(results["direct, prepared"], key=lambda result: result[0])
-    print("\nbest round of each way, against direct, prepared:")
-    for label, runs in results.items():
-        rate, cpu_ms, _ = max(runs, key=lambda result: result[0])
-        rates = ", ".join(f"{run[0]:,.0f}" for run in runs)
-        print(
-            f"  {label:<34} {rate:8,.0f} steps/s ({rate / baseline[0]:.2f}x; rounds {rates}), "
-            f"{cpu_ms:.3f} ms CPU a step ({cpu_ms / baseline[1]:.2f}x)"
+        results = interleaved_ways(
+            [way.label for way in chosen],
+            args.rounds,
+            lambda index: run_way(args, services, chosen[index], context),
         )
+        harness.reset_data(services.pg_url, services.redis_url, steps.TRUNCATED, steps.TABLES)
+    print_best_rounds(results, "direct, prepared")
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import compileall
+import contextlib
 import os
 import signal
 import subprocess
@@ -195,16 +196,23 @@ def _redis_db(redis_url: str, index: int) -> str:
     return urlunsplit(parts._replace(path=f"/{base + 1 + index}"))
 
 
+@contextlib.contextmanager
+def own_rabbitmq() -> Iterator[DisposableRabbitMQ]:
+    """A RabbitMQ node of the caller's own, removed on the way out."""
+    assert rabbitmq_installed(), "rabbitmq-server is not installed (the README's command does it)"
+    # Not under pytest's tmp_path: run as root, the server drops to the
+    # `rabbitmq` user, which cannot enter root's private directories.
+    with DisposableRabbitMQ(Path(tempfile.mkdtemp(prefix="resumable-rabbitmq-"))) as node:
+        yield node
+
+
 @pytest.fixture(scope="session")
 def test_rabbitmq() -> Iterator[DisposableRabbitMQ | None]:
     """This pytest worker's RabbitMQ node when the tests run on RabbitMQ."""
     if TEST_BROKER != "rabbitmq":
         yield None
         return
-    assert rabbitmq_installed(), "rabbitmq-server is not installed (the README's command does it)"
-    # Not under pytest's tmp_path: run as root, the server drops to the
-    # `rabbitmq` user, which cannot enter root's private directories.
-    with DisposableRabbitMQ(Path(tempfile.mkdtemp(prefix="resumable-rabbitmq-"))) as node:
+    with own_rabbitmq() as node:
         yield node
 
 

@@ -287,3 +287,16 @@ class MeterWithServer(CpuMeter):
         if len(self.server_samples) < 2:
             return 0.0
         return self.server_samples[-1] - self.server_samples[-2]
+
+    def parts_per_step(self, cpu: CpuSample, steps: int, server: str) -> dict[str, float]:
+        """A run's CPU (`cpu`, its timed part) in ms a step by process: the
+        server apart from the workers it was counted with, named `server`."""
+        per_step = 1e3 / steps
+        server_ms = self.server_seconds() * per_step
+        return {
+            "workers": cpu.clients * per_step - server_ms,
+            server: server_ms,
+            "postgres": cpu.postgres * per_step,
+            "valkey": cpu.valkey * per_step,
+            "benchmark": cpu.bench * per_step,
+        }

@@ -8,7 +8,7 @@ import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from benchmarks.harness.servers import ROOT
@@ -122,3 +122,41 @@ def latency_line(label: str, values: Sequence[float], width: int = 50) -> str:
         f"  {label:<{width}}{ms(percentile(values, 0.5))}{ms(percentile(values, 0.95))}"
         f"{ms(percentile(values, 0.99))}{ms(max(values))}"
     )
+
+
+#: One durable run of a way: steps/s, CPU ms a step in all, and its parts by process.
+WayRun = tuple[float, float, dict[str, float]]
+
+
+def interleaved_ways(
+    labels: Sequence[str], rounds: int, run: Callable[[int], WayRun]
+) -> dict[str, list[WayRun]]:
+    """Each way (`run` of its index in `labels`) once a round, `rounds`
+    times, so that each meets the same machine; a line per run."""
+    width = max(len(label) for label in labels)
+    results: dict[str, list[WayRun]] = {label: [] for label in labels}
+    for round_number in range(1, rounds + 1):
+        for index, label in enumerate(labels):
+            rate, cpu_ms, parts = run(index)
+            results[label].append((rate, cpu_ms, parts))
+            described = ", ".join(f"{name} {value:.3f}" for name, value in parts.items() if value)
+            print(
+                f"round {round_number}  {label:<{width}} {rate:8,.0f} steps/s  "
+                f"{cpu_ms:.3f} ms CPU a step ({described})",
+                flush=True,
+            )
+    return results
+
+
+def print_best_rounds(results: dict[str, list[WayRun]], baseline_label: str) -> None:
+    """Each way's best round (by steps/s) against the baseline way's."""
+    width = max(len(label) for label in results)
+    baseline = max(results[baseline_label], key=lambda result: result[0])
+    print(f"\nbest round of each way, against {baseline_label}:")
+    for label, runs in results.items():
+        rate, cpu_ms, _ = max(runs, key=lambda result: result[0])
+        rates = ", ".join(f"{run[0]:,.0f}" for run in runs)
+        print(
+            f"  {label:<{width}} {rate:8,.0f} steps/s ({rate / baseline[0]:.2f}x; rounds {rates}), "
+            f"{cpu_ms:.3f} ms CPU a step ({cpu_ms / baseline[1]:.2f}x)"
+        )

@@ -10,7 +10,12 @@ queue's, carrying its lane in an option, and goes to its lane when due
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from resumable.priorities import DEFAULT_PRIORITY, PRIORITIES, Priority
+
+if TYPE_CHECKING:
+    from dramatiq.message import Message
 
 #: The option a delayed message carries its lane in.
 LANE_OPTION = "lane"
@@ -38,3 +43,12 @@ def base_of(queue_name: str) -> str:
     """The configured queue a lane belongs to."""
     level = level_of(queue_name)
     return queue_name if level == DEFAULT_PRIORITY else queue_name[: -len(level) - 1]
+
+
+def delayed_on_base(message: Message[Any]) -> Message[Any]:
+    """A message to delay, as it goes on its base queue's delay queue (its
+    lane has none), carrying its lane to go back to when due."""
+    base = base_of(message.queue_name)
+    if base == message.queue_name:
+        return message
+    return message.copy(queue_name=base, options={LANE_OPTION: message.queue_name})

@@ -51,7 +51,7 @@ from dramatiq.message import Message
 from dramatiq.middleware import CurrentMessage
 
 from resumable.broker.consumer import ENQUEUED_AT, FETCHED_AT, Pulse
-from resumable.broker.lanes import LANE_OPTION, base_of, lanes
+from resumable.broker.lanes import LANE_OPTION, delayed_on_base, lanes
 from resumable.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -164,10 +164,7 @@ class RabbitBroker(RabbitmqBroker):
 
     def enqueue(self, message: Message[Any], *, delay: int | None = None) -> Message[Any]:
         if delay is not None:
-            base = base_of(message.queue_name)
-            if base != message.queue_name:  # its lane has no delay queue: the base's, and back
-                message = message.copy(queue_name=base, options={LANE_OPTION: message.queue_name})
-            delayed: Message[Any] = super().enqueue(message, delay=delay)
+            delayed: Message[Any] = super().enqueue(delayed_on_base(message), delay=delay)
             return delayed
         return self.enqueue_many([message])[0]
 

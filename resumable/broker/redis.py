@@ -49,7 +49,7 @@ from resumable.broker.consumer import (
     WakingConsumer,
     wakeup_key,
 )
-from resumable.broker.lanes import LANE_OPTION, base_of, lanes
+from resumable.broker.lanes import LANE_OPTION, delayed_on_base, lanes
 from resumable.settings import Settings
 
 NAMESPACE = "resumable"
@@ -161,10 +161,7 @@ class WakingRedisBroker(RedisBroker):
 
     def enqueue(self, message: Message[Any], *, delay: int | None = None) -> Message[Any]:
         if delay is not None:
-            base = base_of(message.queue_name)
-            if base != message.queue_name:  # its lane has no delay queue: the base's, and back
-                message = message.copy(queue_name=base, options={LANE_OPTION: message.queue_name})
-            delayed: Message[Any] = super().enqueue(message, delay=delay)
+            delayed: Message[Any] = super().enqueue(delayed_on_base(message), delay=delay)
             return delayed
         return self.enqueue_many([message])[0]
 

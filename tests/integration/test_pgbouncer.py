@@ -15,12 +15,10 @@ through it with prepared statements on (without one, that case is skipped).
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from collections.abc import Iterator
 
-import httpx
 import psycopg
 import pytest
 import redis
@@ -33,7 +31,7 @@ from resumable.models.database import Database
 from resumable.settings import Settings
 from tests.conftest import LocalDeployment, wait_until
 from tests.fake_api import FakeAPI
-from tests.signing import signed_headers
+from tests.waiters import answer_waiters
 
 COUNTERS = 12
 SIGNALLED = 6
@@ -84,17 +82,7 @@ def _run_workload(client: Client, api: FakeAPI) -> list[uuid.UUID]:
     waiting = [client.start("signalled", {"topic": "go"}) for _ in range(SIGNALLED)]
     sleepers = [client.start("sleeper", {"seconds": 0.5}) for _ in range(SLEEPERS)]
     approvals = [client.start("approval", {}) for _ in range(APPROVALS)]
-    wait_until(
-        lambda: all(client.get(i).status == "suspended" for i in [*waiting, *approvals]),
-        60,
-        what="the signalled and approval sessions to wait",
-    )
-    for session_id in waiting:
-        client.signal(session_id, "go", {"ok": True})
-    for session_id in approvals:  # through the web process's callback route
-        url = client.state(session_id)["callback_url"]
-        body = json.dumps({"approved": True})
-        assert httpx.post(url, content=body, headers=signed_headers(body)).status_code == 202
+    answer_waiters(client, waiting, approvals)
     return [*counters, *waiting, *sleepers, *approvals]
 
 

@@ -13,56 +13,47 @@ it saying so in one line.
 
 from __future__ import annotations
 
-import json
 import signal
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pika
 import pytest
 
 from resumable.broker.choice import build_broker
 from resumable.broker.lanes import lanes
-from resumable.broker.rabbitmq import MARKER_QUEUE, RabbitBroker
+from resumable.broker.rabbitmq import RabbitBroker
 from resumable.client import Client
-from resumable.dev.disposable_rabbitmq import DisposableRabbitMQ, rabbitmq_installed
+from resumable.dev.disposable_rabbitmq import DisposableRabbitMQ
 from resumable.models.database import Database
 from resumable.settings import Settings
-from tests.conftest import API_TOKEN, LocalDeployment, free_port, run_cli, wait_until
+from tests.conftest import (
+    API_TOKEN,
+    LocalDeployment,
+    delete_rabbitmq_queues,
+    free_port,
+    own_rabbitmq,
+    run_cli,
+    wait_until,
+)
 from tests.fake_api import FakeAPI
-from tests.signing import signed_headers
+from tests.waiters import answer_waiters, approve, wait_suspended
 
 
 @pytest.fixture(scope="module")
 def rabbitmq() -> Iterator[DisposableRabbitMQ]:
-    assert rabbitmq_installed(), "rabbitmq-server is not installed (the README's command does it)"
-    # Not under pytest's tmp_path: run as root, the server drops to the
-    # `rabbitmq` user, which cannot enter root's private directories.
-    with DisposableRabbitMQ(Path(tempfile.mkdtemp(prefix="resumable-rabbitmq-"))) as node:
+    """This module's node: its tests kill it and start it again."""
+    with own_rabbitmq() as node:
         yield node
-
-
-def _delete_queues(url: str, queue: str) -> None:
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    try:
-        channel = connection.channel()
-        for lane in lanes(queue):
-            for suffix in ("", ".DQ", ".XQ"):
-                channel.queue_delete(queue=f"{lane}{suffix}")
-        channel.queue_delete(queue=MARKER_QUEUE)
-    finally:
-        connection.close()
 
 
 @pytest.fixture
 def rabbit_settings(settings: Settings, rabbitmq: DisposableRabbitMQ) -> Settings:
     """The test settings with RabbitMQ carrying the messages; its queues
     start empty (an earlier test's messages name sessions truncated since)."""
-    _delete_queues(rabbitmq.url, settings.queue_name)
+    delete_rabbitmq_queues(rabbitmq.url, settings.queue_name)
     return settings.model_copy(update={"broker_url": rabbitmq.url})
 
 
@@ -105,20 +96,6 @@ def _start_workload(client: Client, api: FakeAPI, counters: Path) -> list[uuid.U
     return ids
 
 
-def _answer_waiters(client: Client, waiting: list[uuid.UUID], approvals: list[uuid.UUID]) -> None:
-    wait_until(
-        lambda: all(client.get(i).status == "suspended" for i in [*waiting, *approvals]),
-        60,
-        what="the signalled and approval sessions to wait",
-    )
-    for session_id in waiting:
-        client.signal(session_id, "go", {"ok": True})
-    for session_id in approvals:  # through the web process's callback route
-        url = client.state(session_id)["callback_url"]
-        body = json.dumps({"approved": True})
-        assert httpx.post(url, content=body, headers=signed_headers(body)).status_code == 202
-
-
 def _all_complete(client: Client, ids: list[uuid.UUID], timeout: float = 90) -> None:
     wait_until(
         lambda: all(client.get(i).status == "completed" for i in ids),
@@ -139,7 +116,7 @@ def test_a_workload_runs_to_the_end_on_rabbitmq(
         ids = _start_workload(client, api, tmp_path)
         waiting = [client.start("signalled", {"topic": "go"}) for _ in range(SIGNALLED)]
         approvals = [client.start("approval", {}) for _ in range(APPROVALS)]
-        _answer_waiters(client, waiting, approvals)
+        answer_waiters(client, waiting, approvals)
         _all_complete(client, [*ids, *waiting, *approvals])
         # One charge a counter step and one a flaky session (its retries
         # replay the recorded call): none twice.
@@ -170,20 +147,13 @@ def test_a_rabbitmq_restart_mid_workload_loses_nothing(
     with FakeAPI() as api:
         approvals = [client.start("approval", {}) for _ in range(APPROVALS)]
         ids = _start_workload(client, api, tmp_path)
-        wait_until(
-            lambda: all(client.get(i).status == "suspended" for i in approvals),
-            60,
-            what="the approvals to wait",
-        )
+        wait_suspended(client, approvals, "the approvals to wait")
         rabbitmq.kill()
         ready = httpx.get(f"{web}/readyz", timeout=5)
         assert ready.status_code == 503, ready.text
         assert ready.json()["checks"]["broker"].startswith("error"), ready.json()
         for session_id in approvals:  # stored while the broker is down
-            url = client.state(session_id)["callback_url"]
-            body = json.dumps({"approved": True})
-            answer = httpx.post(url, content=body, headers=signed_headers(body), timeout=15)
-            assert answer.status_code == 202, answer.text
+            assert approve(client, session_id, timeout=15) == 202
         rabbitmq.start()
         wait_until(
             lambda: httpx.get(f"{web}/readyz", timeout=5).status_code == 200,
