@@ -31,13 +31,14 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from resumable._internal.embedded import EmbeddedServices, ServiceURLs, service_urls
 from resumable._internal.home import local_token
+from resumable._internal.reachability import rabbitmq_location
 from resumable.dev.home_lock import AnotherDevError, dev_lock
 from resumable.dev.procfile import Processes, load_processes
 from resumable.dev.signals import StopRequests
 from resumable.dev.supervisor import Supervisor
 from resumable.errors import ResumableError
 from resumable.models import migrate
-from resumable.settings import Settings
+from resumable.settings import Settings, is_amqp_url
 
 # The agent the worker runs when none is named, so `resumable dev` works in an
 # empty directory.
@@ -190,6 +191,11 @@ def _print_banner(
         f"  API token  {escape(token_line)}",
         f"  database   {escape(database)}",
         f"  redis      {escape(redis)}",
+        *(
+            [f"  broker     RabbitMQ at {escape(rabbitmq_location(settings.broker_url))}"]
+            if settings.broker_url is not None and is_amqp_url(settings.broker_url)
+            else []
+        ),
         f"  agents     {escape(', '.join(agents))}"
         + (
             "  (none named: the demo agent; pass --agents MODULE or set RESUMABLE_AGENTS)"

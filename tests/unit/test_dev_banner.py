@@ -15,10 +15,10 @@ from resumable.dev.procfile import load_processes
 from resumable.settings import Settings
 
 
-def _banner(tmp_path: Path, agents: list[str]) -> str:
+def _banner(tmp_path: Path, agents: list[str], broker_url: str | None = None) -> str:
     out = io.StringIO()
     console = Console(file=out, width=200, color_system=None)
-    settings = Settings(home=tmp_path, api_tokens=["t" * 32])
+    settings = Settings(home=tmp_path, api_tokens=["t" * 32], broker_url=broker_url)
     urls = ServiceURLs("postgresql://u@127.0.0.1:5432/db", "redis://127.0.0.1:6379/0")
     _print_banner(
         console, settings, urls, agents, load_processes(tmp_path), "http://127.0.0.1:8000", "0019"
@@ -37,3 +37,10 @@ def test_named_agents_are_listed_without_the_demo_hint(tmp_path: Path) -> None:
     text = _banner(tmp_path, ["myapp.agents"])
     assert "agents     myapp.agents" in text
     assert "demo" not in text
+
+
+def test_a_rabbitmq_broker_is_named_without_its_password(tmp_path: Path) -> None:
+    text = _banner(tmp_path, ["myapp.agents"], "amqp://app:s3cret@rabbit:5672/prod")
+    assert "broker     RabbitMQ at rabbit:5672 (vhost 'prod')" in text
+    assert "s3cret" not in text
+    assert "broker     " not in _banner(tmp_path, ["myapp.agents"])
