@@ -45,7 +45,7 @@ import pika.exceptions
 import redis
 from dramatiq.broker import MessageProxy
 from dramatiq.brokers.rabbitmq import RabbitmqBroker, _RabbitmqConsumer
-from dramatiq.common import q_name
+from dramatiq.common import current_millis, dq_name, q_name
 from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 from dramatiq.middleware import CurrentMessage
@@ -64,12 +64,22 @@ AMQP_TIMEOUT_SECONDS = 5.0
 MARKER_QUEUE = "resumable.reconciler-marker"
 
 _TIMEOUTS = ("socket_timeout", "stack_timeout", "blocked_connection_timeout")
+# A send that failed sooner than this found its connection already dead (the
+# server closed it while it idled) and is tried once more on a new one.
+_FAILED_AT_ONCE_SECONDS = 1.0
 
 
 def connection_parameters(url: str) -> list[pika.URLParameters]:
     """pika's parameters for `url` (several, ``;``-separated, are tried in
     turn: a cluster's nodes), with ``AMQP_TIMEOUT_SECONDS`` wherever the URL
-    names no timeout of its own."""
+    names no timeout of its own.
+
+    pika's timeouts cover connecting only: a send on an open connection to
+    a host cut off the network waits for a confirm that never comes until
+    its heartbeats give up, a minute or more, while the web holds the
+    session's row (found by tests/multihost's ``web_broker_cut``). The
+    kernel's ``TCP_USER_TIMEOUT`` ends it: data unacknowledged that long
+    fails the socket, and the send with it."""
     parameters = []
     for one in url.split(";"):
         named = parse_qs(urlsplit(one).query)
@@ -77,6 +87,8 @@ def connection_parameters(url: str) -> list[pika.URLParameters]:
         for timeout in _TIMEOUTS:
             if timeout not in named:
                 setattr(params, timeout, AMQP_TIMEOUT_SECONDS)
+        if "tcp_options" not in named:
+            params.tcp_options = {"TCP_USER_TIMEOUT": int(AMQP_TIMEOUT_SECONDS * 1000)}
         parameters.append(params)
     return parameters
 
@@ -163,10 +175,14 @@ class RabbitBroker(RabbitmqBroker):
                 self.emit_after("declare_queue", name)
 
     def enqueue(self, message: Message[Any], *, delay: int | None = None) -> Message[Any]:
-        if delay is not None:
-            delayed: Message[Any] = super().enqueue(delayed_on_base(message), delay=delay)
-            return delayed
-        return self.enqueue_many([message])[0]
+        if delay is None:
+            return self.enqueue_many([message])[0]
+        message = delayed_on_base(message)
+        delayed = message.copy(
+            queue_name=dq_name(message.queue_name), options={"eta": current_millis() + delay}
+        )
+        self._publish(delayed, delay)
+        return delayed
 
     def enqueue_many(self, messages: Sequence[Message[Any]]) -> list[Message[Any]]:
         """Publish immediate messages, each confirmed by RabbitMQ before the
@@ -180,8 +196,41 @@ class RabbitBroker(RabbitmqBroker):
                 queue_name=message.options.get(LANE_OPTION, message.queue_name),
                 options={ENQUEUED_AT: sent_at},
             )
-            sent.append(super().enqueue(prepared))
+            self._publish(prepared, None)
+            sent.append(prepared)
         return sent
+
+    def _publish(self, message: Message[Any], delay: int | None) -> None:
+        """Publish one message on this thread's channel and wait for its
+        confirm, as ``RabbitmqBroker.enqueue`` does, but tried again only
+        when the first try failed at once (a connection the server closed
+        while it idled), not after it waited out a timeout: dramatiq tries
+        six times, each waiting for its connection timeout when RabbitMQ is
+        out of reach, 30 s for one send."""
+        base = q_name(message.queue_name)
+        for attempt in (1, 2):
+            started = time.monotonic()
+            try:
+                self.declare_queue(base, ensure=True)
+                self.emit_before("enqueue", message, delay)
+                self.channel.basic_publish(
+                    exchange="",
+                    routing_key=message.queue_name,
+                    body=message.encode(),
+                    properties=pika.BasicProperties(delivery_mode=2),
+                    mandatory=True,  # a queue deleted under us: UnroutableError, declared again
+                )
+                self.emit_after("enqueue", message, delay)
+                return
+            except (pika.exceptions.AMQPConnectionError, pika.exceptions.AMQPChannelError) as exc:
+                del self.connection  # the next try, and the next send, connect afresh
+                if isinstance(exc, pika.exceptions.UnroutableError):
+                    self.queues_pending.add(base)
+                waited = time.monotonic() - started > _FAILED_AT_ONCE_SECONDS
+                if attempt == 2 or (
+                    waited and not isinstance(exc, pika.exceptions.UnroutableError)
+                ):
+                    raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
 
     def requeue(self, queue_name: str, messages: Sequence[MessageProxy | Message[Any]]) -> None:
         """Give fetched-but-unstarted messages back to RabbitMQ now (a

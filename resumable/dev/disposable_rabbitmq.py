@@ -36,14 +36,16 @@ def rabbitmq_installed() -> bool:
 
 
 class DisposableRabbitMQ:
-    """A RabbitMQ node under `directory` on 127.0.0.1:`port` (free by default)."""
+    """A RabbitMQ node under `directory` on `bind`:`port` (127.0.0.1 and a
+    free port by default)."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(self, directory: Path, port: int | None = None, bind: str = "127.0.0.1") -> None:
         self.directory = directory
         self.port = port or free_port()
         self.dist_port = free_port()
+        self.bind = bind
         self.node = f"resumable{self.port}@localhost"
-        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+        self.url = f"amqp://guest:guest@{bind}:{self.port}/%2F"
         self.pid: int | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -51,7 +53,7 @@ class DisposableRabbitMQ:
         return {
             **os.environ,
             "RABBITMQ_NODENAME": self.node,
-            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_IP_ADDRESS": self.bind,
             "RABBITMQ_NODE_PORT": str(self.port),
             "RABBITMQ_DIST_PORT": str(self.dist_port),
             "RABBITMQ_MNESIA_BASE": str(self.directory / "mnesia"),
@@ -59,13 +61,17 @@ class DisposableRabbitMQ:
             "RABBITMQ_PID_FILE": str(self.directory / "node.pid"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.directory / "enabled_plugins"),
             "RABBITMQ_FEATURE_FLAGS_FILE": str(self.directory / "feature_flags"),
-            "RABBITMQ_CONFIG_FILE": str(self.directory / "none"),
+            "RABBITMQ_CONFIG_FILE": str(self.directory / "rabbitmq.conf"),
         }
 
     def start(self, timeout: float = 60.0) -> Self:
         for sub in ("mnesia", "log"):
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
         (self.directory / "enabled_plugins").write_text("[].\n")
+        # RabbitMQ lets `guest` in from loopback only: bound elsewhere, it
+        # must let in other hosts' clients.
+        loopback = "" if self.bind == "127.0.0.1" else "loopback_users = none\n"
+        (self.directory / "rabbitmq.conf").write_text(loopback)
         pidfile = self.directory / "node.pid"
         pidfile.unlink(missing_ok=True)
         if os.geteuid() == 0:  # the server runs as `rabbitmq`: its files must be its own
@@ -74,7 +80,7 @@ class DisposableRabbitMQ:
                 os.chown(path, owner.pw_uid, owner.pw_gid)
         with (self.directory / "server.out").open("ab") as out:
             self._process = subprocess.Popen(
-                [SERVER],
+                self.command(),
                 env=self._env(),
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -91,6 +97,11 @@ class DisposableRabbitMQ:
         self.pid = int(pidfile.read_text().strip()) if pidfile.exists() else None
         return self
 
+    def command(self) -> list[str]:
+        """The server's command line (a harness that runs it on another
+        network namespace wraps it)."""
+        return [SERVER]
+
     def answers(self) -> bool:
         """Whether an AMQP connection opens (the node has started its listener
         late in boot, and it refuses connections until the broker is up)."""
@@ -98,7 +109,7 @@ class DisposableRabbitMQ:
         import pika.exceptions
 
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+            with socket.create_connection((self.bind, self.port), timeout=0.5):
                 pass
             params = pika.URLParameters(self.url)
             params.socket_timeout = params.stack_timeout = 2.0
@@ -133,7 +144,7 @@ class DisposableRabbitMQ:
 
     def _listening(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+            with socket.create_connection((self.bind, self.port), timeout=0.2):
                 return True
         except OSError:
             return False

@@ -94,6 +94,7 @@ HOT = {
     "COMMIT_STEP": step_queries.COMMIT_STEP,
     "COMMIT_STEP_WITH_RECORDS": step_queries.COMMIT_STEP_WITH_RECORDS,
     "RENEW_LEASE": step_queries.RENEW_LEASE,
+    "LEASE_LEFT": step_queries.LEASE_LEFT,
     "CLAIM_TOOL_CALL": tool_call_queries.CLAIM_TOOL_CALL,
     "COMPLETE_TOOL_CALL": tool_call_queries.COMPLETE_TOOL_CALL,
     "FAIL_TOOL_CALL": tool_call_queries.FAIL_TOOL_CALL,

@@ -4,6 +4,7 @@ network partitions, the invariants checked from outside.
 Run from the repository root, as root (CI runs ``--short``)::
 
     .venv/bin/python -m tests.multihost [--short] [--only worker_cut,short_cut]
+                                        [--broker rabbitmq]
 
 Each host is a network namespace this run makes and removes (``network.py``,
 ``hosts.py``): a database host (PostgreSQL on 10.251.0.1), a broker host
@@ -27,6 +28,11 @@ through one partition (a link taken down, then brought back up):
 - ``short_cut``: worker host 1 cut for a quarter of a lease: no takeover,
   no call repeated.
 
+With ``--broker rabbitmq`` the broker host also runs a RabbitMQ node
+(``resumable/dev/disposable_rabbitmq.py``, inside its namespace on its
+address) and every process sends and takes the messages through it; the
+cuts to the broker host cut both servers.
+
 After each: no session lost, no effect under two idempotency keys, gapless
 checkpoints, every process consuming (as the fault matrix checks), and what
 the partition must show. Exit status 1 if anything fails. Whatever happens
@@ -48,6 +54,7 @@ from benchmarks.harness import (
     ROOT,
     Services,
     bench_client,
+    broker_named,
     log_dir_for,
     reset_data,
     stopped_like_ctrl_c,
@@ -79,7 +86,7 @@ from tests.multihost.hosts import (
 )
 from tests.multihost.network import Network
 from tests.multihost.partitions import PARTITIONS, Partitions
-from tests.multihost.servers import BrokerHost, database_host
+from tests.multihost.servers import BrokerHost, RabbitMQHost, database_host
 from tests.tables import RUNTIME_TABLES
 
 
@@ -91,6 +98,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", default="", help=f"comma-separated, of: {', '.join(PARTITIONS)}")
     add_workload_arguments(parser, lease=3.0)
     parser.add_argument("--home", type=Path, default=ROOT / ".resumable" / "multihost")
+    parser.add_argument(
+        "--broker",
+        choices=["redis", "rabbitmq"],
+        default="redis",
+        help="what the broker host runs to carry the messages: valkey, or RabbitMQ beside it",
+    )
     args = parser.parse_args(argv)
     args.sessions = args.sessions or (10 if args.short else 30)
     wanted = [name for name in args.only.split(",") if name] or PARTITIONS
@@ -127,16 +140,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_and_run(args: argparse.Namespace) -> list[PhaseResult]:
     """The hosts, their servers and the phases; all removed on the way out."""
-    with (
-        stopped_like_ctrl_c(),
-        Network(HOSTS, LINKS) as network,
-        database_host(DB, args.home / "postgres") as database_url,
-        BrokerHost(BROKER, args.home / "valkey") as broker,
-    ):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(stopped_like_ctrl_c())
+        network = stack.enter_context(Network(HOSTS, LINKS))
+        database_url = stack.enter_context(database_host(DB, args.home / "postgres"))
+        broker = stack.enter_context(BrokerHost(BROKER, args.home / "valkey"))
+        where = f"PostgreSQL on {DB.name} ({DB.address}), valkey on {BROKER.name} ({broker.url})"
+        if args.broker == "rabbitmq":
+            rabbitmq = stack.enter_context(RabbitMQHost(BROKER, args.home / "rabbitmq"))
+            # Every process and the client inherit it (``deployment_env`` too).
+            stack.enter_context(broker_named(rabbitmq.url))
+            where += f", RabbitMQ beside it ({rabbitmq.url}) carrying the messages"
         migrate.upgrade(database_url)
         pg_url = libpq_url(database_url)
         reset_data(pg_url, broker.url, RUNTIME_TABLES)
-        where = f"PostgreSQL on {DB.name} ({DB.address}), valkey on {BROKER.name} ({broker.url})"
         print(f"  {len(HOSTS)} hosts, {len(LINKS)} links; {where}")
         services = Services(database_url, broker.url, pg_url, where, False, args.home)
         return run(args, services, broker, network)

@@ -24,11 +24,13 @@ from pathlib import Path
 import psycopg
 
 from resumable._internal.embedded import POSTGRES_OS_USER, grant_traversal
+from resumable.dev.disposable_rabbitmq import DisposableRabbitMQ
 from resumable.dev.disposable_redis import DisposableRedis
 from tests.multihost.network import Host
 
 POSTGRES_PORT = 5432
 REDIS_PORT = 6379
+AMQP_PORT = 5672
 HBA_LINE = "host all all 10.251.0.0/24 trust  # the multi-host harness's hosts"
 
 
@@ -109,3 +111,20 @@ class BrokerHost(DisposableRedis):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class RabbitMQHost(DisposableRabbitMQ):
+    """``DisposableRabbitMQ`` on the broker host (``--broker rabbitmq``):
+    started inside `host`'s namespace on its address, beside the host's
+    valkey (which then keeps only rate limits' turns)."""
+
+    def __init__(self, host: Host, directory: Path) -> None:
+        super().__init__(directory, port=AMQP_PORT, bind=host.address)
+        self.host = host
+
+    def command(self) -> list[str]:
+        return self.host.command(*super().command())
+
+    def __enter__(self) -> RabbitMQHost:
+        self.start()
+        return self

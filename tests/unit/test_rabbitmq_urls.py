@@ -16,6 +16,8 @@ def test_every_node_gets_timeouts_unless_its_url_names_them() -> None:
     assert (first.host, first.port, first.virtual_host) == ("a", 5672, "/")
     assert first.socket_timeout == first.stack_timeout == AMQP_TIMEOUT_SECONDS
     assert first.blocked_connection_timeout == AMQP_TIMEOUT_SECONDS
+    # Unacknowledged data fails the socket: a send to a host cut off ends.
+    assert first.tcp_options == {"TCP_USER_TIMEOUT": int(AMQP_TIMEOUT_SECONDS * 1000)}
     assert (second.host, second.port, second.virtual_host) == ("b", 5673, "v")
     assert second.socket_timeout == 2  # the URL's own
     assert second.blocked_connection_timeout == AMQP_TIMEOUT_SECONDS
