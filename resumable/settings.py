@@ -45,6 +45,7 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("REDIS_URL", "RESUMABLE_REDIS_URL"),
         description="Redis URL. Unset: an embedded Valkey server is started under `home`.",
     )
+    #: Set: RabbitMQ carries the messages (only AMQP URLs pass its check).
     broker_url: str | None = Field(
         default=None,
         description="The broker that carries queue messages. Unset: Redis at `REDIS_URL`. "
@@ -433,11 +434,6 @@ def checked_redis_url(value: str) -> str:
 
 
 _AMQP_SCHEMES = ("amqp", "amqps")
-
-
-def is_amqp_url(url: str | None) -> bool:
-    """Whether `url` names RabbitMQ (RESUMABLE_BROKER_URL)."""
-    return url is not None and url.split("://", 1)[0] in _AMQP_SCHEMES
 
 
 def checked_amqp_url(value: str) -> str:

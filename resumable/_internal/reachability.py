@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Literal
-from urllib.parse import unquote, urlsplit
+from typing import Any, Literal
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import psycopg
 import psycopg.errors
@@ -227,6 +227,35 @@ def probe_database(url: str, setting: str = "DATABASE_URL", timeout: float = PRO
         ) from exc
 
 
+_AMQP_TIMEOUTS = ("socket_timeout", "stack_timeout", "blocked_connection_timeout")
+
+
+def amqp_parameters(url: str, timeout: float) -> list[Any]:
+    """pika's parameters for `url` (several, ``;``-separated, are tried in
+    turn: a cluster's nodes), with `timeout` wherever the URL names no
+    timeout of its own.
+
+    pika's timeouts cover connecting only: a send on an open connection to
+    a host cut off the network waits for a confirm that never comes until
+    its heartbeats give up, a minute or more, while the web holds the
+    session's row (found by tests/multihost's ``web_broker_cut``). The
+    kernel's ``TCP_USER_TIMEOUT`` ends it: data unacknowledged that long
+    fails the socket, and the send with it."""
+    import pika
+
+    parameters = []
+    for one in url.split(";"):
+        named = parse_qs(urlsplit(one).query)
+        params = pika.URLParameters(one)
+        for name in _AMQP_TIMEOUTS:
+            if name not in named:
+                setattr(params, name, timeout)
+        if "tcp_options" not in named:
+            params.tcp_options = {"TCP_USER_TIMEOUT": int(timeout * 1000)}
+        parameters.append(params)
+    return parameters
+
+
 def amqp_reason(exc: BaseException) -> str:
     """What pika's error says, on one line: pika wraps the socket's error
     (``AMQPConnectionError(AMQPConnectorSocketConnectError(ConnectionRefusedError(...)))``),
@@ -257,13 +286,7 @@ def probe_rabbitmq(
     import pika.exceptions
 
     try:
-        parameters = []
-        for one in url.split(";"):
-            params = pika.URLParameters(one)
-            params.socket_timeout = params.stack_timeout = timeout
-            params.blocked_connection_timeout = timeout
-            parameters.append(params)
-        pika.BlockingConnection(parameters).close()
+        pika.BlockingConnection(amqp_parameters(url, timeout)).close()
     except (pika.exceptions.AMQPError, OSError, ValueError) as exc:
         why = amqp_reason(exc)
         raise ServiceUnreachableError(

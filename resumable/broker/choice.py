@@ -18,7 +18,7 @@ from resumable._internal.reachability import (
     rabbitmq_location,
     redis_location,
 )
-from resumable.settings import Settings, is_amqp_url
+from resumable.settings import Settings
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -30,15 +30,11 @@ if TYPE_CHECKING:
 AnyBroker: TypeAlias = "WakingRedisBroker | RabbitBroker"
 
 
-def uses_rabbitmq(settings: Settings) -> bool:
-    return is_amqp_url(settings.broker_url)
-
-
 def build_broker(settings: Settings, redis_url: str) -> AnyBroker:
     """The broker the settings name: Redis at `redis_url`, unless
     RESUMABLE_BROKER_URL is an AMQP URL (then that Redis keeps only rate
     limits' turns)."""
-    if settings.broker_url is not None and uses_rabbitmq(settings):
+    if settings.broker_url is not None:
         from resumable.broker.rabbitmq import build_rabbitmq_broker
 
         return build_rabbitmq_broker(settings, settings.broker_url, redis_url)
@@ -50,7 +46,7 @@ def build_broker(settings: Settings, redis_url: str) -> AnyBroker:
 def broker_probe(settings: Settings, redis_url: str) -> tuple[str, str, Callable[[], None]]:
     """The broker's setting, its location and a probe that raises
     ServiceUnreachableError naming the setting (see ``reachability.py``)."""
-    if settings.broker_url is not None and uses_rabbitmq(settings):
+    if settings.broker_url is not None:
         url = settings.broker_url
         return (
             "RESUMABLE_BROKER_URL",

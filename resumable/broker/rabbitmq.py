@@ -38,7 +38,6 @@ import time
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pika
 import pika.exceptions
@@ -50,6 +49,7 @@ from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 from dramatiq.middleware import CurrentMessage
 
+from resumable._internal.reachability import amqp_parameters
 from resumable.broker.consumer import ENQUEUED_AT, FETCHED_AT, Pulse
 from resumable.broker.lanes import LANE_OPTION, delayed_on_base, lanes
 from resumable.settings import Settings
@@ -63,34 +63,16 @@ AMQP_TIMEOUT_SECONDS = 5.0
 # definitions (a node reset, a new node), and every queue message with them.
 MARKER_QUEUE = "resumable.reconciler-marker"
 
-_TIMEOUTS = ("socket_timeout", "stack_timeout", "blocked_connection_timeout")
 # A send that failed sooner than this found its connection already dead (the
 # server closed it while it idled) and is tried once more on a new one.
 _FAILED_AT_ONCE_SECONDS = 1.0
 
 
 def connection_parameters(url: str) -> list[pika.URLParameters]:
-    """pika's parameters for `url` (several, ``;``-separated, are tried in
-    turn: a cluster's nodes), with ``AMQP_TIMEOUT_SECONDS`` wherever the URL
-    names no timeout of its own.
-
-    pika's timeouts cover connecting only: a send on an open connection to
-    a host cut off the network waits for a confirm that never comes until
-    its heartbeats give up, a minute or more, while the web holds the
-    session's row (found by tests/multihost's ``web_broker_cut``). The
-    kernel's ``TCP_USER_TIMEOUT`` ends it: data unacknowledged that long
-    fails the socket, and the send with it."""
-    parameters = []
-    for one in url.split(";"):
-        named = parse_qs(urlsplit(one).query)
-        params = pika.URLParameters(one)
-        for timeout in _TIMEOUTS:
-            if timeout not in named:
-                setattr(params, timeout, AMQP_TIMEOUT_SECONDS)
-        if "tcp_options" not in named:
-            params.tcp_options = {"TCP_USER_TIMEOUT": int(AMQP_TIMEOUT_SECONDS * 1000)}
-        parameters.append(params)
-    return parameters
+    """The parameters every connection of the broker uses: `url`'s, with
+    ``AMQP_TIMEOUT_SECONDS`` wherever it names no timeout (see
+    ``reachability.amqp_parameters``)."""
+    return amqp_parameters(url, AMQP_TIMEOUT_SECONDS)
 
 
 def build_rabbitmq_broker(settings: Settings, url: str, redis_url: str) -> RabbitBroker:
@@ -224,12 +206,11 @@ class RabbitBroker(RabbitmqBroker):
                 return
             except (pika.exceptions.AMQPConnectionError, pika.exceptions.AMQPChannelError) as exc:
                 del self.connection  # the next try, and the next send, connect afresh
-                if isinstance(exc, pika.exceptions.UnroutableError):
+                unroutable = isinstance(exc, pika.exceptions.UnroutableError)
+                if unroutable:
                     self.queues_pending.add(base)
                 waited = time.monotonic() - started > _FAILED_AT_ONCE_SECONDS
-                if attempt == 2 or (
-                    waited and not isinstance(exc, pika.exceptions.UnroutableError)
-                ):
+                if attempt == 2 or (waited and not unroutable):
                     raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
 
     def requeue(self, queue_name: str, messages: Sequence[MessageProxy | Message[Any]]) -> None:

@@ -41,7 +41,7 @@ from resumable.dev.processes import Deployment, ProcessExitedError, free_port
 from resumable.dev.signals import StoppedBySignalError, StopRequests
 from resumable.models import migrate
 from resumable.models.database import Database
-from resumable.settings import Settings, is_amqp_url
+from resumable.settings import Settings
 
 __all__ = ["run_demo"]
 
@@ -79,7 +79,7 @@ def run_demo(settings: Settings, console: Console) -> int:
 def _servers_line(settings: Settings) -> str:
     """Which servers the demo runs on (never a password)."""
     where = "configured" if settings.database_url else "embedded"
-    if settings.broker_url is None or not is_amqp_url(settings.broker_url):
+    if settings.broker_url is None:
         return f"PostgreSQL and Redis: {where} servers"
     broker = rabbitmq_location(settings.broker_url)
     return f"PostgreSQL: {where} server; broker: RabbitMQ at {broker} (RESUMABLE_BROKER_URL)"

@@ -38,7 +38,7 @@ from resumable.dev.signals import StopRequests
 from resumable.dev.supervisor import Supervisor
 from resumable.errors import ResumableError
 from resumable.models import migrate
-from resumable.settings import Settings, is_amqp_url
+from resumable.settings import Settings
 
 # The agent the worker runs when none is named, so `resumable dev` works in an
 # empty directory.
@@ -193,7 +193,7 @@ def _print_banner(
         f"  redis      {escape(redis)}",
         *(
             [f"  broker     RabbitMQ at {escape(rabbitmq_location(settings.broker_url))}"]
-            if settings.broker_url is not None and is_amqp_url(settings.broker_url)
+            if settings.broker_url is not None
             else []
         ),
         f"  agents     {escape(', '.join(agents))}"

@@ -10,7 +10,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from resumable._internal.reachability import probe_rabbitmq
-from resumable.broker.choice import uses_rabbitmq
 from resumable.models import agent_queries
 from resumable.webhooks.database_calls import DatabaseDidNotAnswer, database_call
 from resumable.webhooks.openapi import openapi_document
@@ -78,7 +77,7 @@ async def readyz(request: Request) -> Response:
 
     def broker() -> str:
         try:
-            if state.settings.broker_url is not None and uses_rabbitmq(state.settings):
+            if state.settings.broker_url is not None:  # RabbitMQ
                 probe_rabbitmq(state.settings.broker_url, timeout=READY_TIMEOUT_SECONDS)
                 return "ok"
             client = redis.Redis.from_url(

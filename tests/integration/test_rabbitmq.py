@@ -104,13 +104,18 @@ def _all_complete(client: Client, ids: list[uuid.UUID], timeout: float = 90) -> 
     )
 
 
-def test_a_workload_runs_to_the_end_on_rabbitmq(
-    rabbit_client: Client, deployment: LocalDeployment, tmp_path: Path
-) -> None:
+def _start_deployment(deployment: LocalDeployment) -> None:
+    """A web process, two workers and a scheduler, all on RabbitMQ."""
     deployment.web()
     deployment.worker()
     deployment.worker()
     deployment.scheduler()
+
+
+def test_a_workload_runs_to_the_end_on_rabbitmq(
+    rabbit_client: Client, deployment: LocalDeployment, tmp_path: Path
+) -> None:
+    _start_deployment(deployment)
     client = rabbit_client
     with FakeAPI() as api:
         ids = _start_workload(client, api, tmp_path)
@@ -139,10 +144,7 @@ def test_a_rabbitmq_restart_mid_workload_loses_nothing(
     process reconnects when it is back, and every session completes with
     each effect made once; then a new batch runs on the same processes."""
     web = deployment.url
-    deployment.web()
-    deployment.worker()
-    deployment.worker()
-    deployment.scheduler()
+    _start_deployment(deployment)
     client = rabbit_client
     with FakeAPI() as api:
         approvals = [client.start("approval", {}) for _ in range(APPROVALS)]
