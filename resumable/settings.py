@@ -440,6 +440,11 @@ def checked_amqp_url(value: str) -> str:
     """RESUMABLE_BROKER_URL as settings take it; ValueError saying what is wrong."""
     if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
         raise ValueError("must not contain control characters")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("must be UTF-8 text") from None
     for one in value.split(";"):
         parts = urlsplit(one)
         if parts.scheme not in _AMQP_SCHEMES or not parts.hostname:
@@ -448,11 +453,17 @@ def checked_amqp_url(value: str) -> str:
         import pika  # only when RabbitMQ is named: what pika refuses fails now, not at a send
 
         try:
-            pika.URLParameters(one)
+            params = pika.URLParameters(one)
         except ValueError as exc:
             # pika's words name the option, and quote only its value.
             option = str(exc).split(":", 1)[0].split(" value ", 1)[0]
             raise ValueError(f"pika cannot read it: {option}") from None
+        except SyntaxError:  # a dict option (ssl_options, tcp_options) pika evaluates as Python
+            raise ValueError("pika cannot read it: an option that is not a literal") from None
+        # AMQP carries the heartbeat in 16 bits; pika takes any number and
+        # then recurses without end when it connects.
+        if isinstance(params.heartbeat, int) and params.heartbeat > 65535:
+            raise ValueError("has a heartbeat above 65535 seconds")
     return value
 
 

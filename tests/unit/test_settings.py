@@ -110,6 +110,11 @@ def test_a_value_past_either_bound_names_the_variable(
         ("RESUMABLE_BROKER_URL", "amqp://u:pw@h/?bogus=1", "Unknown URL parameter"),
         ("RESUMABLE_BROKER_URL", "amqp://u:pw@h/?heartbeat=abc", "Invalid heartbeat"),
         ("RESUMABLE_BROKER_URL", "amqp://u:pw@h/?socket_timeout=-1", "socket_timeout"),
+        # Once a worker's RecursionError when it connected, and a SyntaxError
+        # traceback at start, and (a lone surrogate) an encoding error then.
+        ("RESUMABLE_BROKER_URL", "amqp://u:pw@h/?heartbeat=" + "9" * 40, "heartbeat above"),
+        ("RESUMABLE_BROKER_URL", "amqp://u:pw@h/?ssl_options=%7Bbad", "not a literal"),
+        ("RESUMABLE_BROKER_URL", "amqp://u:pw@h/v\udcff", "UTF-8"),
         ("RESUMABLE_HOME", "", "must not be empty"),
         ("RESUMABLE_HOME", "data\udcff", "UTF-8"),
     ],
