@@ -57,6 +57,8 @@ class ToolCallRecorder(Protocol):
         kwargs: dict[str, Any],
         compensate: str | None = None,
         rate_limit: RateLimit | None = None,
+        *,
+        side_effects: bool = True,
     ) -> Any: ...
 
     def acall(
@@ -67,6 +69,8 @@ class ToolCallRecorder(Protocol):
         kwargs: dict[str, Any],
         compensate: str | None = None,
         rate_limit: RateLimit | None = None,
+        *,
+        side_effects: bool = True,
     ) -> Awaitable[Any]: ...
 
 
@@ -201,6 +205,7 @@ class StepContext:
         compensate: str | None = None,
         fence: str | None = None,
         rate_limit: str | None = None,
+        side_effects: bool = True,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -214,6 +219,7 @@ class StepContext:
         compensate: str | None = None,
         fence: str | None = None,
         rate_limit: str | None = None,
+        side_effects: bool = True,
         **kwargs: Any,
     ) -> T: ...
 
@@ -226,6 +232,7 @@ class StepContext:
         compensate: str | None = None,
         fence: str | None = None,
         rate_limit: str | None = None,
+        side_effects: bool = True,
         **kwargs: Any,
     ) -> Any:
         """Run a side effect once per logical call and return its result.
@@ -251,6 +258,15 @@ class StepContext:
         ``rate_limit`` names a ``RateLimit`` the agent declares: the call waits
         for its turn under that limit, shared by every worker (see
         ``resumable/limits.py``). A replayed call takes no turn.
+
+        ``side_effects=False`` says the call changes nothing outside (a model
+        request, a read): it is not claimed before it runs, and its answer is
+        recorded with the step's next write (the next call's claim, or the
+        step's commit) instead of writes of its own, so no effect can act on
+        an answer a replay would not return. A replay returns the recorded
+        answer as for any call; a worker killed after the answer and before
+        that write sends the call again (as a kill before any record would).
+        It cannot have a ``compensate`` (there is nothing to undo).
         """
         checked_name(name, "tool name")
         limit = None
@@ -258,6 +274,10 @@ class StepContext:
             if self._rate_limit is None:
                 raise AgentDefinitionError(f"agent {self.agent!r} declares no rate limits")
             limit = self._rate_limit(rate_limit)
+        if compensate is not None and not side_effects:
+            raise AgentDefinitionError(
+                f"tool {name!r} has no side effects (side_effects=False): nothing to compensate"
+            )
         if compensate is not None and not self._has_compensation(compensate):
             raise AgentDefinitionError(f"agent {self.agent!r} has no compensation {compensate!r}")
         is_async_tool = inspect.iscoroutinefunction(fn)
@@ -271,8 +291,12 @@ class StepContext:
             # and recorded arguments): a new run of the session passes a new one.
             fn = functools.partial(fn, fencing_token=self.fence(fence))
         if is_async_tool:
-            return self._tools.acall(name, fn, args, kwargs, compensate, limit)
-        return self._tools.call(name, fn, args, kwargs, compensate, limit)
+            return self._tools.acall(
+                name, fn, args, kwargs, compensate, limit, side_effects=side_effects
+            )
+        return self._tools.call(
+            name, fn, args, kwargs, compensate, limit, side_effects=side_effects
+        )
 
     def emit(self, event: Any) -> None:
         """Record an immutable event and apply it to the state with the

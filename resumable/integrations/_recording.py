@@ -41,10 +41,17 @@ def idempotency_key() -> str | None:
 
 class Record(Protocol):
     """Make one recorded call: ``body`` runs at most once per logical call and
-    returns JSON; a replay returns what it returned the first time."""
+    returns JSON; a replay returns what it returned the first time. A model
+    request passes ``side_effects=False``: its answer rides with the run's
+    next write (``ctx.tool``'s docstring)."""
 
     def __call__(
-        self, name: str, request: Any, body: Callable[[], Awaitable[Any]]
+        self,
+        name: str,
+        request: Any,
+        body: Callable[[], Awaitable[Any]],
+        *,
+        side_effects: bool = True,
     ) -> Awaitable[Any]: ...
 
 
@@ -59,11 +66,13 @@ async def _keyed(body: Callable[[], Awaitable[Any]], key: str) -> Any:
 def async_recorder(ctx: StepContext) -> Record:
     """Recorded calls for an ``async def`` step: ``await ctx.tool(...)``."""
 
-    async def record(name: str, request: Any, body: Callable[[], Awaitable[Any]]) -> Any:
+    async def record(
+        name: str, request: Any, body: Callable[[], Awaitable[Any]], *, side_effects: bool = True
+    ) -> Any:
         async def call(request: Any, idempotency_key: str) -> Any:
             return await _keyed(body, idempotency_key)
 
-        return await ctx.tool(name, call, request)
+        return await ctx.tool(name, call, request, side_effects=side_effects)
 
     return record
 
@@ -75,6 +84,7 @@ class _Call:
     body: Callable[[], Awaitable[Any]]
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
+    side_effects: bool = True
 
 
 @dataclass
@@ -100,9 +110,15 @@ def run_in_sync_step(ctx: StepContext, main: Callable[[Record], Awaitable[T]]) -
     async def runner() -> T:
         loop = asyncio.get_running_loop()
 
-        async def record(name: str, request: Any, body: Callable[[], Awaitable[Any]]) -> Any:
+        async def record(
+            name: str,
+            request: Any,
+            body: Callable[[], Awaitable[Any]],
+            *,
+            side_effects: bool = True,
+        ) -> Any:
             future: asyncio.Future[Any] = loop.create_future()
-            calls.put(_Call(name, request, body, future, loop))
+            calls.put(_Call(name, request, body, future, loop, side_effects))
             return await future
 
         return await main(record)
@@ -133,7 +149,7 @@ def _serve(ctx: StepContext, call: _Call) -> None:
         return running.result()
 
     try:
-        value = ctx.tool(call.name, body, call.request)
+        value = ctx.tool(call.name, body, call.request, side_effects=call.side_effects)
     except BaseException as exc:
         call.loop.call_soon_threadsafe(_settle, call.future, None, exc)
     else:

@@ -140,7 +140,7 @@ class _RecordingModel(Model):
             response = await self.inner.get_response(system_instructions, input, *args, **kwargs)
             return _dump_response(response)
 
-        recorded = await self.record(MODEL_REQUEST, {"items": len(items)}, send)
+        recorded = await self.record(MODEL_REQUEST, {"items": len(items)}, send, side_effects=False)
         return _load_response(recorded)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:

@@ -109,7 +109,9 @@ class _Recording(AbstractCapability[Any]):
 
         # The request's identity: its position in the conversation. The
         # messages themselves carry timestamps a replay would not reproduce.
-        recorded = await self.record(MODEL_REQUEST, {"messages": len(ctx.messages)}, send)
+        recorded = await self.record(
+            MODEL_REQUEST, {"messages": len(ctx.messages)}, send, side_effects=False
+        )
         response = _RESPONSE.validate_python(recorded)
         # The agent stamps the model it sent a request to on the response only
         # when the request is sent; a replayed one is stamped here the same way.

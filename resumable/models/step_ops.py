@@ -23,7 +23,9 @@ from resumable.models.step_queries import (
     CLAIMABLE_ELSEWHERE,
     CLAIMABLE_OF_AGENTS,
     COMMIT_STEP,
+    COMMIT_STEP_WITH_ANSWERS,
     COMMIT_STEP_WITH_RECORDS,
+    COMMIT_STEP_WITH_RECORDS_AND_ANSWERS,
     HUNG_SESSIONS,
     LEASE_LEFT,
     MIGRATE_SESSION,
@@ -247,11 +249,13 @@ def commit_step(
     step_events: str | None,
     records: str | None = None,
     record_keys: list[str] | None = None,
+    answers: str | None = None,
 ) -> int | None:
     """Commit a step's outcome (JSON as text) in one statement, prepared;
     the new sequence number, or None if fenced out. With `records` ({key:
     response} as JSON, and their `record_keys`) the async tool calls' results
-    ride with it (COMMIT_STEP_WITH_RECORDS)."""
+    ride with it (COMMIT_STEP_WITH_RECORDS); with `answers` (a JSON array of
+    rows), the answers of calls without side effects not written yet."""
     params: dict[str, Any] = {
         "id": session_id,
         "epoch": epoch,
@@ -279,6 +283,12 @@ def commit_step(
     if records is not None:
         statement = COMMIT_STEP_WITH_RECORDS
         params["records"], params["record_keys"] = records, record_keys
+    if answers is not None:
+        with_records = records is not None
+        statement = (
+            COMMIT_STEP_WITH_RECORDS_AND_ANSWERS if with_records else COMMIT_STEP_WITH_ANSWERS
+        )
+        params["answers"] = answers
     committed = conn.cursor(row_factory=tuple_row).execute(statement, params, prepare=True)
     row = committed.fetchone()
     return None if row is None else int(row[0])

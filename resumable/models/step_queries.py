@@ -21,6 +21,7 @@ from resumable.models.agent_queries import (
     WORKER_OF_LEASE_OWNER,
 )
 from resumable.models.status import SessionStatus
+from resumable.models.tool_call_queries import answers_cte
 from resumable.priorities import Priority
 
 
@@ -521,20 +522,21 @@ COMMIT_STEP = compact(_COMMIT_STEP)
 # %(records)s is {key: response}, found by the primary key. A statement of
 # its own: a data-modifying CTE costs every commit its set-up (0.17 ms a
 # commit, measured) even when it touches no row.
-COMMIT_STEP_WITH_RECORDS = compact(
-    _COMMIT_STEP.replace(
-        "\nSELECT step_seq FROM s\n",
-        """, r AS (
+_RECORDS = """, r AS (
     UPDATE tool_execution_cache AS t
     SET status = 'completed', response = %(records)s::jsonb -> t.idempotency_key,
         error = NULL, updated_at = now()
     FROM s
     WHERE t.idempotency_key = ANY(%(record_keys)s::text[]) AND t.session_id = %(id)s
       AND t.lease_epoch = %(epoch)s AND t.status = 'started'
-)
-SELECT step_seq FROM s
-""",
-    )
+)"""
+_END = "\nSELECT step_seq FROM s\n"
+COMMIT_STEP_WITH_RECORDS = compact(_COMMIT_STEP.replace(_END, _RECORDS + _END))
+# ... and the answers of calls without side effects made since the step's
+# last write (tool_call_queries.answers_cte), with the records or without.
+COMMIT_STEP_WITH_ANSWERS = compact(_COMMIT_STEP.replace(_END, ", " + answers_cte("s") + _END))
+COMMIT_STEP_WITH_RECORDS_AND_ANSWERS = compact(
+    _COMMIT_STEP.replace(_END, _RECORDS + ", " + answers_cte("s") + _END)
 )
 
 

@@ -92,6 +92,56 @@ LEFT JOIN tool_execution_cache AS t ON t.idempotency_key = %(key)s
 """
 
 
+# The answers of calls without side effects (``ctx.tool(..., side_effects=
+# False)``: a model request) were not claimed before they ran; each rides with
+# the step's next write, as a row of %(answers)s (a JSON array), inserted under
+# the writer's fence (FENCE: a CTE of the session's id, empty when the lease is
+# gone). A row already there under the same key (a failed attempt, a record an
+# operator superseded, a claim made by an older release) takes the answer,
+# unless it is a live completed one: then the answer is a replay's and changes
+# nothing.
+_ANSWERS = """answers AS (
+    INSERT INTO tool_execution_cache AS t
+        (idempotency_key, session_id, step_seq, step, call_index, tool, request, status,
+         response, error, lease_epoch, args_hash)
+    SELECT a.key, FENCE.id, a.step_seq, a.step, a.call_index, a.tool, a.request, a.status,
+           a.response, a.error, %(epoch)s, a.args_hash
+    FROM FENCE, jsonb_to_recordset(%(answers)s::jsonb) AS a(
+        key text, step_seq integer, step text, call_index integer, tool text,
+        request jsonb, status text, response jsonb, error jsonb, args_hash text)
+    ON CONFLICT (idempotency_key, session_id) DO UPDATE SET
+        status = EXCLUDED.status, response = EXCLUDED.response, error = EXCLUDED.error,
+        lease_epoch = EXCLUDED.lease_epoch, attempts = t.attempts + 1,
+        superseded_at = NULL, superseded_by = NULL, updated_at = now()
+    WHERE t.status <> 'completed' OR t.superseded_at IS NOT NULL
+    RETURNING t.idempotency_key
+)"""
+
+
+def answers_cte(fence: str) -> str:
+    """The CTE that writes the riding answers under the CTE `fence`."""
+    return _ANSWERS.replace("FENCE", fence)
+
+
+# CLAIM_TOOL_CALL that also writes the answers made since the step's last
+# write: they are durable before the claimed call can start, so no effect
+# ever acts on an answer a replay would not return.
+CLAIM_TOOL_CALL_WITH_ANSWERS = CLAIM_TOOL_CALL.replace(
+    "\n), other AS (", "\n), " + answers_cte("owner") + ", other AS (", 1
+)
+
+# The riding answers on their own: the step ended without a write to ride
+# (it failed, or waits for a rate limit's turn).
+RECORD_ANSWERS = (
+    """WITH owner AS (
+    SELECT id FROM sessions WHERE id = %(session_id)s AND lease_epoch = %(epoch)s
+                              AND status = 'running'
+), """
+    + answers_cte("owner")
+    + "\nSELECT EXISTS (SELECT 1 FROM owner) AS owned"
+)
+
+
 # Record a tool call's outcome, fenced like every other write: only the epoch
 # that claimed the call, while it still holds the session, may record it. A
 # worker paused inside a tool call and resumed after another worker recorded
@@ -144,9 +194,11 @@ def claim_tool_call(
     request: str,
     compensation: str | None,
     args_hash: str,
+    answers: str | None = None,
 ) -> ToolCallClaim:
     """Claim the call for this epoch (`request`: the redacted arguments as
-    JSON), or find it recorded."""
+    JSON), or find it recorded; with `answers` (a JSON array of rows), the
+    answers made since the step's last write ride with it."""
     params = {
         "session_id": session_id,
         "epoch": epoch,
@@ -159,7 +211,10 @@ def claim_tool_call(
         "compensation": compensation,
         "args_hash": args_hash,
     }
-    claim = rows.one(conn, ToolCallClaim, CLAIM_TOOL_CALL, params)
+    statement = CLAIM_TOOL_CALL
+    if answers is not None:
+        statement, params["answers"] = CLAIM_TOOL_CALL_WITH_ANSWERS, answers
+    claim = rows.one(conn, ToolCallClaim, statement, params)
     assert claim is not None  # the statement answers one row, whatever it found
     return claim
 
@@ -172,6 +227,15 @@ def complete_tool_call(
     distributed by session id (tests/integration/test_partition_plan.py)."""
     params = {"session_id": session_id, "key": key, "epoch": epoch, "response": response}
     return rows.found(conn, COMPLETE_TOOL_CALL, params)
+
+
+def record_answers(
+    conn: psycopg.Connection[Any], session_id: uuid.UUID, epoch: int, answers: str
+) -> bool:
+    """Write the riding `answers` (a JSON array of rows) on their own; False
+    if the epoch moved on (nothing written)."""
+    params = {"session_id": session_id, "epoch": epoch, "answers": answers}
+    return bool(rows.value(conn, RECORD_ANSWERS, params))
 
 
 def fail_tool_call(

@@ -75,7 +75,7 @@ from resumable.queue.saga import compensate, has_compensations, start_saga
 from resumable.queue.scope import WorkerScope
 from resumable.queue.step_commit import commit_step
 from resumable.queue.step_context import step_context
-from resumable.queue.tool_calls import recorded_calls
+from resumable.queue.tool_calls import ToolCalls, recorded_calls
 from resumable.queue.wakes import resolve_wake, resumed_event, wake_if_delivered
 from resumable.retries import DEFAULT_POLICY
 from resumable.services import slots
@@ -112,6 +112,8 @@ class Run:
         self._step_started = 0.0
         #: Audit events that ride with the next step's commit (a poll check's ``resumed``).
         self._events: list[dict[str, Any]] = []
+        #: The tool calls of the step in flight (set by `context`).
+        self._tools: ToolCalls | None = None
         self._active = scope.shutdown.track(claim.session_id, claim.epoch, claim.priority)
         scope.keeper.hold(claim.session_id, claim.epoch)
 
@@ -220,9 +222,16 @@ class Run:
         lease); its time is counted from here."""
         agent, writer, cursor = self._agent, self._writer, self._cursor
         assert agent is not None and writer is not None and cursor is not None
+        claim = self._claim
+        # A step this run goes on to after committing the one before is run
+        # for the first time; so is the run's first when its claim found no
+        # records of it.
+        fresh = self._seq != claim.step_seq or claim.recorded_calls == 0
         ctx = step_context(
-            self._scope, self._claim, agent, cursor, self._seq + 1, self._state, self._wake, writer
-        )
+            self._scope, claim, agent, cursor, self._seq + 1, self._state, self._wake, writer,
+            fresh=fresh,
+        )  # fmt: skip
+        self._tools = recorded_calls(ctx)
         self._step_started = time.monotonic()
         return ctx
 
@@ -264,7 +273,7 @@ class Run:
         try:
             return self._commit(step)
         finally:
-            if step.tools.riding:  # the commit did not take them: recorded on their own
+            if step.tools.unwritten:  # the commit did not take them: recorded on their own
                 try:
                     step.tools.record_riding()
                 except RecordsUnavailable as exc:  # a replay makes them again, under their keys
@@ -361,12 +370,20 @@ class Run:
         if isinstance(exc, ReplayDivergedError):
             # The step's outcome is not committed; nothing more is called.
             return self._park(exc)
-        wait = rate_wait_in(exc)
-        if wait is not None:  # not a failure: the step runs again at its turn
-            return wait_for_rate(self._scope, self._held(), wait, cursor)
-        unavailable = records_unavailable_in(exc)
+        wait = rate_wait_in(exc)  # not a failure: the step runs again at its turn
+        unavailable = records_unavailable_in(exc) if wait is None else None
         if unavailable is not None:  # ours, not the step's: replayed, no attempt
             return self._records_unavailable(unavailable)
+        if self._tools is not None:
+            # Answers the step made and no write took along: a replay returns
+            # them rather than asking again (written before the rate wait, the
+            # retry or the saga).
+            try:
+                self._tools.write_answers()
+            except RecordsUnavailable as lost:
+                return self._records_unavailable(lost)
+        if wait is not None:
+            return wait_for_rate(self._scope, self._held(), wait, cursor)
         return self._failed(self._agent, exc, cursor)
 
     def _failed(self, agent: Agent | None, exc: BaseException, step: str | None) -> RunOutcome:

@@ -8,7 +8,8 @@ in one statement on an autocommit connection, ``WHERE lease_epoch = :epoch
 AND status = 'running' AND step_seq = :expected``: no row back, another
 worker owns the session (or the step was committed already) and nothing was
 written. Results of async tool calls that no database thread recorded yet
-ride with it (``COMMIT_STEP_WITH_RECORDS``). A step that used shared
+ride with it (``COMMIT_STEP_WITH_RECORDS``), and so do the answers of calls
+without side effects made since the step's last write. A step that used shared
 documents or locks gets a transaction instead: the same statement first,
 then its coordination writes (``coordination/step.py``), then ``COMMIT``.
 """
@@ -72,11 +73,12 @@ def commit_step(
             step_events=history.events,
             records=records,
             record_keys=record_keys,
+            answers=step.tools.riding_answers(),
         )
         if writes and committed is not None:
             coordination.write(conn, committed, wait)  # in the same transaction
     # Committed with the step (or fenced out with it). Not before: a
     # coordination write that fails rolls the records back too, and the
     # caller then records them on their own, before the saga.
-    step.tools.riding = []
+    step.tools.committed()
     return committed

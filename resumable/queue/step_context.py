@@ -37,8 +37,11 @@ def step_context(
     state: dict[str, Any],
     wake: Wake | None,
     writer: CheckpointWriter,
+    *,
+    fresh: bool,
 ) -> StepContext:
-    """The context of step `cursor`, the session's `seq`-th."""
+    """The context of step `cursor`, the session's `seq`-th; `fresh`: no
+    earlier run can have recorded calls of it."""
     session_id: uuid.UUID = claim.session_id
     time_limit = agent.policy(cursor).time_limit
     callbacks = CallbackFactory(scope.db, session_id, claim.epoch, seq, scope.settings.public_url)
@@ -52,6 +55,7 @@ def step_context(
         lambda text: Redactor.scrub(text, writer.secrets),
         scope.turns,
         None if time_limit is None else time.monotonic() + time_limit,
+        fresh=fresh,
     )
     return StepContext(
         session_id=session_id,

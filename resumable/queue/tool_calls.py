@@ -25,6 +25,18 @@ does not commit, has its records written first (the saga may compensate
 those calls). So the crash window is what it was (a kill between the tool's
 answer and the record, closed by the idempotency key), no longer than the
 queue to the database threads.
+
+A call without side effects (``side_effects=False``: a model request) is not
+claimed: it changes nothing outside, so claiming it first would not stop a
+re-send either (a kill between its answer and the answer's record sends it
+again whatever was claimed). Its answer rides with the step's next write
+instead: the next call's claim (``CLAIM_TOOL_CALL_WITH_ANSWERS``) or the
+step's commit, and, if the step ends without either, is written on its own
+before the failure is handled. So an answer is durable before any effect
+that could act on it starts (a claim returns only once every answer made
+before it is written, whichever claim carried it), and a replay returns it.
+Only a step that may have records already (the first of a run whose claim
+found some) claims such calls as any other, so that a replay finds them.
 """
 
 from __future__ import annotations
@@ -126,6 +138,8 @@ class ToolCalls:
         scrub: Callable[[str], str | None] = lambda text: text,
         turns: RateTurns | None = None,
         deadline: float | None = None,
+        *,
+        fresh: bool = False,
     ) -> None:
         self._db = db
         self._session_id = session_id
@@ -147,11 +161,32 @@ class ToolCalls:
         #: Results the step's commit records (``riding_records``); written on their
         #: own (``record_riding``) if the step does not commit.
         self.riding: list[_Unrecorded] = []
+        #: No record of this step can exist yet (it follows a step this run
+        #: committed, or its run's claim found none): the answers of calls
+        #: without side effects ride with the next write instead of a claim.
+        self._fresh = fresh
+        #: Those answers not written yet (rows as JSON), how many claims carry
+        #: some right now, and whether one of those failed.
+        self._answers: list[str] = []
+        self._answers_written = threading.Condition()
+        self._answers_in_flight = 0
+        self._answers_lost = False
 
     @property
     def made(self) -> int:
         """How many calls the step asked for (replayed, run, or failed)."""
         return self._next_index
+
+    @property
+    def unwritten(self) -> bool:
+        """Whether results or answers wait for the step's commit."""
+        return bool(self.riding or self._answers)
+
+    def _rides(self, side_effects: bool, rate_limit: RateLimit | None) -> bool:
+        """Whether a call's answer rides with the next write (no claim): a
+        call without side effects, in a step that has no records yet, and
+        not rate-limited (a limited call's turns are bookkept on its claim)."""
+        return not side_effects and self._fresh and rate_limit is None
 
     def call(
         self,
@@ -161,8 +196,20 @@ class ToolCalls:
         kwargs: dict[str, Any],
         compensate: str | None = None,
         rate_limit: RateLimit | None = None,
+        *,
+        side_effects: bool = True,
     ) -> Any:
-        claimed = self._claim(self._take_index(), tool, fn, args, kwargs, compensate)
+        index = self._take_index()
+        if self._rides(side_effects, rate_limit):
+            key, request, kwargs = self._unclaimed(index, tool, fn, args, kwargs)
+            try:
+                result = observed_tool_call(tool, key, fn, *args, **kwargs)
+            except Exception as exc:
+                self._answered(index, tool, key, request, error=exc)
+                raise
+            self._answered(index, tool, key, request, result=result)
+            return result
+        claimed = self._claim(index, tool, fn, args, kwargs, compensate)
         if claimed.replayed:
             return claimed.response
         refusals, reserved = 0, 0.0
@@ -195,6 +242,8 @@ class ToolCalls:
         kwargs: dict[str, Any],
         compensate: str | None = None,
         rate_limit: RateLimit | None = None,
+        *,
+        side_effects: bool = True,
     ) -> Any:
         """The same call for an async tool, awaited on the event loop; the
         claim and the record, both short database writes, are handed to the
@@ -203,6 +252,16 @@ class ToolCalls:
         # The index is taken before the first await: calls gathered concurrently
         # get their positions (and keys) in the order they were made, on every replay.
         index = self._take_index()
+        if self._rides(side_effects, rate_limit):
+            key, request, kwargs = self._unclaimed(index, tool, fn, args, kwargs)
+            self._check_not_abandoned()
+            try:
+                result = await observed_async_tool_call(tool, key, fn, *args, **kwargs)
+            except Exception as exc:
+                self._answered(index, tool, key, request, error=exc)
+                raise
+            self._answered(index, tool, key, request, result=result)
+            return result
         claimed = await on_database_thread(self._claim, index, tool, fn, args, kwargs, compensate)
         if claimed.replayed:
             return claimed.response
@@ -418,12 +477,121 @@ class ToolCalls:
         entries = [f"{serialization.dumps(p.key)}:{p.response}" for p in self.riding]
         return "{" + ",".join(entries) + "}", [p.key for p in self.riding]
 
+    def riding_answers(self) -> str | None:
+        """The answers the commit writes (a JSON array of rows; None: none)."""
+        return "[" + ",".join(self._answers) + "]" if self._answers else None
+
+    def committed(self) -> None:
+        """The commit took the riding results and answers along."""
+        self.riding, self._answers = [], []
+
     def record_riding(self) -> None:
-        """Record, each on its own, the results a commit did not take along
-        (the step did not commit: parked, rolled back, failed)."""
+        """Record, each on its own, the results and answers a commit did not
+        take along (the step did not commit: parked, rolled back, failed)."""
         riding, self.riding = self.riding, []
         for pending in riding:
             self._record_response(pending)
+        self.write_answers()
+
+    def write_answers(self) -> None:
+        """Write the answers not written yet, on their own (the step ends
+        without a write for them to ride: it failed, or waits for a turn)."""
+        with self._answers_written:
+            answers, self._answers = self._answers, []
+        if not answers:
+            return
+        with self._records("answers of calls without side effects") as conn:
+            owned = tool_call_queries.record_answers(
+                conn, self._session_id, self._epoch, "[" + ",".join(answers) + "]"
+            )
+        if not owned:
+            logger.warning(
+                "lease lost: %d answer(s) of calls without side effects not recorded",
+                len(answers),
+                extra={"action": "lease_lost"},
+            )
+
+    def _unclaimed(
+        self,
+        index: int,
+        tool: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> tuple[str, tuple[str, str], dict[str, Any]]:
+        """A riding call's key, its request (canonical and as recorded) and
+        the keyword arguments to call it with."""
+        canonical = tool_request(tool, args, kwargs)
+        key = idempotency_key(self._session_id, self._step_seq, self._step, index, tool, canonical)
+        recorded = serialization.dumps(self._redact({"args": list(args), "kwargs": kwargs}))
+        if accepts_idempotency_key(fn):
+            kwargs = {**kwargs, "idempotency_key": key}
+        return key, (canonical, recorded), kwargs
+
+    def _answered(
+        self,
+        index: int,
+        tool: str,
+        key: str,
+        request: tuple[str, str],
+        *,
+        result: Any = None,
+        error: Exception | None = None,
+    ) -> None:
+        """Keep a riding call's answer (or failure) for the step's next write."""
+        canonical, recorded = request
+        if error is None:
+            status, response, failure = "completed", self._encoded_response(tool, result), "null"
+        else:
+            status, response = "failed", "null"
+            failure = serialization.dumps(self._error(error))
+        fixed = serialization.dumps(
+            {
+                "key": key,
+                "step_seq": self._step_seq,
+                "step": self._step,
+                "call_index": index,
+                "tool": tool,
+                "status": status,
+                "args_hash": args_hash(canonical),
+            }
+        )
+        row = f'{fixed[:-1]},"request":{recorded},"response":{response},"error":{failure}}}'
+        with self._answers_written:
+            self._answers.append(row)
+        if error is None:
+            self.executed += 1
+
+    def _take_answers(self) -> list[str]:
+        """The answers a claim carries (counted in flight until it is done)."""
+        with self._answers_written:
+            answers, self._answers = self._answers, []
+            if answers:
+                self._answers_in_flight += 1
+            return answers
+
+    def _answers_carried(self, answers: list[str], *, written: bool) -> None:
+        """A claim carrying `answers` is done; unwritten, they stay pending
+        and no later claim of this step may go ahead."""
+        if not answers:
+            return
+        with self._answers_written:
+            self._answers_in_flight -= 1
+            if not written:
+                self._answers = answers + self._answers
+                self._answers_lost = True
+            self._answers_written.notify_all()
+
+    def _await_answers(self, tool: str) -> None:
+        """Return once every answer made before this claim is written, by
+        whichever claim carried it: no call starts on an answer a replay
+        would not return."""
+        with self._answers_written:
+            self._answers_written.wait_for(lambda: self._answers_in_flight == 0)
+            if self._answers_lost:
+                raise RecordsUnavailable(
+                    f"tool call {tool!r} not started: answers made before it were not recorded"
+                )
 
     def _take_index(self) -> int:
         index = self._next_index
@@ -443,20 +611,14 @@ class ToolCalls:
         or the go-ahead to call the tool (with the key to hand it)."""
         request = tool_request(tool, args, kwargs)
         key = idempotency_key(self._session_id, self._step_seq, self._step, index, tool, request)
-        with self._records(tool) as conn:
-            row = tool_call_queries.claim_tool_call(
-                conn,
-                self._session_id,
-                self._epoch,
-                key=key,
-                step_seq=self._step_seq,
-                step=self._step,
-                call_index=index,
-                tool=tool,
-                request=serialization.dumps(self._redact({"args": list(args), "kwargs": kwargs})),
-                compensation=compensate,
-                args_hash=args_hash(request),
-            )
+        answers = self._take_answers()
+        try:
+            row = self._claim_row(index, tool, args, kwargs, compensate, key, request, answers)
+        except BaseException:
+            self._answers_carried(answers, written=False)
+            raise
+        self._answers_carried(answers, written=True)
+        self._await_answers(tool)
         if not row.owned:
             raise LeaseLostError(f"lease lost before tool call {tool!r}")
         if row.other_key is not None:
@@ -468,12 +630,42 @@ class ToolCalls:
             kwargs = {**kwargs, "idempotency_key": key}
         return _Claimed(key, kwargs)
 
-    def _failed(self, tool: str, key: str, exc: Exception) -> None:
-        error = {
+    def _claim_row(
+        self,
+        index: int,
+        tool: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        compensate: str | None,
+        key: str,
+        request: str,
+        answers: list[str],
+    ) -> ToolCallClaim:
+        with self._records(tool) as conn:
+            return tool_call_queries.claim_tool_call(
+                conn,
+                self._session_id,
+                self._epoch,
+                key=key,
+                step_seq=self._step_seq,
+                step=self._step,
+                call_index=index,
+                tool=tool,
+                request=serialization.dumps(self._redact({"args": list(args), "kwargs": kwargs})),
+                compensation=compensate,
+                args_hash=args_hash(request),
+                answers="[" + ",".join(answers) + "]" if answers else None,
+            )
+
+    def _error(self, exc: Exception) -> dict[str, Any]:
+        return {
             "type": serialization.storable_text(type(exc).__name__),
             "message": self._scrub(serialization.exception_text(exc)),
             "traceback": self._scrub(serialization.traceback_text(exc)),
         }
+
+    def _failed(self, tool: str, key: str, exc: Exception) -> None:
+        error = self._error(exc)
         if not self._record_failure(tool, key, error):
             raise LeaseLostError(f"lease lost during tool call {tool!r}") from exc
 

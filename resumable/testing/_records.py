@@ -118,6 +118,8 @@ class ToolCalls:
         kwargs: dict[str, Any],
         compensate: str | None = None,
         rate_limit: RateLimit | None = None,  # checked by the context; not enforced in memory
+        *,
+        side_effects: bool = True,  # in memory every call is recorded at once
     ) -> Any:
         cached, replayed = self._claim(self._take_index(), tool, args, kwargs, compensate)
         if replayed:
@@ -142,6 +144,8 @@ class ToolCalls:
         kwargs: dict[str, Any],
         compensate: str | None = None,
         rate_limit: RateLimit | None = None,
+        *,
+        side_effects: bool = True,
     ) -> Any:
         # The index is taken when the call starts, as on a worker: calls
         # gathered at once keep their positions (and keys) on every replay.
