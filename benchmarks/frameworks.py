@@ -20,15 +20,19 @@ Three session shapes, each ``--sessions`` sessions per framework:
    waited for until completed. CPU of every process involved: the workers (with
    their children), PostgreSQL (the postmaster and its backends), Valkey and this
    process (which starts the sessions and polls their statuses); commits from
-   ``pg_stat_database.xact_commit``, less this process's own transactions.
+   ``pg_stat_database.xact_commit``, less this process's own transactions
+   (read-only ones count there too), and writes: the transactions that took a
+   transaction id (``txid_current()`` before and after), less the sessions'
+   inserts.
    First, ``--warm-up`` sessions of each framework, not measured: a new worker's
    first sessions import, connect and prepare statements.
 
 Added CPU per session is the durable run's CPU less the bare run's, and a
 recorded call is a model request or a tool call (``tool_execution_cache`` rows,
-checked against the shape). The three shapes split the added CPU of a session
-as ``session + turns x turn + tools x tool``: ``turn`` is a model turn (its step
-commit and its model request's record), ``tool`` a tool call's record.
+checked against the shape). The three shapes split the added CPU (and the
+writes) of a session as ``session + turns x turn + tools x tool``: ``turn`` is
+a model turn (its step commit, with which its model request's answer rides),
+``tool`` a tool call (its claim and its record).
 
 The target (issue 39): at most one commit and 1 ms of CPU per recorded call.
 
@@ -45,6 +49,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,6 +93,7 @@ class Run:
     durable_cpu: dict[str, float]  # seconds by process group, the whole durable run
     elapsed: float
     commits: int
+    writes: int  # transactions that wrote (took a transaction id)
     recorded: int
     turns: int  # model requests per session
     tools: int  # tool calls per session
@@ -107,6 +113,10 @@ class Run:
     @property
     def commits_per_recorded(self) -> float:
         return self.commits / self.recorded
+
+    @property
+    def writes_per_recorded(self) -> float:
+        return self.writes / self.recorded
 
 
 # -- bare --------------------------------------------------------------------------------
@@ -151,8 +161,9 @@ def run_durable(
     empty_query_commits: int,
     framework: str,
     text: str,
-) -> tuple[dict[str, float], float, int, int]:
-    """CPU seconds by group, wall seconds, commits and recorded calls of one durable run."""
+) -> tuple[dict[str, float], float, int, int, int]:
+    """CPU seconds by group, wall seconds, commits, writes and recorded calls
+    of one durable run."""
     pg_url = services.pg_url
     harness.reset_data(pg_url, services.redis_url, TRUNCATED)
     with harness.connect(pg_url) as conn:
@@ -160,7 +171,8 @@ def run_durable(
     settings = services.settings()
     let_statistics_flush()
     before = read_pg_counters(pg_url, ())
-    own = 1  # the reading's own transaction
+    xid_before = transaction_id(pg_url)
+    own = 2  # the readings' own transactions
     with (
         harness.bench_client(settings, 4) as client,
         harness.connect(pg_url) as poller,
@@ -186,26 +198,40 @@ def run_durable(
         ).fetchone()
         recorded = int(row[0]) if row else 0
         own += 1
+    xid_after = transaction_id(pg_url)
     let_statistics_flush()
     after = read_pg_counters(pg_url, ())
+    # Only a transaction that writes takes a transaction id: the sessions'
+    # inserts and the second reading are this process's own.
+    writes = xid_after - xid_before - args.sessions - 1
     cpu = {
         name: seconds - cpu_before.seconds[name]
         for name, seconds in cpu_after.seconds.items()
         if not math.isnan(seconds)  # a remote server is not measured
     }
-    return cpu, elapsed, after.xact_commit - before.xact_commit - own, recorded
+    return cpu, elapsed, after.xact_commit - before.xact_commit - own, writes, recorded
+
+
+def transaction_id(pg_url: str) -> int:
+    """The server's next transaction id (taking one: this reading writes)."""
+    with harness.connect(pg_url) as conn:
+        row = conn.execute("SELECT txid_current()").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 # -- report ------------------------------------------------------------------------------
 
 
-def fit(runs: dict[str, Run], tools: int) -> tuple[float, float, float] | None:
-    """Added CPU seconds per session, per model turn and per tool call, from the
-    three shapes (``single``: 1 turn; ``batched``: 2 turns, T tools;
-    ``turns``: T + 1 turns, T tools)."""
+def fit(
+    runs: dict[str, Run], tools: int, per_session: Callable[[Run], float]
+) -> tuple[float, float, float] | None:
+    """A per-session figure split into per session, per model turn and per
+    tool call, from the three shapes (``single``: 1 turn; ``batched``: 2
+    turns, T tools; ``turns``: T + 1 turns, T tools)."""
     if tools < 2 or set(runs) != set(SHAPES):
         return None
-    c0, c1, c2 = (runs[s].added_per_session for s in SHAPES)
+    c0, c1, c2 = (per_session(runs[s]) for s in SHAPES)
     turn = (c2 - c1) / (tools - 1)
     tool = (c1 - c0 - turn) / tools
     return c0 - turn, turn, tool
@@ -223,7 +249,8 @@ def report(args: argparse.Namespace, runs: list[Run], where: str) -> None:
     print()
     header = (
         f"{'framework':<14}{'shape':<9}{'turns':>6}{'tools':>6}{'rec/s':>7}"
-        f"{'bare ms/s':>10}{'dur ms/s':>10}{'added ms/rec':>13}{'commits/rec':>12}{'sess/s':>8}"
+        f"{'bare ms/s':>10}{'dur ms/s':>10}{'added ms/rec':>13}{'commits/rec':>12}"
+        f"{'writes/rec':>11}{'sess/s':>8}"
     )
     print(header)
     for run in runs:
@@ -234,11 +261,13 @@ def report(args: argparse.Namespace, runs: list[Run], where: str) -> None:
             f"{run.durable_total / run.sessions * 1e3:>10.2f}"
             f"{run.added_per_recorded * 1e3:>13.2f}"
             f"{run.commits_per_recorded:>12.2f}"
+            f"{run.writes_per_recorded:>11.2f}"
             f"{run.sessions / run.elapsed:>8.0f}"
         )
     print(
         "  (rec/s: recorded calls per session; bare/dur ms/s: CPU ms per session, bare"
-        " framework / durable, all processes)"
+        " framework / durable, all processes;\n   commits: pg_stat_database's, read-only"
+        " ones included; writes: transactions that took a transaction id)"
     )
     print()
     print("durable CPU by process, ms per recorded call:")
@@ -256,19 +285,28 @@ def report(args: argparse.Namespace, runs: list[Run], where: str) -> None:
         recorded = sum(run.recorded for run in mine)
         added = sum(run.durable_total - run.bare_cpu for run in mine) / recorded * 1e3
         commits = sum(run.commits for run in mine) / recorded
+        writes = sum(run.writes for run in mine) / recorded
         print(
             f"{framework}: {recorded} recorded calls; per recorded call"
-            f" {commits:.2f} commits (target <= {TARGET_COMMITS:g}:"
+            f" {commits:.2f} commits, {writes:.2f} writes (target <= {TARGET_COMMITS:g}:"
             f" {verdict(commits <= TARGET_COMMITS)}),"
             f" {added:.2f} ms of CPU added (target <= {TARGET_CPU_MS:g} ms:"
             f" {verdict(added <= TARGET_CPU_MS)})"
         )
-        split = fit({run.shape: run for run in mine}, args.tools)
+        by_shape = {run.shape: run for run in mine}
+        split = fit(by_shape, args.tools, lambda run: run.added_per_session)
         if split is not None:
             session, turn, tool = (value * 1e3 for value in split)
             print(
-                f"  split: {session:.2f} ms per session, {turn:.2f} ms per model turn,"
+                f"  CPU split: {session:.2f} ms per session, {turn:.2f} ms per model turn,"
                 f" {tool:.2f} ms per tool call"
+            )
+        split = fit(by_shape, args.tools, lambda run: run.writes / run.sessions)
+        if split is not None:
+            session, turn, tool = split
+            print(
+                f"  writes split: {session:.2f} per session, {turn:.2f} per model turn,"
+                f" {tool:.2f} per tool call"
             )
 
 
@@ -327,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{framework} {shape}: bare", flush=True)
                     bare = run_bare(framework, text, args.sessions)
                     print(f"{framework} {shape}: durable (logs in {log_dir})", flush=True)
-                    cpu, elapsed, commits, recorded = run_durable(
+                    cpu, elapsed, commits, writes, recorded = run_durable(
                         args, services, deployment, meter, empty_query_commits, framework, text
                     )
                     expected = args.sessions * (turns + tools)
@@ -335,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
                         raise RuntimeError(f"expected {expected} recorded calls, got {recorded}")
                     runs.append(
                         Run(framework, shape, args.sessions, bare, cpu, elapsed, commits,
-                            recorded, turns, tools)
+                            writes, recorded, turns, tools)
                     )  # fmt: skip
         harness.reset_data(services.pg_url, services.redis_url, TRUNCATED)
         report(args, runs, services.where)
