@@ -59,6 +59,7 @@ class ToolCallRecorder(Protocol):
         rate_limit: RateLimit | None = None,
         *,
         side_effects: bool = True,
+        defer_record: bool = False,
     ) -> Any: ...
 
     def acall(
@@ -71,6 +72,7 @@ class ToolCallRecorder(Protocol):
         rate_limit: RateLimit | None = None,
         *,
         side_effects: bool = True,
+        defer_record: bool = False,
     ) -> Awaitable[Any]: ...
 
 
@@ -206,6 +208,7 @@ class StepContext:
         fence: str | None = None,
         rate_limit: str | None = None,
         side_effects: bool = True,
+        defer_record: bool = False,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -220,6 +223,7 @@ class StepContext:
         fence: str | None = None,
         rate_limit: str | None = None,
         side_effects: bool = True,
+        defer_record: bool = False,
         **kwargs: Any,
     ) -> T: ...
 
@@ -233,6 +237,7 @@ class StepContext:
         fence: str | None = None,
         rate_limit: str | None = None,
         side_effects: bool = True,
+        defer_record: bool = False,
         **kwargs: Any,
     ) -> Any:
         """Run a side effect once per logical call and return its result.
@@ -267,6 +272,12 @@ class StepContext:
         answer as for any call; a worker killed after the answer and before
         that write sends the call again (as a kill before any record would).
         It cannot have a ``compensate`` (there is nothing to undo).
+
+        ``defer_record=True`` records a call's result the same way, with the
+        step's next write, instead of a write of its own: for calls followed
+        at once by another call or by the step's end (a framework's turn of
+        tool calls). A kill before that write makes the call again, under the
+        same idempotency key: pass the key on.
         """
         checked_name(name, "tool name")
         limit = None
@@ -292,11 +303,13 @@ class StepContext:
             fn = functools.partial(fn, fencing_token=self.fence(fence))
         if is_async_tool:
             return self._tools.acall(
-                name, fn, args, kwargs, compensate, limit, side_effects=side_effects
-            )
+                name, fn, args, kwargs, compensate, limit,
+                side_effects=side_effects, defer_record=defer_record,
+            )  # fmt: skip
         return self._tools.call(
-            name, fn, args, kwargs, compensate, limit, side_effects=side_effects
-        )
+            name, fn, args, kwargs, compensate, limit,
+            side_effects=side_effects, defer_record=defer_record,
+        )  # fmt: skip
 
     def emit(self, event: Any) -> None:
         """Record an immutable event and apply it to the state with the

@@ -106,3 +106,25 @@ async def ask_many(ctx: StepContext) -> Complete:
         ),
     )
     return Complete(sorted(c["id"] for c in charges[:4]))
+
+
+deferred = Agent("deferred", retry=_RETRY)
+
+
+@deferred.step(name="ask")
+async def ask_deferred(ctx: StepContext) -> Complete:
+    """A charge whose result rides with the next call's claim (``in-second``:
+    inside that call, before its effect)."""
+    api = ctx.input["api"]
+    first = await ctx.tool("charge", apost, f"{api}/charge", {"n": 1}, defer_record=True)
+    await asyncio.to_thread(_point, ctx, "after-charge")
+    second = await ctx.tool("charge", _asecond(ctx), f"{api}/charge", {"n": 2}, defer_record=True)
+    return Complete([first["id"], second["id"]])
+
+
+def _asecond(ctx: StepContext) -> Any:
+    async def charge(url: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
+        await asyncio.to_thread(_point, ctx, "in-second")
+        return await apost(url, body, idempotency_key)
+
+    return charge

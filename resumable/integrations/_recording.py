@@ -42,8 +42,9 @@ def idempotency_key() -> str | None:
 class Record(Protocol):
     """Make one recorded call: ``body`` runs at most once per logical call and
     returns JSON; a replay returns what it returned the first time. A model
-    request passes ``side_effects=False``: its answer rides with the run's
-    next write (``ctx.tool``'s docstring)."""
+    request passes ``side_effects=False``, a tool ``defer_record=True``: each
+    answer or result rides with the step's next write, the next call's claim
+    or the turn's commit (``ctx.tool``'s docstring)."""
 
     def __call__(
         self,
@@ -52,6 +53,7 @@ class Record(Protocol):
         body: Callable[[], Awaitable[Any]],
         *,
         side_effects: bool = True,
+        defer_record: bool = False,
     ) -> Awaitable[Any]: ...
 
 
@@ -67,12 +69,19 @@ def async_recorder(ctx: StepContext) -> Record:
     """Recorded calls for an ``async def`` step: ``await ctx.tool(...)``."""
 
     async def record(
-        name: str, request: Any, body: Callable[[], Awaitable[Any]], *, side_effects: bool = True
+        name: str,
+        request: Any,
+        body: Callable[[], Awaitable[Any]],
+        *,
+        side_effects: bool = True,
+        defer_record: bool = False,
     ) -> Any:
         async def call(request: Any, idempotency_key: str) -> Any:
             return await _keyed(body, idempotency_key)
 
-        return await ctx.tool(name, call, request, side_effects=side_effects)
+        return await ctx.tool(
+            name, call, request, side_effects=side_effects, defer_record=defer_record
+        )
 
     return record
 
@@ -85,6 +94,7 @@ class _Call:
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
     side_effects: bool = True
+    defer_record: bool = False
 
 
 @dataclass
@@ -116,9 +126,10 @@ def run_in_sync_step(ctx: StepContext, main: Callable[[Record], Awaitable[T]]) -
             body: Callable[[], Awaitable[Any]],
             *,
             side_effects: bool = True,
+            defer_record: bool = False,
         ) -> Any:
             future: asyncio.Future[Any] = loop.create_future()
-            calls.put(_Call(name, request, body, future, loop, side_effects))
+            calls.put(_Call(name, request, body, future, loop, side_effects, defer_record))
             return await future
 
         return await main(record)
@@ -149,7 +160,13 @@ def _serve(ctx: StepContext, call: _Call) -> None:
         return running.result()
 
     try:
-        value = ctx.tool(call.name, body, call.request, side_effects=call.side_effects)
+        value = ctx.tool(
+            call.name,
+            body,
+            call.request,
+            side_effects=call.side_effects,
+            defer_record=call.defer_record,
+        )
     except BaseException as exc:
         call.loop.call_soon_threadsafe(_settle, call.future, None, exc)
     else:

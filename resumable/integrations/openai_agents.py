@@ -172,7 +172,7 @@ def _recorded_tool(tool: FunctionTool, record: Record) -> FunctionTool:
         except ValueError:
             args = arguments
         request = {"call_id": ctx.tool_call_id, "args": args}
-        return await record(TOOL_PREFIX + tool.name, request, execute)
+        return await record(TOOL_PREFIX + tool.name, request, execute, defer_record=True)
 
     return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
 

@@ -131,7 +131,7 @@ class _Recording(AbstractCapability[Any]):
             return to_jsonable_python(await handler(args))
 
         request = {"tool_call_id": call.tool_call_id, "args": call.args_as_dict()}
-        return await self.record(TOOL_PREFIX + call.tool_name, request, execute)
+        return await self.record(TOOL_PREFIX + call.tool_name, request, execute, defer_record=True)
 
 
 class _Runner(Generic[DepsT]):

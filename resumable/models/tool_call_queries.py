@@ -96,10 +96,11 @@ LEFT JOIN tool_execution_cache AS t ON t.idempotency_key = %(key)s
 # False)``: a model request) were not claimed before they ran; each rides with
 # the step's next write, as a row of %(answers)s (a JSON array), inserted under
 # the writer's fence (FENCE: a CTE of the session's id, empty when the lease is
-# gone). A row already there under the same key (a failed attempt, a record an
-# operator superseded, a claim made by an older release) takes the answer,
-# unless it is a live completed one: then the answer is a replay's and changes
-# nothing.
+# gone). A row already there under the same key takes the answer (a deferred
+# record, ``defer_record=True``: the call's own claim, this epoch's; a failed
+# attempt, a record an operator superseded, a claim made by an older release:
+# an attempt more), unless it is a live completed one: then the answer is a
+# replay's and changes nothing.
 _ANSWERS = """answers AS (
     INSERT INTO tool_execution_cache AS t
         (idempotency_key, session_id, step_seq, step, call_index, tool, request, status,
@@ -111,7 +112,8 @@ _ANSWERS = """answers AS (
         request jsonb, status text, response jsonb, error jsonb, args_hash text)
     ON CONFLICT (idempotency_key, session_id) DO UPDATE SET
         status = EXCLUDED.status, response = EXCLUDED.response, error = EXCLUDED.error,
-        lease_epoch = EXCLUDED.lease_epoch, attempts = t.attempts + 1,
+        attempts = t.attempts + (t.lease_epoch <> EXCLUDED.lease_epoch)::int,
+        lease_epoch = EXCLUDED.lease_epoch,
         superseded_at = NULL, superseded_by = NULL, updated_at = now()
     WHERE t.status <> 'completed' OR t.superseded_at IS NOT NULL
     RETURNING t.idempotency_key

@@ -37,6 +37,11 @@ that could act on it starts (a claim returns only once every answer made
 before it is written, whichever claim carried it), and a replay returns it.
 Only a step that may have records already (the first of a run whose claim
 found some) claims such calls as any other, so that a replay finds them.
+A call with effects may ask the same for its result (``defer_record=True``,
+what the framework adapters do for tool calls, which are followed at once
+by the next call or the turn's commit): claimed as usual, its result rides
+with the next write, a write fewer; a kill before that write makes it again
+under its key.
 """
 
 from __future__ import annotations
@@ -103,6 +108,8 @@ class _Claimed:
 
     key: str
     kwargs: dict[str, Any]
+    #: The call's request: canonical (its key's) and as recorded (redacted).
+    request: tuple[str, str] = ("", "")
     replayed: bool = False
     response: Any = None
 
@@ -198,6 +205,7 @@ class ToolCalls:
         rate_limit: RateLimit | None = None,
         *,
         side_effects: bool = True,
+        defer_record: bool = False,
     ) -> Any:
         index = self._take_index()
         if self._rides(side_effects, rate_limit):
@@ -229,7 +237,11 @@ class ToolCalls:
                 self._failed(tool, claimed.key, exc)
                 raise
             break
-        recorded = self._completed(tool, claimed.key, result)
+        if defer_record:
+            self._answered(index, tool, claimed.key, claimed.request, result=result)
+            recorded = result
+        else:
+            recorded = self._completed(tool, claimed.key, result)
         if rate_limit is not None:
             self._turns.charge(rate_limit, result, reserved)
         return recorded
@@ -244,6 +256,7 @@ class ToolCalls:
         rate_limit: RateLimit | None = None,
         *,
         side_effects: bool = True,
+        defer_record: bool = False,
     ) -> Any:
         """The same call for an async tool, awaited on the event loop; the
         claim and the record, both short database writes, are handed to the
@@ -273,7 +286,11 @@ class ToolCalls:
             result, reserved = await self._turns_and_call(
                 tool, claimed.key, fn, args, claimed.kwargs, rate_limit, under_way
             )
-            recorded = await self._record_async(tool, claimed.key, result)
+            if defer_record:
+                self._answered(index, tool, claimed.key, claimed.request, result=result)
+                recorded = result
+            else:
+                recorded = await self._record_async(tool, claimed.key, result)
         finally:
             self._executing.discard(under_way)
             if not under_way.done():
@@ -538,7 +555,8 @@ class ToolCalls:
         result: Any = None,
         error: Exception | None = None,
     ) -> None:
-        """Keep a riding call's answer (or failure) for the step's next write."""
+        """Keep a riding call's answer (or failure), or a deferred result, for
+        the step's next write."""
         canonical, recorded = request
         if error is None:
             status, response, failure = "completed", self._encoded_response(tool, result), "null"
@@ -611,9 +629,10 @@ class ToolCalls:
         or the go-ahead to call the tool (with the key to hand it)."""
         request = tool_request(tool, args, kwargs)
         key = idempotency_key(self._session_id, self._step_seq, self._step, index, tool, request)
+        recorded = serialization.dumps(self._redact({"args": list(args), "kwargs": kwargs}))
         answers = self._take_answers()
         try:
-            row = self._claim_row(index, tool, args, kwargs, compensate, key, request, answers)
+            row = self._claim_row(index, tool, compensate, key, (request, recorded), answers)
         except BaseException:
             self._answers_carried(answers, written=False)
             raise
@@ -628,19 +647,18 @@ class ToolCalls:
             return _Claimed(key, kwargs, replayed=True, response=row.recorded_response)
         if accepts_idempotency_key(fn):
             kwargs = {**kwargs, "idempotency_key": key}
-        return _Claimed(key, kwargs)
+        return _Claimed(key, kwargs, (request, recorded))
 
     def _claim_row(
         self,
         index: int,
         tool: str,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
         compensate: str | None,
         key: str,
-        request: str,
+        request: tuple[str, str],
         answers: list[str],
     ) -> ToolCallClaim:
+        canonical, recorded = request
         with self._records(tool) as conn:
             return tool_call_queries.claim_tool_call(
                 conn,
@@ -651,9 +669,9 @@ class ToolCalls:
                 step=self._step,
                 call_index=index,
                 tool=tool,
-                request=serialization.dumps(self._redact({"args": list(args), "kwargs": kwargs})),
+                request=recorded,
                 compensation=compensate,
-                args_hash=args_hash(request),
+                args_hash=args_hash(canonical),
                 answers="[" + ",".join(answers) + "]" if answers else None,
             )
 

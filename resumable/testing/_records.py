@@ -120,6 +120,7 @@ class ToolCalls:
         rate_limit: RateLimit | None = None,  # checked by the context; not enforced in memory
         *,
         side_effects: bool = True,  # in memory every call is recorded at once
+        defer_record: bool = False,
     ) -> Any:
         cached, replayed = self._claim(self._take_index(), tool, args, kwargs, compensate)
         if replayed:
@@ -146,6 +147,7 @@ class ToolCalls:
         rate_limit: RateLimit | None = None,
         *,
         side_effects: bool = True,
+        defer_record: bool = False,
     ) -> Any:
         # The index is taken when the call starts, as on a worker: calls
         # gathered at once keep their positions (and keys) on every replay.

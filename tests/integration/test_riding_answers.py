@@ -1,6 +1,7 @@
 """Calls without side effects (``ctx.tool(..., side_effects=False)``) are not
 claimed: each answer rides with the step's next write, the next call's claim
-or the step's commit, on real workers. Rows written by one statement share
+or the step's commit, on real workers; so does a deferred result
+(``defer_record=True``). Rows written by one statement share
 its transaction id (``xmin``), which is how these tests see what rode with
 what."""
 
@@ -168,3 +169,50 @@ def test_gathered_answers_and_effects_are_each_recorded_once(
         assert _per_key(api, db, session_id) == [1] * 12
         charges = sorted(c["response"]["id"] for c in calls if c["tool"] == "charge")
         assert result == charges
+
+
+def test_a_deferred_result_rides_with_the_next_claim(
+    client: Client, db: Database, deployment: LocalDeployment, tmp_path: Path
+) -> None:
+    (tmp_path / "hold").touch()
+    with FakeAPI() as api:
+        deployment.worker(AGENTS)
+        session_id = client.start(
+            "deferred", {"api": api.url, "gate_dir": str(tmp_path), "hold_at": "in-second"}
+        )
+        wait_until((tmp_path / "entered-in-second").exists, what="the second charge")
+        claimed = _calls(db, session_id)
+        (tmp_path / "hold").unlink()
+        result = _finished(client, session_id)
+    # Inside the second call: its claim recorded the first call's result.
+    assert [(c["tool"], c["status"]) for c in claimed] == [
+        ("charge", "completed"),
+        ("charge", "started"),
+    ]
+    assert claimed[0]["xact"] == claimed[1]["xact"]
+    calls = _calls(db, session_id)
+    assert result == [c["response"]["id"] for c in calls]
+    # The last result rode with the step's commit; each charge was made once.
+    assert calls[1]["xact"] == _checkpoint_xact(db, session_id)
+    assert _per_key(api, db, session_id) == [1, 1]
+
+
+def test_a_kill_before_a_deferred_result_is_written_makes_the_call_again_under_its_key(
+    client: Client, db: Database, deployment: LocalDeployment, tmp_path: Path
+) -> None:
+    (tmp_path / "hold").touch()
+    with FakeAPI() as api:
+        victim = deployment.worker(AGENTS)
+        session_id = client.start(
+            "deferred", {"api": api.url, "gate_dir": str(tmp_path), "hold_at": "after-charge"}
+        )
+        wait_until((tmp_path / "entered-after-charge").exists, what="the first charge")
+        assert [c["status"] for c in _calls(db, session_id)] == ["started"]
+        victim.kill()
+        (tmp_path / "hold").unlink()
+        deployment.worker(AGENTS)
+        _finished(client, session_id)
+        effects = api.effect_count()
+    # Made twice under one key: the API deduplicated it, one effect.
+    assert _per_key(api, db, session_id) == [2, 1]
+    assert effects == 2
