@@ -268,9 +268,11 @@ class StepContext:
         request, a read): it is not claimed before it runs, and its answer is
         recorded with the step's next write (the next call's claim, or the
         step's commit) instead of writes of its own, so no effect can act on
-        an answer a replay would not return. A replay returns the recorded
-        answer as for any call; a worker killed after the answer and before
-        that write sends the call again (as a kill before any record would).
+        an answer a replay would not return (a step replayed after a crash
+        claims such calls as any other, so the replay finds their records).
+        A replay returns the recorded answer as for any call; a worker killed
+        after the answer and before that write sends the call again (as a
+        kill before any record would).
         It cannot have a ``compensate`` (there is nothing to undo).
 
         ``defer_record=True`` records a call's result the same way, with the

@@ -96,11 +96,13 @@ LEFT JOIN tool_execution_cache AS t ON t.idempotency_key = %(key)s
 # False)``: a model request) were not claimed before they ran; each rides with
 # the step's next write, as a row of %(answers)s (a JSON array), inserted under
 # the writer's fence (FENCE: a CTE of the session's id, empty when the lease is
-# gone). A row already there under the same key takes the answer (a deferred
-# record, ``defer_record=True``: the call's own claim, this epoch's; a failed
-# attempt, a record an operator superseded, a claim made by an older release:
-# an attempt more), unless it is a live completed one: then the answer is a
-# replay's and changes nothing.
+# gone). A row already there under the same key takes the answer if this
+# epoch claimed it (a deferred record, ``defer_record=True``) or an earlier
+# one wrote it (a failed attempt, a record an operator superseded, a claim
+# made by an older release: an attempt more; or a paused worker's statement
+# that landed after this run's claim: the answer this run acted on wins).
+# Fenced on the row as well: a statement of an earlier epoch still running
+# when a later one took the session over changes none of the later one's rows.
 _ANSWERS = """answers AS (
     INSERT INTO tool_execution_cache AS t
         (idempotency_key, session_id, step_seq, step, call_index, tool, request, status,
@@ -115,7 +117,8 @@ _ANSWERS = """answers AS (
         attempts = t.attempts + (t.lease_epoch <> EXCLUDED.lease_epoch)::int,
         lease_epoch = EXCLUDED.lease_epoch,
         superseded_at = NULL, superseded_by = NULL, updated_at = now()
-    WHERE t.status <> 'completed' OR t.superseded_at IS NOT NULL
+    WHERE t.lease_epoch < EXCLUDED.lease_epoch
+       OR (t.lease_epoch = EXCLUDED.lease_epoch AND t.status = 'started')
     RETURNING t.idempotency_key
 )"""
 

@@ -367,21 +367,22 @@ class Run:
                 extra={"action": "lease_lost"},
             )
             return RunOutcome.LEASE_LOST
-        if isinstance(exc, ReplayDivergedError):
-            # The step's outcome is not committed; nothing more is called.
-            return self._park(exc)
         wait = rate_wait_in(exc)  # not a failure: the step runs again at its turn
         unavailable = records_unavailable_in(exc) if wait is None else None
         if unavailable is not None:  # ours, not the step's: replayed, no attempt
             return self._records_unavailable(unavailable)
         if self._tools is not None:
-            # Answers the step made and no write took along: a replay returns
-            # them rather than asking again (written before the rate wait, the
-            # retry or the saga).
+            # Answers and deferred results the step made that no write took
+            # along: a replay returns them rather than making the calls again,
+            # and the saga sees the effects (written before the park, the rate
+            # wait, the retry or the saga).
             try:
                 self._tools.write_answers()
             except RecordsUnavailable as lost:
                 return self._records_unavailable(lost)
+        if isinstance(exc, ReplayDivergedError):
+            # The step's outcome is not committed; nothing more is called.
+            return self._park(exc)
         if wait is not None:
             return wait_for_rate(self._scope, self._held(), wait, cursor)
         return self._failed(self._agent, exc, cursor)

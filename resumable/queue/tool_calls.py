@@ -177,7 +177,9 @@ class ToolCalls:
         self._answers: list[str] = []
         self._answers_written = threading.Condition()
         self._answers_in_flight = 0
-        self._answers_lost = False
+        self._answers_lost: type[LeaseLostError | RecordsUnavailable] | None = None
+        #: How many of them the commit took (``riding_answers``).
+        self._answers_sent = 0
 
     @property
     def made(self) -> int:
@@ -496,11 +498,17 @@ class ToolCalls:
 
     def riding_answers(self) -> str | None:
         """The answers the commit writes (a JSON array of rows; None: none)."""
-        return "[" + ",".join(self._answers) + "]" if self._answers else None
+        with self._answers_written:
+            self._answers_sent = len(self._answers)
+            return "[" + ",".join(self._answers) + "]" if self._answers else None
 
     def committed(self) -> None:
-        """The commit took the riding results and answers along."""
-        self.riding, self._answers = [], []
+        """The commit took the riding results and the answers it was given
+        along (not one a call left running may have added since)."""
+        self.riding = []
+        with self._answers_written:
+            del self._answers[: self._answers_sent]
+            self._answers_sent = 0
 
     def record_riding(self) -> None:
         """Record, each on its own, the results and answers a commit did not
@@ -514,7 +522,7 @@ class ToolCalls:
         """Write the answers not written yet, on their own (the step ends
         without a write for them to ride: it failed, or waits for a turn)."""
         with self._answers_written:
-            answers, self._answers = self._answers, []
+            answers, self._answers, self._answers_sent = self._answers, [], 0
         if not answers:
             return
         with self._records("answers of calls without side effects") as conn:
@@ -580,36 +588,36 @@ class ToolCalls:
         if error is None:
             self.executed += 1
 
-    def _take_answers(self) -> list[str]:
-        """The answers a claim carries (counted in flight until it is done)."""
+    def _take_answers(self, tool: str) -> list[str]:
+        """The answers a claim carries, once no other claim carries any: a
+        claim is written only after every answer made before it (so no call
+        starts, nor is even claimed, on an answer a replay would not return).
+        Raises if a claim that carried some did not write them."""
         with self._answers_written:
+            self._answers_written.wait_for(lambda: self._answers_in_flight == 0)
+            if self._answers_lost is not None:
+                raise self._answers_lost(
+                    f"tool call {tool!r} not started: answers made before it were not recorded"
+                )
             answers, self._answers = self._answers, []
             if answers:
                 self._answers_in_flight += 1
             return answers
 
-    def _answers_carried(self, answers: list[str], *, written: bool) -> None:
-        """A claim carrying `answers` is done; unwritten, they stay pending
-        and no later claim of this step may go ahead."""
+    def _answers_carried(
+        self, answers: list[str], *, lost: type[LeaseLostError | RecordsUnavailable] | None
+    ) -> None:
+        """A claim carrying `answers` is done; if it did not write them (its
+        lease was gone, or the database), they stay pending and no later
+        claim of this step is made."""
         if not answers:
             return
         with self._answers_written:
             self._answers_in_flight -= 1
-            if not written:
+            if lost is not None:
                 self._answers = answers + self._answers
-                self._answers_lost = True
+                self._answers_lost = lost
             self._answers_written.notify_all()
-
-    def _await_answers(self, tool: str) -> None:
-        """Return once every answer made before this claim is written, by
-        whichever claim carried it: no call starts on an answer a replay
-        would not return."""
-        with self._answers_written:
-            self._answers_written.wait_for(lambda: self._answers_in_flight == 0)
-            if self._answers_lost:
-                raise RecordsUnavailable(
-                    f"tool call {tool!r} not started: answers made before it were not recorded"
-                )
 
     def _take_index(self) -> int:
         index = self._next_index
@@ -630,14 +638,13 @@ class ToolCalls:
         request = tool_request(tool, args, kwargs)
         key = idempotency_key(self._session_id, self._step_seq, self._step, index, tool, request)
         recorded = serialization.dumps(self._redact({"args": list(args), "kwargs": kwargs}))
-        answers = self._take_answers()
+        answers = self._take_answers(tool)
         try:
             row = self._claim_row(index, tool, compensate, key, (request, recorded), answers)
         except BaseException:
-            self._answers_carried(answers, written=False)
+            self._answers_carried(answers, lost=RecordsUnavailable)
             raise
-        self._answers_carried(answers, written=True)
-        self._await_answers(tool)
+        self._answers_carried(answers, lost=None if row.owned else LeaseLostError)
         if not row.owned:
             raise LeaseLostError(f"lease lost before tool call {tool!r}")
         if row.other_key is not None:
