@@ -90,12 +90,13 @@ def test_a_replayed_turn_sends_nothing_again(fake: FakeOpenAI) -> None:
     assert without_clock(again.state) == without_clock(first.state)
 
 
+@pytest.mark.parametrize("name", ["pydantic_refunds", "pydantic_refunds_sync"])
 def test_sigkill_in_a_model_request_and_in_a_tool_call_repeats_nothing(
-    client: Client, reconciler: None, tmp_path: Path, deployment: LocalDeployment
+    client: Client, reconciler: None, tmp_path: Path, deployment: LocalDeployment, name: str
 ) -> None:
-    assert_crashes_repeated_nothing(
-        crash_twice(client, deployment, tmp_path, AGENTS, "pydantic_refunds")
-    )
+    """Async steps, and sync ones, whose answers and deferred tool records
+    ride with the step thread's claims and commits."""
+    assert_crashes_repeated_nothing(crash_twice(client, deployment, tmp_path, AGENTS, name))
 
 
 def test_a_decision_on_some_calls_keeps_the_others_deadline() -> None:
