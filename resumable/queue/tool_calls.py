@@ -546,12 +546,20 @@ class ToolCalls:
     ) -> tuple[str, tuple[str, str], dict[str, Any]]:
         """A riding call's key, its request (canonical and as recorded) and
         the keyword arguments to call it with."""
+        key, request = self._identity(index, tool, args, kwargs)
+        if accepts_idempotency_key(fn):
+            kwargs = {**kwargs, "idempotency_key": key}
+        return key, request, kwargs
+
+    def _identity(
+        self, index: int, tool: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[str, tuple[str, str]]:
+        """A call's idempotency key and its request: canonical (the key's and
+        the divergence check's) and as recorded (redacted)."""
         canonical = tool_request(tool, args, kwargs)
         key = idempotency_key(self._session_id, self._step_seq, self._step, index, tool, canonical)
         recorded = serialization.dumps(self._redact({"args": list(args), "kwargs": kwargs}))
-        if accepts_idempotency_key(fn):
-            kwargs = {**kwargs, "idempotency_key": key}
-        return key, (canonical, recorded), kwargs
+        return key, (canonical, recorded)
 
     def _answered(
         self,
@@ -635,9 +643,7 @@ class ToolCalls:
     ) -> _Claimed:
         """Claim the call's key under the epoch: a recorded result to replay,
         or the go-ahead to call the tool (with the key to hand it)."""
-        request = tool_request(tool, args, kwargs)
-        key = idempotency_key(self._session_id, self._step_seq, self._step, index, tool, request)
-        recorded = serialization.dumps(self._redact({"args": list(args), "kwargs": kwargs}))
+        key, (request, recorded) = self._identity(index, tool, args, kwargs)
         answers = self._take_answers(tool)
         try:
             row = self._claim_row(index, tool, compensate, key, (request, recorded), answers)
