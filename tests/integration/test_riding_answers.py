@@ -22,7 +22,7 @@ AGENTS = "tests.answer_agents"
 
 
 def _finished(client: Client, session_id: uuid.UUID) -> Any:
-    wait_until(lambda: client.get(session_id).status == "completed", what="completion")
+    wait_until(lambda: client.get(session_id).status == "completed", timeout=60, what="completion")
     return client.get(session_id).result
 
 
@@ -90,7 +90,12 @@ def test_an_answer_rides_with_the_next_claim_and_the_last_with_the_commit(
 
 @pytest.mark.parametrize("agent", ["answers", "answers_async"])
 def test_a_kill_after_the_effect_replays_the_answer_it_acted_on(
-    client: Client, db: Database, deployment: LocalDeployment, tmp_path: Path, agent: str
+    client: Client,
+    db: Database,
+    reconciler: None,
+    deployment: LocalDeployment,
+    tmp_path: Path,
+    agent: str,
 ) -> None:
     """SIGKILL after the charge: the charge's claim carried the first answer,
     so the replay returns it instead of asking again, and the charge is
@@ -117,7 +122,12 @@ def test_a_kill_after_the_effect_replays_the_answer_it_acted_on(
 
 @pytest.mark.parametrize("agent", ["answers", "answers_async"])
 def test_a_kill_before_the_next_write_asks_again(
-    client: Client, db: Database, deployment: LocalDeployment, tmp_path: Path, agent: str
+    client: Client,
+    db: Database,
+    reconciler: None,
+    deployment: LocalDeployment,
+    tmp_path: Path,
+    agent: str,
 ) -> None:
     """SIGKILL after the first answer and before any write: nothing recorded
     it and nothing acted on it, so the replay asks again (the documented
@@ -198,7 +208,7 @@ def test_a_deferred_result_rides_with_the_next_claim(
 
 
 def test_a_kill_before_a_deferred_result_is_written_makes_the_call_again_under_its_key(
-    client: Client, db: Database, deployment: LocalDeployment, tmp_path: Path
+    client: Client, db: Database, reconciler: None, deployment: LocalDeployment, tmp_path: Path
 ) -> None:
     (tmp_path / "hold").touch()
     with FakeAPI() as api:
