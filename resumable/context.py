@@ -287,6 +287,11 @@ class StepContext:
             if self._rate_limit is None:
                 raise AgentDefinitionError(f"agent {self.agent!r} declares no rate limits")
             limit = self._rate_limit(rate_limit)
+        for option, value in (("side_effects", side_effects), ("defer_record", defer_record)):
+            if not isinstance(value, bool):
+                raise AgentDefinitionError(
+                    f"tool {name!r}: {option} must be True or False, not {value!r}"
+                )
         if compensate is not None and not side_effects:
             raise AgentDefinitionError(
                 f"tool {name!r} has no side effects (side_effects=False): nothing to compensate"

@@ -275,6 +275,12 @@ def misstep(ctx: StepContext) -> Any:
         ctx.tool("t", lambda: {1})
     elif how == "unknown_compensation":
         ctx.tool("t", lambda: None, compensate="undo")
+    elif how == "compensated_answer":
+        ctx.tool("t", lambda: None, compensate="undo", side_effects=False)
+    elif how == "side_effects_not_bool":
+        ctx.tool("t", lambda: None, side_effects="no")  # type: ignore[call-overload]
+    elif how == "defer_record_not_bool":
+        ctx.tool("t", lambda: None, defer_record=None)  # type: ignore[call-overload]
     elif how == "unknown_check":
         return ctx.wait(Poll("nope", every=1), then="misstep")
     elif how == "two_polls":
@@ -297,6 +303,13 @@ def misstep(ctx: StepContext) -> Any:
         ("set_argument", NotSerializableError, "tool 't' arguments"),
         ("set_tool_result", NotSerializableError, "result of tool 't'"),
         ("unknown_compensation", AgentDefinitionError, "has no compensation 'undo'"),
+        (
+            "compensated_answer",
+            AgentDefinitionError,
+            "has no side effects .* nothing to compensate",
+        ),
+        ("side_effects_not_bool", AgentDefinitionError, "side_effects must be True or False"),
+        ("defer_record_not_bool", AgentDefinitionError, "defer_record must be True or False"),
         ("unknown_check", UnknownCheckError, "has no check 'nope'"),
         ("two_polls", WaitDefinitionError, "at most one Poll"),
         ("unknown_then", UnknownStepError, "no step 'nowhere'"),
