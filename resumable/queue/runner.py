@@ -380,6 +380,8 @@ class Run:
                 self._tools.write_answers()
             except RecordsUnavailable as lost:
                 return self._records_unavailable(lost)
+            except psycopg.Error as error:  # as if the worker died before writing them
+                logger.warning("answers of calls without side effects not recorded: %s", error)
         if isinstance(exc, ReplayDivergedError):
             # The step's outcome is not committed; nothing more is called.
             return self._park(exc)

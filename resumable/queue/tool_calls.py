@@ -114,6 +114,12 @@ class _Claimed:
     response: Any = None
 
 
+class AnswersNotRecordedError(RuntimeError):
+    """A claim that carried answers of calls without side effects failed
+    (not for a lost connection, nor a lost lease): the calls after them are
+    not made, and the step fails as for any error (its answers written first)."""
+
+
 def _not_recorded(tool: str) -> str:
     return f"lease lost during tool call {tool!r}; its result was not recorded"
 
@@ -176,10 +182,13 @@ class ToolCalls:
         #: some right now, and whether one of those failed.
         self._answers: list[str] = []
         self._answers_written = threading.Condition()
-        self._answers_in_flight = 0
-        self._answers_lost: type[LeaseLostError | RecordsUnavailable] | None = None
-        #: How many of them the commit took (``riding_answers``).
-        self._answers_sent = 0
+        #: The claim carrying some now (its thread, and the answers): one at a time.
+        self._carrier: tuple[int, list[str]] | None = None
+        #: Why a claim that carried some did not write them (then no later
+        #: claim of this step is made): the error its followers raise.
+        self._answers_lost: Callable[[str], BaseException] | None = None
+        #: Those the commit is writing (``riding_answers``).
+        self._sending: list[str] = []
 
     @property
     def made(self) -> int:
@@ -189,7 +198,7 @@ class ToolCalls:
     @property
     def unwritten(self) -> bool:
         """Whether results or answers wait for the step's commit."""
-        return bool(self.riding or self._answers)
+        return bool(self.riding or self._answers or self._sending)
 
     def _rides(self, side_effects: bool, rate_limit: RateLimit | None) -> bool:
         """Whether a call's answer rides with the next write (no claim): a
@@ -497,18 +506,18 @@ class ToolCalls:
         return "{" + ",".join(entries) + "}", [p.key for p in self.riding]
 
     def riding_answers(self) -> str | None:
-        """The answers the commit writes (a JSON array of rows; None: none)."""
+        """The answers the commit writes (a JSON array of rows; None: none),
+        set apart until it is known whether it wrote them."""
         with self._answers_written:
-            self._answers_sent = len(self._answers)
-            return "[" + ",".join(self._answers) + "]" if self._answers else None
+            self._sending, self._answers = self._sending + self._answers, []
+            return "[" + ",".join(self._sending) + "]" if self._sending else None
 
     def committed(self) -> None:
         """The commit took the riding results and the answers it was given
         along (not one a call left running may have added since)."""
         self.riding = []
         with self._answers_written:
-            del self._answers[: self._answers_sent]
-            self._answers_sent = 0
+            self._sending = []
 
     def record_riding(self) -> None:
         """Record, each on its own, the results and answers a commit did not
@@ -522,7 +531,7 @@ class ToolCalls:
         """Write the answers not written yet, on their own (the step ends
         without a write for them to ride: it failed, or waits for a turn)."""
         with self._answers_written:
-            answers, self._answers, self._answers_sent = self._answers, [], 0
+            answers, self._sending, self._answers = self._sending + self._answers, [], []
         if not answers:
             return
         with self._records("answers of calls without side effects") as conn:
@@ -601,31 +610,47 @@ class ToolCalls:
         claim is written only after every answer made before it (so no call
         starts, nor is even claimed, on an answer a replay would not return).
         Raises if a claim that carried some did not write them."""
+        me = threading.get_ident()
         with self._answers_written:
-            self._answers_written.wait_for(lambda: self._answers_in_flight == 0)
+            if self._carrier is not None and self._carrier[0] == me:
+                # This thread's carrying claim was interrupted where it could
+                # not say how it ended (a time limit raised into the thread).
+                self._answers_dropped(RecordsUnavailable)
+            self._answers_written.wait_for(lambda: self._carrier is None)
             if self._answers_lost is not None:
                 raise self._answers_lost(
                     f"tool call {tool!r} not started: answers made before it were not recorded"
                 )
             answers, self._answers = self._answers, []
             if answers:
-                self._answers_in_flight += 1
+                self._carrier = (me, answers)
             return answers
 
-    def _answers_carried(
-        self, answers: list[str], *, lost: type[LeaseLostError | RecordsUnavailable] | None
-    ) -> None:
-        """A claim carrying `answers` is done; if it did not write them (its
-        lease was gone, or the database), they stay pending and no later
-        claim of this step is made."""
-        if not answers:
-            return
+    def _answers_carried(self, *, lost: BaseException | None = None, fenced: bool = False) -> None:
+        """The claim this thread made is done (`lost`: it raised; `fenced`:
+        the lease was gone): if it carried answers it did not write, they
+        stay pending and no later claim of this step is made."""
         with self._answers_written:
-            self._answers_in_flight -= 1
-            if lost is not None:
-                self._answers = answers + self._answers
-                self._answers_lost = lost
+            if self._carrier is None or self._carrier[0] != threading.get_ident():
+                return
+            if fenced:
+                self._answers_dropped(LeaseLostError)
+            elif isinstance(lost, RecordsUnavailable):
+                self._answers_dropped(RecordsUnavailable)
+            elif lost is not None:
+                self._answers_dropped(AnswersNotRecordedError)
+            self._carrier = None
             self._answers_written.notify_all()
+
+    def _answers_dropped(self, error: Callable[[str], BaseException]) -> None:
+        """(Holding the lock) The carrier's answers were not written: back
+        to pending (a failed step writes them on their own), the carrier
+        gone, and every later claim of the step raising `error`."""
+        assert self._carrier is not None
+        self._answers = self._carrier[1] + self._answers
+        self._answers_lost = error
+        self._carrier = None
+        self._answers_written.notify_all()
 
     def _take_index(self) -> int:
         index = self._next_index
@@ -644,13 +669,13 @@ class ToolCalls:
         """Claim the call's key under the epoch: a recorded result to replay,
         or the go-ahead to call the tool (with the key to hand it)."""
         key, (request, recorded) = self._identity(index, tool, args, kwargs)
-        answers = self._take_answers(tool)
         try:
+            answers = self._take_answers(tool)
             row = self._claim_row(index, tool, compensate, key, (request, recorded), answers)
-        except BaseException:
-            self._answers_carried(answers, lost=RecordsUnavailable)
+        except BaseException as exc:
+            self._answers_carried(lost=exc)
             raise
-        self._answers_carried(answers, lost=None if row.owned else LeaseLostError)
+        self._answers_carried(fenced=not row.owned)
         if not row.owned:
             raise LeaseLostError(f"lease lost before tool call {tool!r}")
         if row.other_key is not None:

@@ -12,13 +12,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
 
 from resumable.client import Client
 from resumable.errors import LeaseLostError
 from resumable.models import step_ops, tool_call_queries
 from resumable.models.database import Database
-from resumable.queue.tool_calls import ToolCalls
+from resumable.queue.tool_calls import AnswersNotRecordedError, ToolCalls
 
 VERSIONS = json.dumps({"a": 0})
 STARTS = json.dumps({"a": {"step": "first", "limit": None}})
@@ -169,3 +170,47 @@ def test_an_answer_is_fenced_on_the_row_as_well_as_the_session(
             "old",
             epoch + row_epoch,
         )
+
+
+def test_a_carrying_claim_that_fails_stops_the_calls_after_it_and_keeps_the_answer(
+    client: Client, db: Database
+) -> None:
+    """Not a lost connection nor a lost lease (a statement cancelled): the
+    calls after it fail as the step's error, and the answer stays to be
+    written on its own before that failure is handled."""
+    session_id, epoch, seq = _claimed(client, db)
+    tools = ToolCalls(db, session_id, epoch, seq + 1, "first", fresh=True)
+    tools.call("think", lambda: {"idea": 1}, (), {}, side_effects=False)
+
+    def cancelled(*args: Any) -> Any:
+        raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+
+    real_claim_row = tools._claim_row
+    tools._claim_row = cancelled  # type: ignore[method-assign,assignment]
+    with pytest.raises(psycopg.errors.QueryCanceled):
+        tools.call("b", lambda: None, (), {})
+    tools._claim_row = real_claim_row  # type: ignore[method-assign]
+    ran: list[str] = []
+    with pytest.raises(AnswersNotRecordedError, match="answers made before it were not recorded"):
+        tools.call("c", lambda: ran.append("c"), (), {})
+    assert ran == []
+    assert tools.unwritten
+    tools.write_answers()
+    assert [(r["tool"], r["status"], r["response"]) for r in _rows(db, session_id)] == [
+        ("think", "completed", {"idea": 1})
+    ]
+
+
+def test_an_answer_made_while_the_commit_writes_is_kept_for_the_next_write(
+    client: Client, db: Database
+) -> None:
+    session_id, epoch, seq = _claimed(client, db)
+    tools = ToolCalls(db, session_id, epoch, seq + 1, "first", fresh=True)
+    tools.call("think", lambda: 1, (), {}, side_effects=False)
+    sent = tools.riding_answers()
+    assert sent is not None and '"call_index":0' in sent
+    tools.call("think", lambda: 2, (), {}, side_effects=False)  # a call left running
+    tools.committed()
+    assert tools.unwritten
+    kept = tools.riding_answers()
+    assert kept is not None and '"call_index":1' in kept and '"call_index":0' not in kept
