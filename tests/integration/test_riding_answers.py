@@ -88,7 +88,8 @@ def test_an_answer_rides_with_the_next_claim_and_the_last_with_the_commit(
     assert _per_key(api, db, session_id) == [1, 1, 1]
 
 
-@pytest.mark.parametrize("agent", ["answers", "answers_async"])
+# Sync steps under SIGKILL: test_framework_pydantic_ai runs its sync adapter.
+@pytest.mark.parametrize("agent", ["answers_async"])
 def test_a_kill_after_the_effect_replays_the_answer_it_acted_on(
     client: Client,
     db: Database,
@@ -120,7 +121,8 @@ def test_a_kill_after_the_effect_replays_the_answer_it_acted_on(
     assert effects == ["/think", "/charge", "/think"]
 
 
-@pytest.mark.parametrize("agent", ["answers", "answers_async"])
+# Sync steps under SIGKILL: test_framework_pydantic_ai runs its sync adapter.
+@pytest.mark.parametrize("agent", ["answers_async"])
 def test_a_kill_before_the_next_write_asks_again(
     client: Client,
     db: Database,
