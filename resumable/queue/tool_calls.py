@@ -220,7 +220,7 @@ class ToolCalls:
     ) -> Any:
         index = self._take_index()
         if self._rides(side_effects, rate_limit):
-            key, request, kwargs = self._unclaimed(index, tool, fn, args, kwargs)
+            key, request, kwargs = self._prepared(index, tool, fn, args, kwargs)
             try:
                 result = observed_tool_call(tool, key, fn, *args, **kwargs)
             except Exception as exc:
@@ -277,7 +277,7 @@ class ToolCalls:
         # get their positions (and keys) in the order they were made, on every replay.
         index = self._take_index()
         if self._rides(side_effects, rate_limit):
-            key, request, kwargs = self._unclaimed(index, tool, fn, args, kwargs)
+            key, request, kwargs = self._prepared(index, tool, fn, args, kwargs)
             self._check_not_abandoned()
             try:
                 result = await observed_async_tool_call(tool, key, fn, *args, **kwargs)
@@ -545,7 +545,7 @@ class ToolCalls:
                 extra={"action": "lease_lost"},
             )
 
-    def _unclaimed(
+    def _prepared(
         self,
         index: int,
         tool: str,
@@ -553,8 +553,8 @@ class ToolCalls:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> tuple[str, tuple[str, str], dict[str, Any]]:
-        """A riding call's key, its request (canonical and as recorded) and
-        the keyword arguments to call it with."""
+        """A call's key, its request (canonical and as recorded) and the
+        keyword arguments to call it with (the key added where `fn` takes it)."""
         key, request = self._identity(index, tool, args, kwargs)
         if accepts_idempotency_key(fn):
             kwargs = {**kwargs, "idempotency_key": key}
@@ -668,7 +668,7 @@ class ToolCalls:
     ) -> _Claimed:
         """Claim the call's key under the epoch: a recorded result to replay,
         or the go-ahead to call the tool (with the key to hand it)."""
-        key, (request, recorded) = self._identity(index, tool, args, kwargs)
+        key, (request, recorded), call_kwargs = self._prepared(index, tool, fn, args, kwargs)
         try:
             answers = self._take_answers(tool)
             row = self._claim_row(index, tool, compensate, key, (request, recorded), answers)
@@ -683,9 +683,7 @@ class ToolCalls:
         if row.status is None and row.recorded_status is ToolCallStatus.COMPLETED:
             self.replayed += 1
             return _Claimed(key, kwargs, replayed=True, response=row.recorded_response)
-        if accepts_idempotency_key(fn):
-            kwargs = {**kwargs, "idempotency_key": key}
-        return _Claimed(key, kwargs, (request, recorded))
+        return _Claimed(key, call_kwargs, (request, recorded))
 
     def _claim_row(
         self,
