@@ -37,6 +37,12 @@ since on a small or shared machine that, not the code, sets the tail.
 The targets: phase A resume p50 under 3 ms and p99 under 10 ms; phase B resume
 p99 under 50 ms.
 
+Where phase B's time goes: PostgreSQL's execution time per resume by statement
+(lock waits included; ``pg_stat_statements``, loaded into the benchmark's own embedded server, which
+is restarted for it once); and with ``--profile DIR``, py-spy profiles of the
+web process and the workers (``benchmarks/harness/profile.py``), each folded
+into its share of Python's samples by package and by function.
+
 With ``--pgbouncer PATH`` the web process, the workers and the benchmark's
 client reach PostgreSQL through that PgBouncer in transaction mode (keeping
 prepared statements if it is 1.21 or later, with
@@ -65,6 +71,7 @@ import secrets
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -81,6 +88,14 @@ from benchmarks import harness
 from benchmarks.agents.resume import AGENT_NAME
 from benchmarks.harness import BenchDeployment, Services, pgbouncer
 from benchmarks.harness.cpu import Contention, CpuMeter, GroupCpu, ServerPids
+from benchmarks.harness.pg_counters import (
+    Statement,
+    StatementStats,
+    enable_pg_stat_statements,
+    read_statements,
+    reset_statements,
+)
+from benchmarks.harness.profile import Profiles
 from benchmarks.harness.report import (
     add_deployment,
     bench_parser,
@@ -685,6 +700,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="PATH",
         help="run the deployment through this PgBouncer in transaction mode",
     )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        type=Path,
+        help="record py-spy profiles of the web process and the workers during phase B "
+        "into DIR, and print each one's on-CPU samples by package and function "
+        "(the sampler's own cost inflates that run's CPU figures)",
+    )
     names = ("sessions", "workers", "threads", "concurrency", "enqueue_threads", "floor_samples")
     args = parse(parser, argv, names)
     if args.sessions < 2:
@@ -726,7 +749,45 @@ def through_pgbouncer(
     return dataclasses.replace(services, database_url=bouncer.url), bouncer.pid
 
 
-def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
+STATEMENT_NAMES = {  # a fragment of each of the step path's; the others show their start
+    "CLAIM_LEASE": "old.lease_owner AS previous_owner",
+    "COMMIT_STEP": "RETURNING id, step_seq, state",
+}
+
+
+def print_statements(stats: StatementStats, statements: list[Statement], resumes: int) -> None:
+    """PostgreSQL's execution time per resume by statement (pg_stat_statements).
+    Time, not CPU: a statement's waits for row locks are in it (the claim
+    waits for the callback's commit, whose queue message goes out before it),
+    and its planning and its commit's WAL flush are not."""
+    if not stats.precise:
+        print(f"\nphase B statements: not counted ({stats.method}: {stats.note})")
+        return
+    ranked = sorted(statements, key=lambda s: s.calls * s.mean_ms, reverse=True)
+    total = sum(s.calls * s.mean_ms for s in statements) / resumes
+    print(
+        f"\nphase B statements (pg_stat_statements): {total:.3f} ms executing per resume"
+        " (lock waits included, commits not)"
+    )
+    for found in ranked[:10]:
+        per = found.calls / resumes
+        name = found.name[:70]
+        print(f"  {per * found.mean_ms:6.3f} ms  {per:5.2f} x {found.mean_ms:.3f} ms  {name}")
+
+
+@contextlib.contextmanager
+def profiled(args: argparse.Namespace, deployment: BenchDeployment) -> Iterator[Profiles | None]:
+    """With ``--profile``: py-spy samples the web process and each worker."""
+    if args.profile is None:
+        yield None
+        return
+    pids = {"web": deployment.web.pid} if deployment.web is not None else {}
+    pids.update({f"worker-{i}": w.pid for i, w in enumerate(deployment.workers)})
+    with Profiles(args.profile, pids) as profiles:
+        yield profiles
+
+
+def run(args: argparse.Namespace, services: Services, log_dir: Path, stats: StatementStats) -> None:
     harness.reset_data(services.pg_url, services.redis_url, TRUNCATED)
     env = harness.worker_env(
         args.threads,
@@ -778,7 +839,10 @@ def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
                 Contention.sample(pids),
                 path_cpu(meter, deployment, poller, extra),
             )
-            load = phase_b(args, deployment, sender, poller, targets[half:])
+            reset_statements(services.pg_url, stats)
+            with profiled(args, deployment) as profiles:
+                load = phase_b(args, deployment, sender, poller, targets[half:])
+            statements = read_statements(services.pg_url, stats, STATEMENT_NAMES)
             hops_b = hop_breakdown(poller, load.samples)
             after_b = Contention.sample(resume_path_pids(deployment, servers))
             cpu_b = path_cpu(meter, deployment, poller, extra)
@@ -805,12 +869,19 @@ def run(args: argparse.Namespace, services: Services, log_dir: Path) -> None:
         cpu,
         cpu_b.deployment_ms(cpu_before_b, len(load.samples)),
     )
+    print_statements(stats, statements, len(load.samples))
+    if profiles is not None:
+        print("\nphase B, where each process's CPU went (py-spy, self time of on-CPU samples):")
+        print("\n".join(profiles.report()))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with harness.bench_services(args.home) as services:
-        run(args, services, harness.log_dir_for(args.home))
+        stats = enable_pg_stat_statements(
+            services.pg_url, args.home, own_server=services.own_database
+        )
+        run(args, services, harness.log_dir_for(args.home), stats)
     return 0
 
 
