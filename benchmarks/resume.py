@@ -37,11 +37,13 @@ since on a small or shared machine that, not the code, sets the tail.
 The targets: phase A resume p50 under 3 ms and p99 under 10 ms; phase B resume
 p99 under 50 ms.
 
-Where phase B's time goes: PostgreSQL's execution time per resume by statement
-(lock waits included; ``pg_stat_statements``, loaded into the benchmark's own embedded server, which
-is restarted for it once); and with ``--profile DIR``, py-spy profiles of the
-web process and the workers (``benchmarks/harness/profile.py``), each folded
-into its share of Python's samples by package and by function.
+Where phase B's time goes: PostgreSQL's execution time per resume by
+statement, lock waits included (``pg_stat_statements``, as in ``bursts.py``:
+the benchmark's own embedded server is restarted once to load it, and it
+stays loaded, its small cost in every later run's figures); and with
+``--profile DIR``, py-spy profiles of the web process and the workers
+(``benchmarks/harness/profile.py``), each folded into its share of Python's
+samples (threads holding the GIL) by package and by function.
 
 With ``--pgbouncer PATH`` the web process, the workers and the benchmark's
 client reach PostgreSQL through that PgBouncer in transaction mode (keeping
@@ -705,7 +707,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="DIR",
         type=Path,
         help="record py-spy profiles of the web process and the workers during phase B "
-        "into DIR, and print each one's on-CPU samples by package and function "
+        "into DIR, and print each one's Python samples by package and function "
         "(the sampler's own cost inflates that run's CPU figures)",
     )
     names = ("sessions", "workers", "threads", "concurrency", "enqueue_threads", "floor_samples")
@@ -871,7 +873,7 @@ def run(args: argparse.Namespace, services: Services, log_dir: Path, stats: Stat
     )
     print_statements(stats, statements, len(load.samples))
     if profiles is not None:
-        print("\nphase B, where each process's CPU went (py-spy, self time of on-CPU samples):")
+        print("\nphase B, where each process's Python ran (py-spy --gil, self time by leaf frame):")
         print("\n".join(profiles.report()))
 
 

@@ -39,7 +39,7 @@ def package_of(frame: str) -> str:
 
 @dataclass(frozen=True)
 class Shares:
-    """A profile's on-CPU samples, by package and by function (self time)."""
+    """A profile's samples, by package and by function (self time)."""
 
     samples: int
     by_package: list[tuple[str, float]]
