@@ -98,12 +98,17 @@ class Tab:
         self.page.screenshot(path=str(path), full_page=True)
         return path
 
-    def log_in(self, name: str = "Ada", token: str = API_TOKEN) -> None:
+    def log_in(self, name: str = "Ada", token: str = API_TOKEN, *, accepted: bool = True) -> None:
+        """Log in; when the login is `accepted`, return once the page it leads
+        to has loaded (a click returns before its navigation ends, and a read
+        of the page then may see the login form)."""
         if "/ui/login" not in self.page.url:
             self.go("/ui/login")
         self.page.fill("input[name=name]", name)
         self.page.fill("input[name=token]", token)
         self.page.click("button:has-text('Log in')")
+        if accepted:
+            self.page.wait_for_url(lambda url: "/ui/login" not in url)
 
     def text(self, selector: str = "main") -> str:
         return self.page.inner_text(selector)
@@ -125,7 +130,7 @@ def _failed(client: Client, *session_ids: uuid.UUID) -> Callable[[], bool]:
 def test_a_logged_out_browser_is_sent_to_the_login_page(tab: Tab) -> None:
     tab.go("/ui/sessions?status=failed")
     assert "/ui/login?next=" in tab.page.url
-    tab.log_in(token="not-the-token")
+    tab.log_in(token="not-the-token", accepted=False)
     assert "not accepted" in tab.text("[role=alert]")
     tab.log_in()
     tab.page.wait_for_url("**/ui/sessions?status=failed")

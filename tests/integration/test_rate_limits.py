@@ -50,9 +50,12 @@ def test_two_worker_processes_share_one_limit_and_the_provider_refuses_nothing(
         assert sorted(a.session for a in answered) == sorted(str(s) for s in ids)  # once each
         times = [a.at for a in answered]
         # Turns are one tenth of a second apart across both processes: at
-        # most 10 start in any second (two more arrive, for the jitter of a
-        # loaded machine on the way there).
-        assert most_in_any_window(times, 1.0) <= 12
+        # most 10 start in any second. Arrivals may bunch: a request held up
+        # k tenths of a second on its way (a thread not scheduled, on a
+        # machine busy with the rest of the suite) lands in a window with k
+        # more; CI saw 13. Four more allow 0.4 s of that, and two processes
+        # each keeping a limit of their own would still put 20 in one second.
+        assert most_in_any_window(times, 1.0) <= 14
         assert max(times) - min(times) >= 39 * 0.1 * 0.9
         for session_id in ids[:3]:
             assert "rate_limited" not in _events(client, session_id)  # all waited in place
