@@ -54,7 +54,7 @@ import psycopg
 
 from benchmarks import harness
 from benchmarks.harness.report import bench_parser, parse, percentile
-from resumable._internal.database_urls import libpq_url
+from resumable._internal import procfs
 from resumable.dev.processes import free_port
 from resumable.models.database import pipelined_transaction
 
@@ -62,13 +62,13 @@ ROWS = 10_000
 POOL = 8
 WAYS = ("thread", "async", "none")
 
-SETUP = """
+SETUP = f"""
 CREATE TABLE IF NOT EXISTS web_paths_rows (id int PRIMARY KEY, n bigint NOT NULL DEFAULT 0,
                                            status text NOT NULL DEFAULT 'suspended');
 CREATE TABLE IF NOT EXISTS web_paths_log (id bigserial PRIMARY KEY, row_id int, body jsonb,
                                           at timestamptz DEFAULT now());
 TRUNCATE web_paths_rows, web_paths_log;
-INSERT INTO web_paths_rows (id) SELECT g FROM generate_series(1, %(rows)s) g;
+INSERT INTO web_paths_rows (id) SELECT g FROM generate_series(1, {ROWS}) g;
 """
 TEARDOWN = "DROP TABLE IF EXISTS web_paths_rows, web_paths_log"
 
@@ -181,8 +181,8 @@ def serve(way: str, url: str, port: int) -> None:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """The process's CPU seconds; 0 once it is gone (a backend that exited)."""
+    return procfs.cpu_seconds(pid) or 0.0
 
 
 def backend_cpu(url: str, application: str) -> float:
@@ -194,7 +194,7 @@ def backend_cpu(url: str, application: str) -> float:
                 "SELECT pid FROM pg_stat_activity WHERE application_name = %s", [application]
             )
         ]
-    return sum(cpu_seconds(pid) for pid in pids if Path(f"/proc/{pid}").exists())
+    return sum(cpu_seconds(pid) for pid in pids)
 
 
 def wait_serving(port: int, alive: Callable[[], bool], timeout: float = 30) -> None:
@@ -294,9 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         serve(args.serve, args.url, args.port)
         return 0
     with harness.bench_services(args.home) as services:
-        url = libpq_url(services.pg_url)
+        url = services.pg_url
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(SETUP.replace("%(rows)s", str(ROWS)))
+            conn.execute(SETUP)
         try:
             print(
                 f"{args.requests} POSTs per way and round from {args.senders} senders;"
