@@ -47,6 +47,25 @@ CONNECT_TIMEOUT_SECONDS = 5
 PREPARE_THRESHOLD = 5
 
 
+def connection_kwargs(prepare_threshold: int | None) -> dict[str, Any]:
+    """What every pooled connection is opened with, sync or async."""
+    return {
+        "autocommit": True,
+        "row_factory": dict_row,
+        "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+        # psycopg prepares a statement on its fifth run on a connection
+        # (the claim and the step commit on their first); None: never,
+        # not even those (RESUMABLE_DB_PREPARED_STATEMENTS, a pooler
+        # that hands each transaction another server connection).
+        "prepare_threshold": prepare_threshold,
+    }
+
+
+#: How long a pooled connection may sit idle before it is checked on its next
+#: borrow (see ``Database._check_if_idle``).
+IDLE_CHECK_SECONDS = 2.0
+
+
 class Database:
     """A pool of connections to one database; close() releases them.
 
@@ -76,16 +95,7 @@ class Database:
             min_size=1,
             max_size=pool_size,
             timeout=pool_timeout,
-            kwargs={
-                "autocommit": True,
-                "row_factory": dict_row,
-                "connect_timeout": CONNECT_TIMEOUT_SECONDS,
-                # psycopg prepares a statement on its fifth run on a connection
-                # (the claim and the step commit on their first); None: never,
-                # not even those (RESUMABLE_DB_PREPARED_STATEMENTS, a pooler
-                # that hands each transaction another server connection).
-                "prepare_threshold": self.prepare_threshold,
-            },
+            kwargs=connection_kwargs(self.prepare_threshold),
             connection_class=psycopg.Connection[dict[str, object]],
             check=self._check_if_idle,
             # No `reset=`: with one, psycopg_pool hands every returned
@@ -99,7 +109,7 @@ class Database:
     # each would fail. Pinging on every borrow costs a round trip per step, so
     # only connections that sat idle in the pool get checked; one in steady use
     # proves itself with every statement (and a broken one is discarded).
-    _IDLE_CHECK_SECONDS = 2.0
+    _IDLE_CHECK_SECONDS = IDLE_CHECK_SECONDS
 
     def _check_if_idle(self, conn: psycopg.Connection[Any]) -> None:
         returned = self._returned_at.get(id(conn))

@@ -144,19 +144,38 @@ class CallbackReceived:
     priority: Priority = "normal"  # the woken session's, for its message's lane
 
 
-def receive_callback(
-    conn: psycopg.Connection[Any], token: str, *, payload: str, dedupe_key: str | None
-) -> CallbackReceived:
-    """A callback's delivery (`payload` as JSON), stored only if the callback
-    is still open, and the wake it allows: five statements sent together, in
-    the caller's pipelined transaction (one round trip), then their answers."""
-    params = {
+def _receipt_params(token: str, payload: str, dedupe_key: str | None) -> dict[str, Any]:
+    return {
         "token": token,
         "session_id": callback_tokens.session_of(token),
         "dedupe_key": dedupe_key,
         "payload": payload,
         "terminal": sorted(TERMINAL_STATUSES),
     }
+
+
+def _received(
+    target: CallbackTarget | None,
+    previous: StoredDelivery | None,
+    delivery_id: Any,
+    woken_row: tuple[Any, ...] | None,
+) -> CallbackReceived:
+    return CallbackReceived(
+        target,
+        previous,
+        None if delivery_id is None else int(delivery_id),
+        woken_row is not None,
+        "normal" if woken_row is None else woken_row[3],
+    )
+
+
+def receive_callback(
+    conn: psycopg.Connection[Any], token: str, *, payload: str, dedupe_key: str | None
+) -> CallbackReceived:
+    """A callback's delivery (`payload` as JSON), stored only if the callback
+    is still open, and the wake it allows: five statements sent together, in
+    the caller's pipelined transaction (one round trip), then their answers."""
+    params = _receipt_params(token, payload, dedupe_key)
     conn.execute(LOCK_SESSION_OF_CALLBACK, params)
     locked = conn.cursor(row_factory=kwargs_row(CallbackTarget)).execute(LOCK_CALLBACK, params)
     delivered = conn.cursor(row_factory=kwargs_row(StoredDelivery)).execute(
@@ -165,14 +184,27 @@ def receive_callback(
     inserted = conn.cursor(row_factory=scalar_row).execute(INSERT_OPEN_CALLBACK_DELIVERY, params)
     woken = conn.cursor(row_factory=tuple_row).execute(WAKE_FROM_CALLBACK, params)
     target, previous = locked.fetchone(), delivered.fetchone()  # flushed, not synced
-    delivery_id, woken_row = inserted.fetchone(), woken.fetchone()
-    return CallbackReceived(
-        target,
-        previous,
-        None if delivery_id is None else int(delivery_id),
-        woken_row is not None,
-        "normal" if woken_row is None else woken_row[3],
+    return _received(target, previous, inserted.fetchone(), woken.fetchone())
+
+
+async def areceive_callback(
+    conn: psycopg.AsyncConnection[Any], token: str, *, payload: str, dedupe_key: str | None
+) -> CallbackReceived:
+    """``receive_callback`` on an async connection (the web's callback route)."""
+    params = _receipt_params(token, payload, dedupe_key)
+    await conn.execute(LOCK_SESSION_OF_CALLBACK, params)
+    locked = await conn.cursor(row_factory=kwargs_row(CallbackTarget)).execute(
+        LOCK_CALLBACK, params
     )
+    delivered = await conn.cursor(row_factory=kwargs_row(StoredDelivery)).execute(
+        CALLBACK_DELIVERY, params
+    )
+    inserted = await conn.cursor(row_factory=scalar_row).execute(
+        INSERT_OPEN_CALLBACK_DELIVERY, params
+    )
+    woken = await conn.cursor(row_factory=tuple_row).execute(WAKE_FROM_CALLBACK, params)
+    target, previous = await locked.fetchone(), await delivered.fetchone()
+    return _received(target, previous, await inserted.fetchone(), await woken.fetchone())
 
 
 @dataclass(frozen=True)
@@ -225,24 +257,33 @@ def insert_signal_delivery(
     return None if delivery_id is None else int(delivery_id)
 
 
-def rejected_delivery(
-    conn: psycopg.Connection[Any],
-    session_id: uuid.UUID,
-    *,
-    step_seq: int,
-    step: str | None,
-    event: str,
-    payload: dict[str, Any],
-) -> None:
-    """The audit event of a delivery refused (the wait or the session is over)."""
-    params = {
-        "session_id": session_id,
-        "step_seq": step_seq,
-        "step": step,
-        "event": event,
-        "payload": serialization.dumps(payload),
-    }
-    rows.run(conn, REJECTED_DELIVERY, params)
+@dataclass(frozen=True)
+class Rejection:
+    """The audit event of a delivery refused (the wait or the session is
+    over), recorded by ``rejected_delivery`` or ``arejected_delivery``."""
+
+    session_id: uuid.UUID
+    step_seq: int
+    step: str | None
+    event: str
+    payload: dict[str, Any]
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "step_seq": self.step_seq,
+            "step": self.step,
+            "event": self.event,
+            "payload": serialization.dumps(self.payload),
+        }
+
+
+def rejected_delivery(conn: psycopg.Connection[Any], rejection: Rejection) -> None:
+    rows.run(conn, REJECTED_DELIVERY, rejection.params())
+
+
+async def arejected_delivery(conn: psycopg.AsyncConnection[Any], rejection: Rejection) -> None:
+    await conn.execute(REJECTED_DELIVERY, rejection.params())
 
 
 @dataclass(frozen=True)

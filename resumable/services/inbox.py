@@ -22,6 +22,10 @@ sees the session woken (see ``step_queries._claim``); if the commit fails
 instead, the claim finds the session still suspended and the message is a
 harmless duplicate. The 2xx still waits for the commit (a delivery is
 durable before it is acknowledged).
+
+The web process takes callbacks on its event loop instead
+(``async_callbacks``): the same statements and verdicts (``judge_callback``),
+awaited on an async connection.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from resumable.broker.messages import enqueue_after_commit
 from resumable.models import wait_ops
 from resumable.models.database import Database, pipelined_transaction
 from resumable.models.status import TERMINAL_STATUSES
-from resumable.models.wait_ops import CallbackTarget, StoredDelivery
+from resumable.models.wait_ops import CallbackReceived, CallbackTarget, Rejection, StoredDelivery
 from resumable.priorities import Priority, Routed
 from resumable.settings import Settings
 
@@ -111,30 +115,11 @@ class Inbox:
                 # Ours, or (on a path that stored nothing) a delivery that an
                 # earlier receiver committed and died before waking it with.
                 self.enqueue(got.target.session_id, got.priority)
-        target, previous = got.target, got.previous
-        if got.delivery_id is not None:
-            assert target is not None
-            return Receipt(
-                Verdict.ACCEPTED, "callback accepted", target.session_id, got.delivery_id, got.woke
-            )
-        if target is None:
-            return Receipt(Verdict.UNKNOWN, "no callback with this token")
-        session_id = target.session_id
-        if previous is not None and dedupe_key and previous.dedupe_key == dedupe_key:
-            return _repeat(previous, payload, session_id, "delivery")
-        reason = _closed_reason(target, already_delivered=previous is not None)
-        if reason is None:  # pragma: no cover - the guard and the lookups saw the same rows
-            raise RuntimeError(f"callback {token!r}: open, yet its delivery was not stored")
-        with self.db.connection() as conn:
-            wait_ops.rejected_delivery(
-                conn,
-                session_id,
-                step_seq=target.step_seq,
-                step=target.cursor,
-                event="callback_rejected",
-                payload={"topic": target.topic, "reason": reason, "dedupe_key": dedupe_key},
-            )
-        return Receipt(Verdict.CLOSED, reason, session_id)
+        receipt, rejection = judge_callback(got, token, payload, dedupe_key)
+        if rejection is not None:
+            with self.db.connection() as conn:
+                wait_ops.rejected_delivery(conn, rejection)
+        return receipt
 
     def signal(
         self,
@@ -160,11 +145,13 @@ class Inbox:
                 reason = f"the session is {session.status}; it takes no more signals"
                 wait_ops.rejected_delivery(
                     conn,
-                    session_id,
-                    step_seq=session.step_seq,
-                    step=session.cursor,
-                    event="signal_rejected",
-                    payload={"topic": topic, "reason": reason, "by": actor},
+                    Rejection(
+                        session_id,
+                        step_seq=session.step_seq,
+                        step=session.cursor,
+                        event="signal_rejected",
+                        payload={"topic": topic, "reason": reason, "by": actor},
+                    ),
                 )
                 return Receipt(Verdict.CLOSED, reason, session_id)
             delivery_id = wait_ops.insert_signal_delivery(
@@ -191,6 +178,36 @@ class Inbox:
         return Receipt(
             Verdict.ACCEPTED, "signal accepted", session_id, delivery_id, woke is not None
         )
+
+
+def judge_callback(
+    got: CallbackReceived, token: str, payload: Any, dedupe_key: str | None
+) -> tuple[Receipt, Rejection | None]:
+    """What a callback's transaction found, as the sender's receipt, and the
+    audit event to record after it when the callback was refused."""
+    target, previous = got.target, got.previous
+    if got.delivery_id is not None:
+        assert target is not None
+        receipt = Receipt(
+            Verdict.ACCEPTED, "callback accepted", target.session_id, got.delivery_id, got.woke
+        )
+        return receipt, None
+    if target is None:
+        return Receipt(Verdict.UNKNOWN, "no callback with this token"), None
+    session_id = target.session_id
+    if previous is not None and dedupe_key and previous.dedupe_key == dedupe_key:
+        return _repeat(previous, payload, session_id, "delivery"), None
+    reason = _closed_reason(target, already_delivered=previous is not None)
+    if reason is None:  # pragma: no cover - the guard and the lookups saw the same rows
+        raise RuntimeError(f"callback {token!r}: open, yet its delivery was not stored")
+    rejection = Rejection(
+        session_id,
+        step_seq=target.step_seq,
+        step=target.cursor,
+        event="callback_rejected",
+        payload={"topic": target.topic, "reason": reason, "dedupe_key": dedupe_key},
+    )
+    return Receipt(Verdict.CLOSED, reason, session_id), rejection
 
 
 def _repeat(previous: StoredDelivery, payload: Any, session_id: uuid.UUID, what: str) -> Receipt:

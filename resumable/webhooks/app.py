@@ -22,9 +22,13 @@ from starlette.types import ASGIApp
 
 from resumable._internal.embedded import service_urls
 from resumable.agent import AgentRegistry
+from resumable.broker.background_sends import BackgroundSender
 from resumable.broker.choice import build_broker
+from resumable.broker.redis import REDIS_TIMEOUT_SECONDS
 from resumable.client import Client
+from resumable.models.async_database import AsyncDatabase
 from resumable.models.database import Database
+from resumable.services.async_callbacks import AsyncCallbacks
 from resumable.services.inbox import Inbox
 from resumable.settings import Settings
 from resumable.webhooks import (
@@ -103,12 +107,23 @@ def create_app(
                 prepared_statements=settings.db_prepared_statements,
             )
             broker = build_broker(settings, urls.redis_url)
+            # The callback route's own pool, on this loop (models/async_database.py):
+            # the web process holds up to twice RESUMABLE_DB_POOL_SIZE connections.
+            adb = AsyncDatabase(
+                urls.database_url,
+                pool_size=settings.db_pool_size,
+                pool_timeout=POOL_TIMEOUT_SECONDS,
+                prepared_statements=settings.db_prepared_statements,
+            )
+            await adb.open()
+            sender = BackgroundSender(broker, settings, why="session woken")
             app.state.resumable = WebState(
                 settings=settings,
                 db=db,
                 broker=broker,
                 client=Client(settings, db, broker, registry),
                 inbox=Inbox(settings, db, broker),
+                callbacks=AsyncCallbacks(adb, sender.send),
                 verifier=verifier,
                 redis_url=urls.redis_url,
                 metrics=Metrics(db, broker, settings.queue_name),
@@ -117,6 +132,10 @@ def create_app(
                 yield
             finally:
                 del app.state.resumable
+                # What the sender holds goes out before the broker closes;
+                # past a stalled broker's timeout it is the reconciler's.
+                sender.close(timeout=REDIS_TIMEOUT_SECONDS)
+                await adb.close()
                 broker.close()
                 db.close()
 

@@ -13,7 +13,7 @@ from resumable.services import arguments
 from resumable.services.inbox import Receipt, Verdict
 from resumable.webhooks import response_models
 from resumable.webhooks.bodies import parse_json, require_json_content_type
-from resumable.webhooks.database_calls import database_call
+from resumable.webhooks.database_calls import database_await, database_call
 from resumable.webhooks.errors import ApiError, error_response
 from resumable.webhooks.operations import IDEMPOTENCY_KEY, Answer, ApiRoute, Header, Operation
 from resumable.webhooks.params import TOKEN
@@ -143,7 +143,8 @@ async def receive_callback(request: Request) -> Response:
     payload = parse_json(body)
     token = TOKEN(request)
     began_ns = time.time_ns()
-    receipt = await database_call(state.inbox.callback, token, payload, key)
+    # On the event loop, not a thread (services/async_callbacks.py).
+    receipt = await database_await(state.callbacks.callback(token, payload, key))
     state.metrics.deliveries.labels("callback", receipt.verdict.value).inc()
     if tracing.enabled():  # a database thread only when there is something to record
         await database_call(tracing.delivery_received, state.db, "callback", receipt, began_ns)

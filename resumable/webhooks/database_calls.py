@@ -1,6 +1,7 @@
 """Database work from a request handler, with a deadline.
 
-A route's database work runs on a thread (psycopg and SQLAlchemy block).
+A route's database work runs on a thread (psycopg and SQLAlchemy block),
+except the callback route's, awaited on the async pool (``database_await``).
 When PostgreSQL refuses connections or drops them, psycopg fails at once,
 and an exhausted pool fails after the web process's short pool timeout. A
 server that takes connections and statements but never answers fails neither
@@ -17,11 +18,12 @@ answered 503 may have taken effect. A retry with the same
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -86,6 +88,42 @@ async def database_call(
         if not call.finished:  # it may have ended since the deadline
             _abandoned.add(call)
     raise DatabaseDidNotAnswer(f"the database did not answer within {deadline:g} s")
+
+
+#: Awaited calls past their deadline, still unwinding (psycopg cancels the
+#: query on the server, which a hung server may take seconds to refuse).
+_abandoned_tasks: set[asyncio.Task[Any]] = set()
+
+
+async def database_await(work: Awaitable[T], *, deadline: float = DATABASE_DEADLINE_SECONDS) -> T:
+    """`work` (a coroutine on the async pool) within `deadline` seconds, or
+    DatabaseDidNotAnswer, as ``database_call``. Past the deadline the work
+    is cancelled but not awaited: psycopg answers a cancellation by asking
+    the server to cancel the query (up to 5 s, then 5 s more for the answer),
+    which must not hold the request's 503. Its connection goes back to the
+    pool, which discards it unless it came back idle."""
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=deadline)
+    except asyncio.CancelledError:  # the request itself was cancelled
+        _abandon(task)
+        raise
+    if task in done:
+        return task.result()
+    _abandon(task)
+    raise DatabaseDidNotAnswer(f"the database did not answer within {deadline:g} s")
+
+
+def _abandon(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    _abandoned_tasks.add(task)
+    task.add_done_callback(_forget)
+
+
+def _forget(task: asyncio.Task[Any]) -> None:
+    _abandoned_tasks.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.debug("an abandoned database call ended with %r", task.exception())
 
 
 def exit_past_abandoned_calls() -> None:

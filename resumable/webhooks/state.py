@@ -9,6 +9,7 @@ from starlette.requests import Request
 
 from resumable.client import Client
 from resumable.models.database import Database
+from resumable.services.async_callbacks import AsyncCallbacks
 from resumable.services.inbox import Inbox
 from resumable.settings import Settings
 from resumable.webhooks.metrics import Metrics
@@ -22,6 +23,7 @@ class WebState:
     broker: dramatiq.Broker
     client: Client
     inbox: Inbox
+    callbacks: AsyncCallbacks
     verifier: CallbackVerifier
     redis_url: str
     metrics: Metrics

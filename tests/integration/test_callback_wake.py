@@ -4,6 +4,7 @@ whichever commits second wakes it, exactly once."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -15,10 +16,13 @@ import pytest
 import redis
 
 from resumable._internal.database_urls import libpq_url
+from resumable.broker.background_sends import BackgroundSender
 from resumable.broker.redis import REDIS_TIMEOUT_SECONDS, build_broker
 from resumable.client import Client
 from resumable.models import step_queries, wait_queries
+from resumable.models.async_database import AsyncDatabase
 from resumable.models.database import Database
+from resumable.services.async_callbacks import AsyncCallbacks
 from resumable.services.inbox import Inbox, Receipt, Verdict
 from resumable.settings import Settings
 from tests.conftest import queued_messages, wait_until
@@ -48,6 +52,36 @@ def running_session(db: Database) -> uuid.UUID:
             [TOKEN, session_id],
         )
     return session_id
+
+
+Receive = Callable[[str, Any, str | None], Receipt]
+
+
+@pytest.fixture(params=["thread", "event_loop"])
+def receive(
+    request: pytest.FixtureRequest, settings: Settings, db: Database, client: Client
+) -> Receive:
+    """A callback's receipt as ``Inbox.callback`` takes it on a thread (the
+    CLI's path), or as the web's route awaits it on an event loop
+    (``AsyncCallbacks``, its message sent by a ``BackgroundSender``): the
+    same statements, so the same races end the same way."""
+    if request.param == "thread":
+        return Inbox(settings, db, client.broker).callback
+
+    def on_a_loop(token: str, payload: Any, dedupe_key: str | None) -> Receipt:
+        async def run() -> Receipt:
+            adb = AsyncDatabase(settings.database_url or "", pool_size=2)
+            await adb.open()
+            sender = BackgroundSender(client.broker, settings, why="test callback")
+            try:
+                return await AsyncCallbacks(adb, sender.send).callback(token, payload, dedupe_key)
+            finally:
+                sender.close(timeout=REDIS_TIMEOUT_SECONDS)
+                await adb.close()
+
+        return asyncio.run(run())
+
+    return on_a_loop
 
 
 def _in_thread(run: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -87,13 +121,12 @@ def _state(db: Database, session_id: uuid.UUID) -> tuple[str, Any]:
 
 
 def test_a_callback_during_the_suspension_commit_waits_for_it_and_wakes_the_session(
-    client: Client, settings: Settings, db: Database, running_session: uuid.UUID
+    receive: Receive, settings: Settings, db: Database, running_session: uuid.UUID
 ) -> None:
-    inbox = Inbox(settings, db, client.broker)
     url = libpq_url(settings.database_url or "")
     with psycopg.connect(url) as worker:  # the suspension, not yet committed
         _suspend(worker, running_session)
-        thread, out = _in_thread(lambda: inbox.callback(TOKEN, {"ok": 1}, "d-1"))
+        thread, out = _in_thread(lambda: receive(TOKEN, {"ok": 1}, "d-1"))
         wait_until(lambda: _waiting_on_a_lock(settings), timeout=10)
         worker.commit()
     thread.join(timeout=10)
@@ -104,14 +137,13 @@ def test_a_callback_during_the_suspension_commit_waits_for_it_and_wakes_the_sess
 
 
 def test_a_suspension_during_the_callback_waits_for_it_and_then_finds_the_delivery(
-    client: Client, settings: Settings, db: Database, running_session: uuid.UUID
+    receive: Receive, settings: Settings, db: Database, running_session: uuid.UUID
 ) -> None:
-    inbox = Inbox(settings, db, client.broker)
     url = libpq_url(settings.database_url or "")
     with psycopg.connect(url) as holder:
         # Hold the callback row so the receiver stops after locking the session.
         holder.execute("SELECT 1 FROM callbacks WHERE token = %s FOR UPDATE", [TOKEN])
-        thread, out = _in_thread(lambda: inbox.callback(TOKEN, {"ok": 1}, "d-1"))
+        thread, out = _in_thread(lambda: receive(TOKEN, {"ok": 1}, "d-1"))
         wait_until(lambda: _waiting_on_a_lock(settings), timeout=10)
 
         def suspend_then_wake() -> Any:
@@ -216,8 +248,14 @@ def _sent_before_its_commit(
         receiver, out = _in_thread(receive)
         wait_until(lambda: _waiting_on_a_lock(settings), timeout=10, what="the held COMMIT")
         assert _state(db, session_id)[0] == "suspended"
-        queued = [message.args for message in queued_messages(redis_client, settings)]
-        assert queued == [(str(session_id),)]
+        # Sent by now (a sender thread's send may trail the statement a moment).
+        wait_until(
+            lambda: (
+                [m.args for m in queued_messages(redis_client, settings)] == [(str(session_id),)]
+            ),
+            timeout=5,
+            what="the session's message queued before the commit",
+        )
         while_held()
         gate.execute("SELECT pg_advisory_unlock(%s)", [COMMIT_GATE])
         receiver.join(timeout=10)
@@ -227,13 +265,12 @@ def _sent_before_its_commit(
 
 
 def test_the_message_is_sent_before_the_commit_and_the_claim_waits_for_the_commit(
-    client: Client,
+    receive: Receive,
     settings: Settings,
     db: Database,
     redis_client: redis.Redis,
     suspended_session: uuid.UUID,
 ) -> None:
-    inbox = Inbox(settings, db, client.broker)
     url = libpq_url(settings.database_url or "")
     claims: list[tuple[threading.Thread, list[Any]]] = []
 
@@ -248,7 +285,7 @@ def test_the_message_is_sent_before_the_commit_and_the_claim_waits_for_the_commi
         db,
         redis_client,
         suspended_session,
-        lambda: inbox.callback(TOKEN, {"ok": 1}, "d-1"),
+        lambda: receive(TOKEN, {"ok": 1}, "d-1"),
         claim_while_held,
     )
     claimer, claimed = claims[0]
@@ -260,21 +297,20 @@ def test_the_message_is_sent_before_the_commit_and_the_claim_waits_for_the_commi
 
 
 def test_a_commit_that_fails_after_the_message_leaves_the_session_waiting(
-    client: Client, settings: Settings, db: Database, suspended_session: uuid.UUID
+    receive: Receive, settings: Settings, db: Database, suspended_session: uuid.UUID
 ) -> None:
-    inbox = Inbox(settings, db, client.broker)
     url = libpq_url(settings.database_url or "")
     with psycopg.connect(url, autocommit=True) as gate:
         _gate_commits(gate, fail=True)
         with pytest.raises(psycopg.errors.RaiseException):
-            inbox.callback(TOKEN, {"ok": 1}, "d-1")
+            receive(TOKEN, {"ok": 1}, "d-1")
         # The message it sent finds nothing to claim; nothing was stored.
         assert _claim(url, suspended_session) is None
         assert _state(db, suspended_session) == ("suspended", None)
         with db.connection() as conn:
             assert conn.execute("SELECT count(*) AS n FROM deliveries").fetchone() == {"n": 0}
         _ungate_commits(gate)
-    again = inbox.callback(TOKEN, {"ok": 1}, "d-1")  # the sender's retry
+    again = receive(TOKEN, {"ok": 1}, "d-1")  # the sender's retry
     assert again.verdict is Verdict.ACCEPTED and again.woke
     assert _state(db, suspended_session)[0] == "pending"
 

@@ -4,17 +4,23 @@ steady use is handed out without a round trip."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
 from resumable._internal.database_urls import libpq_url
+from resumable.models.async_database import AsyncDatabase
 from resumable.models.database import Database, pipelined_transaction
 from resumable.settings import Settings
 from tests.conftest import wait_until
+
+T = TypeVar("T")
 
 
 def test_a_connection_dropped_by_the_server_while_idle_is_replaced(settings: Settings) -> None:
@@ -148,3 +154,68 @@ def test_an_exception_in_a_pipelined_transaction_rolls_it_back(settings: Setting
                 raise RuntimeError("the caller gave up")
             assert conn.info.transaction_status == TransactionStatus.IDLE
             assert conn.execute("SELECT count(*) FROM pipelined_rollback").fetchone() == (0,)
+
+
+# -- the web's async pool (AsyncDatabase) ----------------------------------------------
+
+
+def _on_a_loop(url: str, work: Callable[[AsyncDatabase], Awaitable[T]], **options: Any) -> T:
+    async def run() -> T:
+        adb = AsyncDatabase(url, pool_size=1, **options)
+        await adb.open()
+        try:
+            return await work(adb)
+        finally:
+            await adb.close()
+
+    return asyncio.run(run())
+
+
+def test_an_async_connection_dropped_while_idle_is_replaced_and_one_in_use_is_not_checked(
+    settings: Settings,
+) -> None:
+    url = settings.database_url or ""
+
+    async def work(adb: AsyncDatabase) -> None:
+        async with adb.connection() as conn:
+            pid = conn.info.backend_pid
+        with psycopg.connect(libpq_url(url), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+        adb._IDLE_CHECK_SECONDS = 3600.0  # just returned: handed out unchecked
+        with pytest.raises(psycopg.OperationalError):
+            async with adb.connection() as conn:
+                await conn.execute("SELECT 1")
+        async with adb.connection() as conn:  # the broken one was discarded
+            pid = conn.info.backend_pid
+        with psycopg.connect(libpq_url(url), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+        adb._IDLE_CHECK_SECONDS = 0.0  # as if it had sat idle past the window
+        async with adb.connection() as conn:
+            row = await (await conn.execute("SELECT 1 AS one")).fetchone()
+            assert row == {"one": 1}
+            assert conn.info.backend_pid != pid
+
+    _on_a_loop(url, work)
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_the_async_pool_follows_the_prepared_statements_setting(
+    settings: Settings, prepared: bool
+) -> None:
+    """RESUMABLE_DB_PREPARED_STATEMENTS=false (PgBouncer before 1.21) holds for
+    the callback route's pool too: nothing is prepared on its connections."""
+
+    async def work(adb: AsyncDatabase) -> tuple[int | None, int]:
+        async with adb.connection() as conn:
+            for _ in range(8):
+                await conn.execute("SELECT %s::int AS n", [1])
+            cursor = await conn.execute("SELECT count(*) AS n FROM pg_prepared_statements")
+            row = await cursor.fetchone()
+            assert row is not None
+            return conn.prepare_threshold, int(str(row["n"]))
+
+    threshold, prepared_here = _on_a_loop(
+        settings.database_url or "", work, prepared_statements=prepared
+    )
+    assert (threshold is not None) is prepared
+    assert (prepared_here > 0) is prepared, prepared_here
