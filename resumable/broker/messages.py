@@ -30,6 +30,9 @@ from resumable.settings import Settings
 
 if TYPE_CHECKING:
     import dramatiq
+    import redis.asyncio
+
+    from resumable.broker.redis import WakingRedisBroker
 
 logger = logging.getLogger(__name__)
 
@@ -129,14 +132,9 @@ def enqueue_after_commit(
     Anything else raised is a bug and propagates. `delay` (seconds) sends
     delayed messages (a retry's backoff), one round trip per session."""
     refs = list(session_ids)
-    ids = [str(ref.session_id if isinstance(ref, Routed) else ref) for ref in refs]
-    if not ids:
-        return True
-    gate = gate_of(broker)
-    shut_because = gate.shut_because()
-    if shut_because is not None:  # out of reach a moment ago: not tried (send_gate.py)
-        _log_not_enqueued(ids, why, f"{shut_because}; not tried while it does not answer")
-        return False
+    ids = _ids(refs)
+    if not ids or not _worth_trying(broker, ids, why):
+        return not ids
     try:
         if delay > 0:
             for ref in refs:
@@ -144,11 +142,49 @@ def enqueue_after_commit(
         else:
             enqueue_sessions(broker, settings, refs)
     except unreachable_broker_errors() as exc:
-        failure = f"{type(exc).__name__}: {reason(exc)}"
-        gate.shut(failure)
-        _log_not_enqueued(ids, why, failure)
+        _not_sent(broker, ids, why, exc)
         return False
     return True
+
+
+async def aenqueue_after_commit(
+    broker: WakingRedisBroker,
+    client: redis.asyncio.Redis,
+    settings: Settings,
+    session_ids: Sequence[Routed],
+    *,
+    why: str,
+) -> bool:
+    """``enqueue_after_commit``, awaited on an asyncio client of the broker's
+    Redis: the same gate, the same warning, the same reconciler."""
+    ids = _ids(session_ids)
+    if not ids or not _worth_trying(broker, ids, why):
+        return not ids
+    messages = [session_message(settings, ref) for ref in session_ids]
+    try:
+        await broker.aenqueue_many(client, messages)
+    except unreachable_broker_errors() as exc:
+        _not_sent(broker, ids, why, exc)
+        return False
+    return True
+
+
+def _ids(refs: Sequence[SessionRef]) -> list[str]:
+    return [str(ref.session_id if isinstance(ref, Routed) else ref) for ref in refs]
+
+
+def _worth_trying(broker: dramatiq.Broker, ids: Sequence[str], why: str) -> bool:
+    shut_because = gate_of(broker).shut_because()
+    if shut_because is not None:  # out of reach a moment ago: not tried (send_gate.py)
+        _log_not_enqueued(ids, why, f"{shut_because}; not tried while it does not answer")
+        return False
+    return True
+
+
+def _not_sent(broker: dramatiq.Broker, ids: Sequence[str], why: str, exc: Exception) -> None:
+    failure = f"{type(exc).__name__}: {reason(exc)}"
+    gate_of(broker).shut(failure)
+    _log_not_enqueued(ids, why, failure)
 
 
 def _log_not_enqueued(ids: Sequence[str], why: str, failure: str) -> None:

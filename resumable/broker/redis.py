@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
+import redis.asyncio
 from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
 from dramatiq.common import current_millis
@@ -95,6 +96,16 @@ def build_broker(settings: Settings, redis_url: str) -> WakingRedisBroker:
 
 def _pool(redis_url: str) -> redis.ConnectionPool:
     return redis.ConnectionPool.from_url(
+        redis_url,
+        socket_timeout=REDIS_TIMEOUT_SECONDS,
+        socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+    )
+
+
+def async_redis_client(redis_url: str) -> redis.asyncio.Redis:
+    """An asyncio client with the same timeouts (a URL's own still win)."""
+    # Its own pool, which aclose() closes with it.
+    return redis.asyncio.Redis.from_url(
         redis_url,
         socket_timeout=REDIS_TIMEOUT_SECONDS,
         socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
@@ -186,6 +197,28 @@ class WakingRedisBroker(RedisBroker):
         its other work, a heartbeat for this sender and a maintenance lottery,
         is for consumers). One MULTI/EXEC per call: a message's id is never on
         the list without its body, and a token never precedes its message."""
+        prepared = self._prepared(messages)
+        if prepared:
+            pipe = self.client.pipeline(transaction=True)
+            self._enqueue_in(pipe, prepared)
+            pipe.execute()
+            self._sent(prepared)
+        return prepared
+
+    async def aenqueue_many(
+        self, client: redis.asyncio.Redis, messages: Sequence[Message[Any]]
+    ) -> list[Message[Any]]:
+        """``enqueue_many`` awaited on an asyncio client of the same server
+        (the web's callback route, see ``background_sends``)."""
+        prepared = self._prepared(messages)
+        if prepared:
+            pipe = client.pipeline(transaction=True)
+            self._enqueue_in(pipe, prepared)
+            await pipe.execute()
+            self._sent(prepared)
+        return prepared
+
+    def _prepared(self, messages: Sequence[Message[Any]]) -> list[Message[Any]]:
         sent_at = time.time()
         prepared = [
             message.copy(
@@ -195,14 +228,15 @@ class WakingRedisBroker(RedisBroker):
             )
             for message in messages
         ]
-        if not prepared:
-            return []
         for message in prepared:
             self.emit_before("enqueue", message, None)
+        return prepared
+
+    def _enqueue_in(self, pipe: Any, prepared: list[Message[Any]]) -> None:
+        """The MULTI/EXEC's commands, on a sync or an asyncio pipeline."""
         by_queue: dict[str, list[Message[Any]]] = {}
         for message in prepared:
             by_queue.setdefault(message.queue_name, []).append(message)
-        pipe = self.client.pipeline(transaction=True)
         for queue_name, queued in by_queue.items():
             ids = [message.options["redis_message_id"] for message in queued]
             key = f"{self.namespace}:{queue_name}"
@@ -211,13 +245,11 @@ class WakingRedisBroker(RedisBroker):
             )
             pipe.rpush(key, *ids)
         for queue_name, queued in by_queue.items():
-            token_key = wakeup_key(self.namespace, queue_name)
-            pipe.lpush(token_key, *([b"1"] * min(len(queued), _MAX_TOKENS)))
-            pipe.ltrim(token_key, 0, _MAX_TOKENS - 1)
-        pipe.execute()
+            self._wake_in(pipe, queue_name, len(queued))
+
+    def _sent(self, prepared: list[Message[Any]]) -> None:
         for message in prepared:
             self.emit_after("enqueue", message, None)
-        return prepared
 
     def wake(self, queue_name: str, tokens: int) -> None:
         """Wake up to `tokens` idle consumers of the queue (in any process)."""

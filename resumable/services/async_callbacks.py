@@ -11,6 +11,7 @@ for this transaction's row lock, as it does for the thread-bound receiver.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,10 @@ class AsyncCallbacks:
             )
             if got.target is not None and got.woke:
                 self.send(Routed(got.target.session_id, got.priority))
+                # One turn of the loop, in which a loop's sender puts the
+                # message on the wire before the COMMIT goes (the claim
+                # waits for the commit's row lock, not for its WAL flush).
+                await asyncio.sleep(0)
         receipt, rejection = judge_callback(got, token, payload, dedupe_key)
         if rejection is not None:
             async with self.db.connection() as conn:

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp
 
 from resumable._internal.embedded import service_urls
 from resumable.agent import AgentRegistry
-from resumable.broker.background_sends import BackgroundSender
+from resumable.broker.background_sends import sender_for
 from resumable.broker.choice import build_broker
 from resumable.broker.redis import REDIS_TIMEOUT_SECONDS
 from resumable.client import Client
@@ -116,7 +116,8 @@ def create_app(
                 prepared_statements=settings.db_prepared_statements,
             )
             await adb.open()
-            sender = BackgroundSender(broker, settings, why="session woken")
+            sender = sender_for(broker, settings, urls.redis_url, why="session woken")
+            await sender.start()
             app.state.resumable = WebState(
                 settings=settings,
                 db=db,
@@ -134,7 +135,7 @@ def create_app(
                 del app.state.resumable
                 # What the sender holds goes out before the broker closes;
                 # past a stalled broker's timeout it is the reconciler's.
-                sender.close(timeout=REDIS_TIMEOUT_SECONDS)
+                await sender.close(timeout=REDIS_TIMEOUT_SECONDS)
                 await adb.close()
                 broker.close()
                 db.close()

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from resumable._internal.database_urls import libpq_url
-from resumable.broker.background_sends import BackgroundSender
+from resumable.broker.background_sends import sender_for
 from resumable.broker.redis import REDIS_TIMEOUT_SECONDS, build_broker
 from resumable.client import Client
 from resumable.models import step_queries, wait_queries
@@ -63,7 +63,7 @@ def receive(
 ) -> Receive:
     """A callback's receipt as ``Inbox.callback`` takes it on a thread (the
     CLI's path), or as the web's route awaits it on an event loop
-    (``AsyncCallbacks``, its message sent by a ``BackgroundSender``): the
+    (``AsyncCallbacks``, its message sent by the loop's ``Sender``): the
     same statements, so the same races end the same way."""
     if request.param == "thread":
         return Inbox(settings, db, client.broker).callback
@@ -72,11 +72,14 @@ def receive(
         async def run() -> Receipt:
             adb = AsyncDatabase(settings.database_url or "", pool_size=2)
             await adb.open()
-            sender = BackgroundSender(client.broker, settings, why="test callback")
+            sender = sender_for(
+                client.broker, settings, settings.redis_url or "", why="test callback"
+            )
+            await sender.start()
             try:
                 return await AsyncCallbacks(adb, sender.send).callback(token, payload, dedupe_key)
             finally:
-                sender.close(timeout=REDIS_TIMEOUT_SECONDS)
+                await sender.close(timeout=REDIS_TIMEOUT_SECONDS)
                 await adb.close()
 
         return asyncio.run(run())
