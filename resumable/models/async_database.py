@@ -27,7 +27,7 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from resumable._internal.database_urls import libpq_url, sqlalchemy_url
-from resumable.models.database import IDLE_CHECK_SECONDS, PREPARE_THRESHOLD, connection_kwargs
+from resumable.models.database import IDLE_CHECK_SECONDS, connection_kwargs
 
 AsyncConn = psycopg.AsyncConnection[dict[str, object]]
 
@@ -53,13 +53,11 @@ class AsyncDatabase:
     (``open()``) and closed (``close()``) on the event loop that uses it."""
 
     def __init__(
-        self,
-        url: str,
-        pool_size: int = 10,
-        pool_timeout: float = 30.0,
-        *,
-        prepared_statements: bool = True,
+        self, url: str, *, pool_size: int, pool_timeout: float, prepare_threshold: int | None
     ) -> None:
+        """`prepare_threshold` as the process's sync pool has it
+        (``Database.prepare_threshold``: None behind a PgBouncer that cannot
+        keep prepared statements)."""
         sqlalchemy_url(url)  # validated as the sync pool validates it
         self._returned_at: dict[int, float] = {}
         self.pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
@@ -67,7 +65,7 @@ class AsyncDatabase:
             min_size=1,
             max_size=pool_size,
             timeout=pool_timeout,
-            kwargs=connection_kwargs(PREPARE_THRESHOLD if prepared_statements else None),
+            kwargs=connection_kwargs(prepare_threshold),
             connection_class=AsyncConn,
             check=self._check_if_idle,
             open=False,

@@ -113,7 +113,7 @@ def create_app(
                 urls.database_url,
                 pool_size=settings.db_pool_size,
                 pool_timeout=POOL_TIMEOUT_SECONDS,
-                prepared_statements=settings.db_prepared_statements,
+                prepare_threshold=db.prepare_threshold,
             )
             await adb.open()
             sender = sender_for(broker, settings, urls.redis_url, why="session woken")

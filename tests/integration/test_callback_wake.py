@@ -70,7 +70,9 @@ def receive(
 
     def on_a_loop(token: str, payload: Any, dedupe_key: str | None) -> Receipt:
         async def run() -> Receipt:
-            adb = AsyncDatabase(settings.database_url or "", pool_size=2)
+            adb = AsyncDatabase(
+                settings.database_url or "", pool_size=2, pool_timeout=5, prepare_threshold=5
+            )
             await adb.open()
             sender = sender_for(
                 client.broker, settings, settings.redis_url or "", why="test callback"

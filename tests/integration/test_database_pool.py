@@ -8,7 +8,7 @@ import asyncio
 import itertools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import psycopg
 import pytest
@@ -159,9 +159,11 @@ def test_an_exception_in_a_pipelined_transaction_rolls_it_back(settings: Setting
 # -- the web's async pool (AsyncDatabase) ----------------------------------------------
 
 
-def _on_a_loop(url: str, work: Callable[[AsyncDatabase], Awaitable[T]], **options: Any) -> T:
+def _on_a_loop(
+    url: str, work: Callable[[AsyncDatabase], Awaitable[T]], *, prepare_threshold: int | None = 5
+) -> T:
     async def run() -> T:
-        adb = AsyncDatabase(url, pool_size=1, **options)
+        adb = AsyncDatabase(url, pool_size=1, pool_timeout=5, prepare_threshold=prepare_threshold)
         await adb.open()
         try:
             return await work(adb)
@@ -214,8 +216,11 @@ def test_the_async_pool_follows_the_prepared_statements_setting(
             assert row is not None
             return conn.prepare_threshold, int(str(row["n"]))
 
+    # The threshold the web passes: its sync pool's, from the setting.
+    sync = Database(settings.database_url or "", pool_size=1, prepared_statements=prepared)
+    sync.close()
     threshold, prepared_here = _on_a_loop(
-        settings.database_url or "", work, prepared_statements=prepared
+        settings.database_url or "", work, prepare_threshold=sync.prepare_threshold
     )
     assert (threshold is not None) is prepared
     assert (prepared_here > 0) is prepared, prepared_here
