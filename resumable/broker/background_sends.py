@@ -26,12 +26,18 @@ pending in PostgreSQL and the scheduler's reconciler sends it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
 from typing import TYPE_CHECKING, Protocol
 
-from resumable.broker.messages import ENQUEUE_CHUNK, aenqueue_after_commit, enqueue_after_commit
+from resumable.broker.messages import (
+    ENQUEUE_CHUNK,
+    aenqueue_after_commit,
+    enqueue_after_commit,
+    log_not_enqueued,
+)
 from resumable.broker.redis import WakingRedisBroker, async_redis_client
 from resumable.priorities import Routed
 
@@ -84,6 +90,7 @@ class LoopSender:
         self._client = async_redis_client(redis_url)
         self._queue: asyncio.Queue[Routed] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._in_flight: list[Routed] = []
 
     async def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="resumable-sender")
@@ -99,6 +106,14 @@ class LoopSender:
             drained = False
         if self._task is not None:
             self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        # What a stalled broker kept from going (the send cut short, and what
+        # queued behind it) is named in the one warning, for the reconciler.
+        left = list(self._in_flight)
+        while not self._queue.empty():
+            left.append(self._queue.get_nowait())
+        log_not_enqueued(left, self.why, "the web process stopped before the broker answered")
         await self._client.aclose()
         return drained
 
@@ -107,15 +122,16 @@ class LoopSender:
             batch = [await self._queue.get()]
             while len(batch) < ENQUEUE_CHUNK and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
+            self._in_flight = batch
             try:
                 await aenqueue_after_commit(
                     self.broker, self._client, self.settings, batch, why=self.why
                 )
             except Exception:  # a bug, not an unreachable broker: say so, keep sending
                 _log_bug(self.why, len(batch))
-            finally:
-                for _ in batch:
-                    self._queue.task_done()
+            self._in_flight = []
+            for _ in batch:
+                self._queue.task_done()
 
 
 _STOP = object()

@@ -187,6 +187,13 @@ def _not_sent(broker: dramatiq.Broker, ids: Sequence[str], why: str, exc: Except
     _log_not_enqueued(ids, why, failure)
 
 
+def log_not_enqueued(refs: Sequence[SessionRef], why: str, failure: str) -> None:
+    """The one warning of sends that did not happen (a sender stopped with
+    messages still queued): the reconciler sends them."""
+    if refs:
+        _log_not_enqueued(_ids(refs), why, failure)
+
+
 def _log_not_enqueued(ids: Sequence[str], why: str, failure: str) -> None:
     named = ", ".join(ids[:_NAMED_IN_TEXT])
     more = f" and {len(ids) - _NAMED_IN_TEXT} more" if len(ids) > _NAMED_IN_TEXT else ""

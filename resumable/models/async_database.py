@@ -17,6 +17,7 @@ callback does not meet a dead connection.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -36,12 +37,21 @@ AsyncConn = psycopg.AsyncConnection[dict[str, object]]
 async def apipelined_transaction(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
     """``pipelined_transaction`` on an async connection: the BEGIN goes out
     with the block's first statements, the COMMIT with the final sync (two
-    round trips in all); an exception rolls the transaction back."""
+    round trips in all); an exception rolls the transaction back.
+
+    A cancellation (a request past its deadline, see ``database_await``)
+    closes the connection instead: the server that did not answer in time
+    would hold a ROLLBACK as long, and psycopg's cancel request, sent when the
+    task was cancelled, could otherwise reach a later statement on the same
+    connection back in the pool. Closing is local; the pool discards it."""
     try:
         async with conn.pipeline():
             await conn.execute("BEGIN")
             yield
             await conn.execute("COMMIT")
+    except asyncio.CancelledError:
+        await conn.close()
+        raise
     except BaseException:
         if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
             await conn.execute("ROLLBACK")

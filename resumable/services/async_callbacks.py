@@ -4,8 +4,8 @@ awaited on an async connection instead of run on a thread.
 The same transaction (its statements are ``wait_ops.receive_callback``'s,
 in one pipeline), the same verdicts (``judge_callback``) and the same order:
 the woken session's message leaves before the commit, handed to a sender
-thread (``BackgroundSender``) so the loop never waits on the broker, and
-the answer waits for the commit. The claim that the message causes waits
+(``broker/background_sends.py``) so the loop never waits on the broker,
+and the answer waits for the commit. The claim that the message causes waits
 for this transaction's row lock, as it does for the thread-bound receiver.
 """
 

@@ -95,18 +95,25 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        with service_urls(
-            database_url or settings.database_url,
-            redis_url or settings.redis_url,
-            settings.home_dir,
-        ) as urls:
+        async with contextlib.AsyncExitStack() as closing:
+            # Each part is closed (in reverse) from the moment it exists, so a
+            # start-up that fails half-way leaves nothing open behind it.
+            urls = closing.enter_context(
+                service_urls(
+                    database_url or settings.database_url,
+                    redis_url or settings.redis_url,
+                    settings.home_dir,
+                )
+            )
             db = Database(
                 urls.database_url,
                 pool_size=settings.db_pool_size,
                 pool_timeout=POOL_TIMEOUT_SECONDS,
                 prepared_statements=settings.db_prepared_statements,
             )
+            closing.callback(db.close)
             broker = build_broker(settings, urls.redis_url)
+            closing.callback(broker.close)
             # The callback route's own pool, on this loop (models/async_database.py):
             # the web process holds up to twice RESUMABLE_DB_POOL_SIZE connections.
             adb = AsyncDatabase(
@@ -116,8 +123,12 @@ def create_app(
                 prepare_threshold=db.prepare_threshold,
             )
             await adb.open()
+            closing.push_async_callback(adb.close)
             sender = sender_for(broker, settings, urls.redis_url, why="session woken")
             await sender.start()
+            # What the sender holds goes out before the broker closes; past a
+            # stalled broker's timeout it is named for the reconciler.
+            closing.push_async_callback(sender.close, REDIS_TIMEOUT_SECONDS)
             app.state.resumable = WebState(
                 settings=settings,
                 db=db,
@@ -133,12 +144,6 @@ def create_app(
                 yield
             finally:
                 del app.state.resumable
-                # What the sender holds goes out before the broker closes;
-                # past a stalled broker's timeout it is the reconciler's.
-                await sender.close(timeout=REDIS_TIMEOUT_SECONDS)
-                await adb.close()
-                broker.close()
-                db.close()
 
     app = _App(
         routes=list(ROUTES),

@@ -40,8 +40,8 @@ logger = logging.getLogger(__name__)
 #: pool's wait for a connection (``app.POOL_TIMEOUT_SECONDS``), so a pool
 #: emptied by hung statements still answers with its own, quicker, error. It
 #: also leaves room for one stalled Redis command (``REDIS_TIMEOUT_SECONDS``):
-#: a callback whose enqueue times out still commits and answers 202, and the
-#: reconciler sends its message.
+#: a signal whose enqueue times out still commits and answers 202, and the
+#: reconciler sends its message (a callback's is sent off the request's path).
 DATABASE_DEADLINE_SECONDS = REDIS_TIMEOUT_SECONDS + 5.0
 
 

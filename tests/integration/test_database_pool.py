@@ -18,6 +18,7 @@ from resumable._internal.database_urls import libpq_url
 from resumable.models.async_database import AsyncDatabase
 from resumable.models.database import Database, pipelined_transaction
 from resumable.settings import Settings
+from resumable.webhooks.app import create_app, running
 from tests.conftest import wait_until
 
 T = TypeVar("T")
@@ -224,3 +225,19 @@ def test_the_async_pool_follows_the_prepared_statements_setting(
     )
     assert (threshold is not None) is prepared
     assert (prepared_here > 0) is prepared, prepared_here
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_the_web_builds_its_async_pool_with_the_setting_s_threshold(
+    settings: Settings, prepared: bool
+) -> None:
+    """The wiring itself: the app's lifespan gives the callback route's pool
+    the threshold RESUMABLE_DB_PREPARED_STATEMENTS decides."""
+    configured = settings.model_copy(update={"db_prepared_statements": prepared})
+    app = create_app(configured)
+
+    async def threshold() -> int | None:
+        async with running(app) as web, web.callbacks.db.connection() as conn:
+            return conn.prepare_threshold
+
+    assert (asyncio.run(threshold()) is not None) is prepared

@@ -146,13 +146,15 @@ def test_requests_answer_503_in_time_while_the_database_hangs(
     `database_unavailable` within the web process's deadline (10 s), not hang
     until the client gives up; all works again once the database answers."""
     proxy = Relay(database_target(settings.database_url or "")).open()
-    start_web_on(database_url_via(settings.database_url or "", proxy))
+    # One connection per pool: the callback abandoned at the deadline holds
+    # the async pool's only one, so the callback after it proves it let go.
+    start_web_on(database_url_via(settings.database_url or "", proxy), RESUMABLE_DB_POOL_SIZE="1")
     base = f"http://127.0.0.1:{web_port}"
     with httpx.Client(base_url=base, headers=AUTH, timeout=40) as http:
         created = http.post("/v1/sessions", json={"agent": "five"})
         assert created.status_code == 201, created.text
         session_id = created.json()["session_id"]
-        assert http.get("/v1/sessions").status_code == 200  # a second pooled connection
+        assert http.get("/v1/sessions").status_code == 200
 
         body, headers = signed({"approved": True})
         callback = f"/v1/callbacks/{session_id}-no-such-callback"  # on the async pool
@@ -212,7 +214,7 @@ def test_callbacks_answer_202_at_once_while_redis_stalls_and_every_session_still
     web_port: int,
 ) -> None:
     """The callback route runs on the event loop and hands the woken session's
-    message to a sender thread: a Redis that takes commands and never answers
+    message to a sender: a Redis that takes commands and never answers
     holds neither that callback's 202 nor any other request of the process.
     The deliveries commit, their sessions are pending, and the scheduler's
     reconciler sends the messages the stalled sends lost."""
