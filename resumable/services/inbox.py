@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -81,10 +82,21 @@ class Receipt:
 class Inbox:
     """Stores deliveries and wakes the sessions waiting for them."""
 
-    def __init__(self, settings: Settings, db: Database, broker: dramatiq.Broker) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        broker: dramatiq.Broker,
+        *,
+        send: Callable[[Routed], None] | None = None,
+    ) -> None:
+        """`send`, when given, takes a woken session's message off the
+        caller's thread (the web process: its sender on the event loop, so
+        a stalled broker holds neither the request nor the session row)."""
         self.settings = settings
         self.db = db
         self.broker = broker
+        self.send = send
 
     def wake(self, session_id: uuid.UUID) -> bool:
         """Offer pending deliveries to the session; enqueue it if one woke it."""
@@ -100,6 +112,9 @@ class Inbox:
         wake-up is (or is about to be) committed, the session pending, and
         the scheduler's reconciler sends the message once Redis is back; if
         the commit fails instead, there was nothing to send."""
+        if self.send is not None:
+            self.send(Routed(session_id, priority))
+            return
         enqueue_after_commit(
             self.broker, self.settings, [Routed(session_id, priority)], why="session woken"
         )

@@ -12,8 +12,9 @@ route but the public ones needs the token (``auth.py``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -24,10 +25,12 @@ from resumable._internal.embedded import service_urls
 from resumable.agent import AgentRegistry
 from resumable.broker.background_sends import sender_for
 from resumable.broker.choice import build_broker
+from resumable.broker.messages import log_not_enqueued
 from resumable.broker.redis import REDIS_TIMEOUT_SECONDS
 from resumable.client import Client
 from resumable.models.async_database import AsyncDatabase
 from resumable.models.database import Database
+from resumable.priorities import Routed
 from resumable.services.async_callbacks import AsyncCallbacks
 from resumable.services.inbox import Inbox
 from resumable.settings import Settings
@@ -134,7 +137,8 @@ def create_app(
                 db=db,
                 broker=broker,
                 client=Client(settings, db, broker, registry),
-                inbox=Inbox(settings, db, broker),
+                # A signal's message, from its database thread, to the loop's sender.
+                inbox=Inbox(settings, db, broker, send=on_this_loop(sender.send)),
                 callbacks=AsyncCallbacks(adb, sender.send),
                 verifier=verifier,
                 redis_url=urls.redis_url,
@@ -158,6 +162,22 @@ def create_app(
     app.router.redirect_slashes = False
     app.console = build_console(settings, auth, lambda: app.state.resumable)
     return app
+
+
+def on_this_loop(send: Callable[[Routed], None]) -> Callable[[Routed], None]:
+    """`send`, callable from any thread: it runs on the calling loop. A
+    database thread left running past the web's shutdown (its request
+    abandoned at the deadline) finds the loop closed: its message is named
+    for the reconciler, as any message not sent."""
+    loop = asyncio.get_running_loop()
+
+    def send_on_loop(ref: Routed) -> None:
+        try:
+            loop.call_soon_threadsafe(send, ref)
+        except RuntimeError:  # the loop is closed
+            log_not_enqueued([ref], "session woken", "the web process had stopped")
+
+    return send_on_loop
 
 
 @contextlib.asynccontextmanager

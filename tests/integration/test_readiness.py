@@ -206,7 +206,7 @@ def test_sigterm_stops_a_web_whose_requests_the_hung_database_never_answered(
 
 
 @pytest.mark.redis_broker
-def test_callbacks_answer_202_at_once_while_redis_stalls_and_every_session_still_runs(
+def test_callbacks_and_signals_answer_202_at_once_while_redis_stalls_and_all_still_run(
     settings: Settings,
     client: Client,
     deployment: LocalDeployment,
@@ -214,12 +214,17 @@ def test_callbacks_answer_202_at_once_while_redis_stalls_and_every_session_still
     web_port: int,
 ) -> None:
     """The callback route runs on the event loop and hands the woken session's
-    message to a sender: a Redis that takes commands and never answers
-    holds neither that callback's 202 nor any other request of the process.
-    The deliveries commit, their sessions are pending, and the scheduler's
-    reconciler sends the messages the stalled sends lost."""
+    message to a sender, and the signal route's database thread hands it to
+    the same sender: a Redis that takes commands and never answers holds
+    neither route's 202 nor any other request of the process (nor a session
+    row). The deliveries commit, their sessions are pending, and the
+    scheduler's reconciler sends the messages the stalled sends lost."""
     deployment.worker()
     sessions = [client.start("approval", {}) for _ in range(3)]
+    signalled = [client.start("signalled", {"topic": "go"}) for _ in range(2)]
+    wait_until(
+        lambda: all(client.get(s).status == "suspended" for s in signalled), what="suspensions"
+    )
     wait_until(
         lambda: all(client.get(s).status == "suspended" for s in sessions), what="suspensions"
     )
@@ -236,14 +241,21 @@ def test_callbacks_answer_202_at_once_while_redis_stalls_and_every_session_still
             answer, took = _timed(functools.partial(http.post, path, **_signed_body()))
             assert answer.status_code == 202, answer.text
             assert took < 2.0, took
+        for session_id in signalled:
+            signal = f"/v1/sessions/{session_id}/signals/go"
+            answer, took = _timed(
+                functools.partial(http.post, signal, json={"ok": 1}, headers=AUTH)
+            )
+            assert answer.status_code == 202, answer.text
+            assert took < 2.0, took
         healthy, took = _timed(lambda: http.get("/healthz"))
         assert healthy.status_code == 200 and took < 1.0, took
-        for session_id in sessions:  # stored and woken; their messages are lost
+        for session_id in [*sessions, *signalled]:  # stored and woken; messages lost
             assert client.get(session_id).status == "pending"
     relay.cut()  # not flow(): the stalled sends are dropped, never delivered late
     deployment.scheduler()
     wait_until(
-        lambda: all(client.get(s).status == "completed" for s in sessions),
+        lambda: all(client.get(s).status == "completed" for s in [*sessions, *signalled]),
         timeout=60,
         what="the reconciler's re-sends and the resumed runs",
     )
