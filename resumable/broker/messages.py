@@ -133,8 +133,10 @@ def enqueue_after_commit(
     delayed messages (a retry's backoff), one round trip per session."""
     refs = list(session_ids)
     ids = _ids(refs)
-    if not ids or not _worth_trying(broker, ids, why):
-        return not ids
+    if not ids:
+        return True
+    if not _worth_trying(broker, ids, why):
+        return False
     try:
         if delay > 0:
             for ref in refs:
@@ -158,8 +160,10 @@ async def aenqueue_after_commit(
     """``enqueue_after_commit``, awaited on an asyncio client of the broker's
     Redis: the same gate, the same warning, the same reconciler."""
     ids = _ids(session_ids)
-    if not ids or not _worth_trying(broker, ids, why):
-        return not ids
+    if not ids:
+        return True
+    if not _worth_trying(broker, ids, why):
+        return False
     messages = [session_message(settings, ref) for ref in session_ids]
     try:
         await broker.aenqueue_many(client, messages)

@@ -253,7 +253,7 @@ def _sent_before_its_commit(
         receiver, out = _in_thread(receive)
         wait_until(lambda: _waiting_on_a_lock(settings), timeout=10, what="the held COMMIT")
         assert _state(db, session_id)[0] == "suspended"
-        # Sent by now (a sender thread's send may trail the statement a moment).
+        # Sent by now (the event loop's sender may trail the statement a moment).
         wait_until(
             lambda: (
                 [m.args for m in queued_messages(redis_client, settings)] == [(str(session_id),)]
