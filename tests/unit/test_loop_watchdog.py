@@ -206,6 +206,16 @@ def test_a_blocking_call_in_one_step_among_many_is_named(
         await _gather(("blocker", block()), *quick)
 
     loop = _run(crowd)
+    # A C call's stall, seen only after it, is told from a paused or starved
+    # process by the CPU its thread got meanwhile (half a core at least,
+    # ``event_loop._held_unseen``); a machine loaded past that (three pytest
+    # workers on two cores) can deny it that share. Two more tries then:
+    # each may fail only for the load, all three only for the watchdog.
+    tries = 3 if call == "a C call holding the GIL" else 1
+    for _ in range(tries - 1):
+        if loop.stalls:
+            break
+        loop = _run(crowd)
     blocked = _lines(watched, "event_loop_blocked")
     assert loop.stalls >= 1
     assert blocked, watched.text
