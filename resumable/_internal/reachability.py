@@ -174,6 +174,11 @@ def reason(exc: BaseException) -> str:
             return amqp_reason(candidate)
     if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.orig is not None:
         exc = exc.orig
+    return _first_line(exc)
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of `exc`'s text, without the client library's framing."""
     text = str(exc).strip() or type(exc).__name__
     first = text.splitlines()[0]
     # psycopg: 'connection failed: connection to server at "h", port 1 failed: <why>'
@@ -274,7 +279,14 @@ def amqp_reason(exc: BaseException) -> str:
     quoted = re.search(r"\(\d+\) '([^']+)'", str(exc))
     if quoted:
         return quoted.group(1)
-    return reason(exc) if str(exc).strip() else type(exc).__name__
+    # A connection lost mid-call carries the socket's error as its repr:
+    # "Stream connection lost: ConnectionResetError(104, 'Connection reset by peer')"
+    socket_error = re.search(r"Error\(-?\d+, '([^']+)'\)", str(exc))
+    if socket_error:
+        return socket_error.group(1)
+    # Not ``reason``: it sends pika's errors here (a StreamLostError whose
+    # text matched nothing above recursed until Python gave up).
+    return _first_line(exc)
 
 
 def probe_rabbitmq(

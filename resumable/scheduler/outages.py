@@ -31,6 +31,13 @@ class Dependency:
     server: Server
     location: str
     probe: Callable[[], None]  # raises ServiceUnreachableError
+    #: What the log lines call it, when not `server`: RabbitMQ stands where
+    #: Redis would (the actions keep ``redis_*``, as documented).
+    label: str = ""
+
+    @property
+    def called(self) -> str:
+        return self.label or self.server
 
 
 @dataclass
@@ -100,23 +107,38 @@ class Outages:
         with self._lock:
             return not self._down
 
+    def _probe(self, server: Server) -> str | None:
+        """Why `server` does not answer, or None if it does.
+
+        A probe that fails in a way it did not expect counts as unreachable
+        too: escaping, it would leave the outage marked as being probed, and
+        no job would run again (a RecursionError out of a RabbitMQ probe
+        did exactly that on CI; every timer of the deployment stopped)."""
+        try:
+            self._dependencies[server].probe()
+        except ServiceUnreachableError as exc:
+            return exc.reason
+        except Exception as exc:
+            logger.debug("%s probe failed unexpectedly", server, exc_info=True)
+            return f"{type(exc).__name__}: {exc}"[:500]
+        return None
+
     def _probe_again(self, server: Server) -> None:
         dependency = self._dependencies[server]
-        try:
-            dependency.probe()
-        except ServiceUnreachableError as exc:
+        why = self._probe(server)
+        if why is not None:
             with self._lock:
                 outage = self._down[server]
                 outage.delay = min(outage.delay * 2, self._max_delay)
                 outage.next_probe = self._clock() + outage.delay
                 outage.probing = False
-            logger.debug("%s still unreachable: %s", server, exc.reason)
+            logger.debug("%s still unreachable: %s", dependency.called, why)
             return
         with self._lock:
             outage = self._down.pop(server)
         logger.info(
             "%s reachable again at %s (down %.1f s)",
-            server,
+            dependency.called,
             dependency.location,
             self._clock() - outage.since,
             extra={"action": f"{server}_reachable"},
@@ -129,18 +151,17 @@ class Outages:
                 return  # already reported; the probes take it from here
             self._down[server] = _Outage(since=now, delay=self._first_delay, next_probe=now)
         dependency = self._dependencies[server]
-        try:
-            dependency.probe()
-        except ServiceUnreachableError as unreachable:
+        why = self._probe(server)
+        if why is not None:
             with self._lock:
                 outage = self._down[server]
                 outage.next_probe = self._clock() + outage.delay
                 outage.probing = False
             logger.warning(
                 "%s unreachable at %s: %s; retrying (backing off up to %.0f s)",
-                server,
+                dependency.called,
                 dependency.location,
-                unreachable.reason,
+                why,
                 self._max_delay,
                 extra={"action": f"{server}_unreachable"},
             )
@@ -151,7 +172,7 @@ class Outages:
         logger.warning(
             "%s failed on a %s error that passed: %s",
             job,
-            server,
+            dependency.called,
             reason(exc),
             extra={"action": f"{server}_error"},
         )

@@ -85,7 +85,11 @@ def run_scheduler(
                 database_location(database_url),
                 partial(probe_database, database_url, "DATABASE_URL"),
             ),
-            Dependency("redis", *broker_probe(settings, redis_url)[1:]),
+            Dependency(
+                "redis",
+                *broker_probe(settings, redis_url)[1:],
+                label="RabbitMQ" if settings.broker_url else "redis",
+            ),
         ],
         first_delay=interval,
         max_delay=min(MAX_BACKOFF_SECONDS, interval * MAX_BACKOFF_INTERVALS),

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import psycopg
 import pytest
+import redis
 
 from resumable._internal.reachability import ServiceUnreachableError
 from resumable.scheduler.outages import Dependency, Outages
@@ -108,3 +109,47 @@ def test_a_bug_is_not_an_outage() -> None:
     with pytest.raises(KeyError):
         outages.guard(buggy)()
     assert outages.down == [] and world.probes == []
+
+
+def test_a_probe_that_fails_unexpectedly_counts_as_down_and_the_jobs_come_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A probe that raised anything but ServiceUnreachableError (a
+    RecursionError out of the RabbitMQ probe, on CI) escaped and left the
+    outage marked as being probed: no job ran again, ever."""
+    world = World()
+    probe_errors = [RecursionError("maximum recursion depth exceeded"), RuntimeError("odd")]
+
+    def probe() -> None:
+        world.probes.append(world.now)
+        if probe_errors:
+            raise probe_errors.pop(0)
+
+    outages = Outages(
+        [Dependency("redis", "mq:5672 (vhost '/')", probe, label="RabbitMQ")],
+        first_delay=1.0,
+        max_delay=5.0,
+        clock=world.clock,
+    )
+
+    def job() -> None:
+        world.runs.append(world.now)
+        if probe_errors:
+            raise redis.ConnectionError("Connection reset by peer")
+
+    run = outages.guard(job)
+    with caplog.at_level(logging.INFO, logger="resumable.scheduler.outages"):
+        for tick in range(0, 12):
+            world.now = tick * 0.5
+            run()
+    # Down at 0 (the first probe failed oddly), probed again at 1 (oddly
+    # again), up at 3: the jobs run from then on.
+    assert world.probes == [0.0, 1.0, 3.0]
+    assert world.runs == [0.0] + [t * 0.5 for t in range(6, 12)]
+    assert outages.down == []
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert lines == [
+        "RabbitMQ unreachable at mq:5672 (vhost '/'): RecursionError: maximum recursion depth "
+        "exceeded; retrying (backing off up to 5 s)",
+        "RabbitMQ reachable again at mq:5672 (vhost '/') (down 3.0 s)",
+    ]

@@ -49,3 +49,61 @@ def test_a_send_that_failed_on_rabbitmq_is_told_in_its_words() -> None:
     refused = pika.exceptions.AMQPConnectionError(ConnectionRefusedError(111, "Connection refused"))
     assert reason(ConnectionClosed(refused)) == "Connection refused"  # type: ignore[no-untyped-call]
     assert reason(refused) == "Connection refused"
+
+
+def test_a_connection_lost_mid_call_reads_as_the_socket_s_error() -> None:
+    """Found by the fault matrix on CI: a StreamLostError (RabbitMQ reset the
+    connection while it booted) recursed between ``reason`` and
+    ``amqp_reason`` until a RecursionError, which escaped the scheduler's
+    outage probe and left its jobs paused for good."""
+    from dramatiq.errors import ConnectionClosed
+
+    from resumable._internal.reachability import reason
+
+    lost = pika.exceptions.StreamLostError(
+        "Stream connection lost: ConnectionResetError(104, 'Connection reset by peer')"
+    )
+    assert amqp_reason(lost) == "Connection reset by peer"
+    assert reason(lost) == "Connection reset by peer"
+    assert reason(ConnectionClosed(lost)) == "Connection reset by peer"  # type: ignore[no-untyped-call]
+    bare = pika.exceptions.StreamLostError("Stream connection lost")
+    assert reason(ConnectionClosed(bare)) == "Stream connection lost"  # type: ignore[no-untyped-call]
+
+
+def _pika_errors() -> list[BaseException]:
+    """Every exception class pika defines, built with each shape of
+    arguments its constructor takes: none, a text, a code and a text, a
+    wrapped error, an empty text."""
+    import inspect
+
+    shapes: list[tuple[object, ...]] = [
+        (),
+        ("some text",),
+        ("",),
+        (320, "CONNECTION_FORCED - broker forced connection closure"),
+        (pika.exceptions.AMQPConnectionError("inner text"),),
+        (pika.exceptions.StreamLostError(""),),
+    ]
+    errors: list[BaseException] = []
+    for _, cls in inspect.getmembers(pika.exceptions, inspect.isclass):
+        if not issubclass(cls, BaseException):
+            continue
+        for args in shapes:
+            try:
+                errors.append(cls(*args))
+            except TypeError:
+                continue
+    return errors
+
+
+def test_every_pika_error_reads_as_one_line_of_text() -> None:
+    from dramatiq.errors import ConnectionClosed
+
+    from resumable._internal.reachability import reason
+
+    errors = _pika_errors()
+    assert len(errors) > 50
+    for error in errors:
+        for wrapped in (error, ConnectionClosed(error)):  # type: ignore[no-untyped-call]
+            text = reason(wrapped)
+            assert isinstance(text, str) and text and "\n" not in text, repr(wrapped)
