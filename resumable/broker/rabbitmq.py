@@ -35,9 +35,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import pika
 import pika.exceptions
@@ -66,6 +66,8 @@ MARKER_QUEUE = "resumable.reconciler-marker"
 # A send that failed sooner than this found its connection already dead (the
 # server closed it while it idled) and is tried once more on a new one.
 _FAILED_AT_ONCE_SECONDS = 1.0
+
+_T = TypeVar("_T")
 
 
 def connection_parameters(url: str) -> list[pika.URLParameters]:
@@ -232,9 +234,26 @@ class RabbitBroker(RabbitmqBroker):
             del self.connection  # the next use connects afresh
             raise
 
+    def _on_a_live_connection(self, call: Callable[[], _T]) -> _T:
+        """`call`, tried once more on a new connection when the first try
+        failed at once: this thread's connection may be one RabbitMQ dropped
+        while it idled, or one from before the node restarted (each of the
+        scheduler's job threads holds one, and each failed its first
+        reconcile after a restart; measured in the fault matrix)."""
+        started = time.monotonic()
+        try:
+            return call()
+        except pika.exceptions.AMQPConnectionError:
+            if time.monotonic() - started > _FAILED_AT_ONCE_SECONDS:
+                raise
+        return call()
+
     def queue_depths(self, names: Sequence[str]) -> dict[str, int]:
         """Messages ready in each queue (not delivered to a consumer); a
         queue not declared yet holds none."""
+        return self._on_a_live_connection(partial(self._queue_depths, names))
+
+    def _queue_depths(self, names: Sequence[str]) -> dict[str, int]:
         depths = {}
         for name in names:
             try:
@@ -253,6 +272,9 @@ class RabbitBroker(RabbitmqBroker):
     def messages_lost(self) -> bool:
         """Whether RabbitMQ lost its queues since the last call (true on the
         first call against a new node); see ``reconcile.broker_was_reset``."""
+        return self._on_a_live_connection(self._messages_lost)
+
+    def _messages_lost(self) -> bool:
         try:
             self.channel.queue_declare(queue=MARKER_QUEUE, passive=True)
             return False

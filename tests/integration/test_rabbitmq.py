@@ -170,6 +170,24 @@ def test_a_rabbitmq_restart_mid_workload_loses_nothing(
         assert api.effect_count() == COUNTERS * 5 + FLAKY + 4 * 2
 
 
+def test_the_reconciler_s_reads_survive_a_restart_on_their_first_try(
+    rabbit_client: Client, rabbitmq: DisposableRabbitMQ
+) -> None:
+    """A thread's connection from before the node restarted fails its first
+    use: the reads the scheduler and /metrics make try once more on a new
+    connection instead of failing a reconcile (each job thread's did, one
+    warning each, in the fault matrix)."""
+    broker = rabbit_client.broker
+    assert isinstance(broker, RabbitBroker)
+    queue = rabbit_client.settings.queue_name
+    broker.messages_lost()  # declares the marker: this node has it now
+    assert broker.queue_depths([queue]) == {queue: 0}
+    rabbitmq.kill()
+    rabbitmq.start()
+    assert broker.messages_lost() is False  # durable: still there after the restart
+    assert broker.queue_depths([queue]) == {queue: 0}
+
+
 def test_a_stopping_worker_hands_back_the_messages_it_holds(
     rabbit_client: Client, deployment: LocalDeployment
 ) -> None:
