@@ -156,10 +156,37 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  broker: RabbitMQ node {rabbitmq.node} at {rabbitmq.url}")
         results = run(args, services, own_redis, rabbitmq)
     ok = report(results)
+    if not ok:
+        # CI shows the end of the output: the processes' own last words go
+        # just above the verdict (a RecursionError in the scheduler's log
+        # was the whole story of one failed run, and nobody saw it).
+        print_last_errors(log_dir_for(args.home))
     print(
         f"\n{'OK' if ok else 'FAILED'}: {len(results)} faults in {time.monotonic() - started:.0f} s"
     )
     return 0 if ok else 1
+
+
+def print_last_errors(log_dir: Path, per_log: int = 4, width: int = 240) -> None:
+    """The last ERROR, CRITICAL and Traceback-ending lines of each process's log."""
+    print("\nthe last errors in each process's log:")
+    for log in sorted(log_dir.glob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        picked = [
+            line
+            for index, line in enumerate(lines)
+            if " ERROR " in line
+            or " CRITICAL " in line
+            # A traceback's last line names the exception.
+            or (
+                index > 0
+                and lines[index - 1].startswith(" ")
+                and line
+                and not line.startswith((" ", "Traceback", "During handling"))
+            )
+        ]
+        for line in picked[-per_log:]:
+            print(f"  {log.name}: {line[:width]}")
 
 
 def run(

@@ -191,6 +191,11 @@ class Matrix:
         began = time.monotonic()
         try:
             inject(result)
+        except TimeoutError as exc:
+            # A fault that could not be injected (what it waits for never
+            # came: the deployment is already stuck) fails its phase, and
+            # the phases after it still run and say what holds.
+            result.problems.append(f"the fault was not injected: {exc}")
         finally:
             over_event.set()
             feeder.join()
