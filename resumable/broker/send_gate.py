@@ -67,9 +67,17 @@ class SendGate:
             self._shut_at = time.monotonic()
             self._why = why
             self.skipped = 0
-        threading.Thread(
-            target=self._ping_until_it_answers, name="broker-ping", daemon=True
-        ).start()
+        try:
+            threading.Thread(
+                target=self._ping_until_it_answers, name="broker-ping", daemon=True
+            ).start()
+        except RuntimeError as exc:
+            # No thread to reopen it (the process is at its thread limit): a
+            # gate left shut would fail every send of the process for good,
+            # so it stays open and each send pays its own timeout.
+            with self._lock:
+                self._shut_at = None
+            logger.warning("the send gate stays open: no thread to ping the broker (%s)", exc)
 
     def _ping_until_it_answers(self) -> None:
         delay = FIRST_PING_DELAY

@@ -17,6 +17,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from resumable._internal.database_urls import libpq_url, sqlalchemy_url
+from resumable._internal.interrupt_shield import shielded
 
 
 @contextmanager
@@ -126,6 +127,12 @@ class Database:
         Inside ``pinned()`` on this thread, the pinned connection, unless it is
         already in use further up this thread's stack (a nested call gets its
         own from the pool, as it always did)."""
+        # A step's time limit must not land in the pool's wait or return,
+        # nor half-way through the statements (see ``interrupt_shield``).
+        with shielded():
+            yield from self._connection(timeout)
+
+    def _connection(self, timeout: float | None) -> Iterator[psycopg.Connection[dict[str, object]]]:
         pin: _Pin | None = getattr(self._pinned, "pin", None)
         if pin is not None and not pin.in_use:
             if pin.conn is None:
@@ -168,7 +175,8 @@ class Database:
         finally:
             self._pinned.pin = None
             if pin.conn is not None:
-                self._give_back(pin.conn)
+                with shielded():
+                    self._give_back(pin.conn)
 
     def _give_back(self, conn: psycopg.Connection[dict[str, object]]) -> None:
         self._returned_at[id(conn)] = time.monotonic()

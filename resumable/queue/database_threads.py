@@ -143,6 +143,13 @@ def _settle(settled: list[_Settled]) -> None:
             continue  # its run was cancelled meanwhile; the write itself happened
         if exc is None:
             future.set_result(result)
+        elif isinstance(exc, StopIteration | StopAsyncIteration):
+            # A future refuses these (TypeError), which left this one and the
+            # rest of the batch unsettled, their runs awaiting for ever; as
+            # asyncio.to_thread does, the awaiting run gets a RuntimeError.
+            wrapped = RuntimeError(f"{type(exc).__name__} raised by a database call")
+            wrapped.__cause__ = exc
+            future.set_exception(wrapped)
         else:
             future.set_exception(exc)
 

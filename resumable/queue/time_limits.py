@@ -12,14 +12,22 @@ a step blocked in C (a socket read without a timeout, ``time.sleep``) keeps
 its session until that call returns. Such a step is *hung*; the runner
 records when each step started and when its limit passes, so operators find
 it with ``hung_sessions`` and can cancel it.
+
+Landing anywhere, it must not land in resumable's bookkeeping: a database
+connection's borrowing, use and return run shielded
+(``_internal/interrupt_shield.py``), the limit landing as they end; and the
+logging locks a step's thread was left holding are released as the limit
+ends the block.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import threading
 from types import TracebackType
 
+from resumable._internal.interrupt_shield import forget, interrupt_unless_shielded
 from resumable.errors import StepTimeoutError
 
 
@@ -63,7 +71,17 @@ class TimeLimit:
             if self._finished:
                 return
             self.fired = True
-            _set_async_exc(self._thread_id, StepTimeoutError)
+            interrupt_unless_shielded(
+                self._thread_id,
+                lambda: _set_async_exc(self._thread_id, StepTimeoutError),
+                self._land,
+            )
+
+    def _land(self) -> None:
+        """The limit fired in a shielded region this thread has just left."""
+        with self._lock:
+            if not self._finished:
+                _set_async_exc(self._thread_id, StepTimeoutError)
 
     def __exit__(
         self,
@@ -78,5 +96,25 @@ class TimeLimit:
             self._timer.cancel()
             if self.fired:
                 _set_async_exc(self._thread_id, None)
+                forget(self._thread_id)
         if self.fired:
+            _release_logging_locks()
             raise StepTimeoutError(self.message).with_traceback(traceback) from None
+
+
+def _release_logging_locks() -> None:
+    """Release the logging locks this thread still holds once its limit fired.
+
+    A thread blocked on a lock gets its asynchronous exception as the wait
+    returns, lock taken, before the ``try`` that would release it: logging's
+    handlers take theirs that way (``Handler.handle``), so a limit that
+    fired while the step waited to write a line left the handler locked, and
+    every thread of the worker froze at its next line (shown by a script in
+    an audit). The step's thread is unwinding out of the step here; none of
+    logging's locks is legitimately its own."""
+    handlers = [ref() for ref in getattr(logging, "_handlerList", [])]
+    locks = [getattr(logging, "_lock", None), *(h.lock for h in handlers if h is not None)]
+    for lock in locks:
+        owned = getattr(lock, "_is_owned", None)
+        while lock is not None and owned is not None and owned():
+            lock.release()

@@ -19,7 +19,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from resumable._internal.reachability import Server, ServiceUnreachableError, reason, which_server
+from resumable._internal.reachability import (
+    PROBE_TIMEOUT,
+    Server,
+    ServiceUnreachableError,
+    reason,
+    which_server,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +64,11 @@ class Outages:
         first_delay: float,
         max_delay: float,
         clock: Callable[[], float] = time.monotonic,
+        probe_deadline: float = 2 * PROBE_TIMEOUT + 1,
     ) -> None:
         self._dependencies = {d.server: d for d in dependencies}
+        self._probe_deadline = probe_deadline
+        self._unanswered: dict[Server, threading.Thread] = {}
         self._first_delay = first_delay
         self._max_delay = max(first_delay, max_delay)
         self._clock = clock
@@ -108,9 +117,39 @@ class Outages:
             return not self._down
 
     def _probe(self, server: Server) -> str | None:
-        """Why `server` does not answer, or None if it does.
+        """Why `server` does not answer, or None if it does, within the
+        probe's deadline.
 
-        A probe that fails in a way it did not expect counts as unreachable
+        A probe bounds its connect, not what follows: a server frozen after
+        the handshake (or a proxy in front of a stalled one) holds its
+        ``SELECT 1`` until the connection dies, hours later, and the outage
+        would stay marked as being probed meanwhile, no job running. So the
+        probe runs on a thread of its own; past the deadline the server
+        counts as unreachable, and until that thread returns no other probe
+        of the server starts (one stuck thread at most)."""
+        stuck = self._unanswered.get(server)
+        if stuck is not None:
+            if stuck.is_alive():
+                return f"its probe has not answered for more than {self._probe_deadline:g} s"
+            del self._unanswered[server]
+        answers: list[str | None] = []
+        thread = threading.Thread(
+            target=lambda: answers.append(self._probe_once(server)),
+            name=f"probe-{server}",
+            daemon=True,
+        )
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to spare: probe here, unbounded
+            return self._probe_once(server)
+        thread.join(self._probe_deadline)
+        if not answers:
+            self._unanswered[server] = thread
+            return f"its probe did not answer within {self._probe_deadline:g} s"
+        return answers[0]
+
+    def _probe_once(self, server: Server) -> str | None:
+        """A probe that fails in a way it did not expect counts as unreachable
         too: escaping, it would leave the outage marked as being probed, and
         no job would run again (a RecursionError out of a RabbitMQ probe
         did exactly that on CI; every timer of the deployment stopped)."""

@@ -78,6 +78,42 @@ def test_a_pinned_thread_reuses_one_connection_and_gives_it_back(settings: Setti
         wait_until(lambda: _in_use(db) == 0, timeout=5, what="the pinned connection back")
 
 
+def test_a_time_limit_that_fires_while_a_step_waits_for_a_connection_loses_none(
+    settings: Settings,
+) -> None:
+    """A step's limit landing in the pool's wait left psycopg_pool's waiter
+    queued (it catches Exception, the limit is a BaseException); the
+    connection later handed to it was never returned. Shielded, the step
+    gets it, uses it, gives it back, and the limit lands after."""
+    import threading
+    import time
+
+    from resumable.errors import StepTimeoutError
+    from resumable.queue.time_limits import TimeLimit
+
+    with Database(settings.database_url or "", pool_size=1) as db:
+        holder = db.pool.getconn()  # the one connection, held elsewhere
+        outcome: list[object] = []
+
+        def step() -> None:
+            try:
+                with TimeLimit(0.2), db.connection(timeout=10) as conn:
+                    outcome.append(conn.execute("SELECT 1").fetchone())
+            except StepTimeoutError as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=step)
+        thread.start()
+        time.sleep(0.6)  # the limit fired while the step waited
+        db.pool.putconn(holder)
+        thread.join(15)
+        assert not thread.is_alive()
+        assert len(outcome) == 2 and isinstance(outcome[1], StepTimeoutError), outcome
+        wait_until(lambda: _in_use(db) == 0, timeout=5, what="every connection back")
+        with db.connection(timeout=2) as conn:  # and it can be had again
+            assert conn.execute("SELECT 1").fetchone() is not None
+
+
 def _in_use(db: Database) -> int:
     """Connections out of the pool now (the pool may still be opening its
     minimum in the background, so count what is lent, not what is idle)."""

@@ -114,3 +114,30 @@ def test_a_finished_call_is_not_held_back_behind_the_calls_queued_after_it() -> 
             threads.stop()
 
     assert asyncio.run(main())
+
+
+def test_a_stop_iteration_reaches_its_caller_as_a_runtime_error_and_the_batch_settles() -> None:
+    """A future refuses StopIteration (TypeError): that one and every other
+    call finished in the same batch stayed unsettled, their runs awaiting
+    for ever (found by an audit)."""
+
+    def call(n: int) -> int:
+        if n == 2:
+            raise StopIteration
+        return n
+
+    async def main() -> list[int | BaseException]:
+        threads = DatabaseThreads(asyncio.get_running_loop(), 1)
+        results = await asyncio.wait_for(
+            asyncio.gather(
+                *(on_database_thread(call, n) for n in range(5)), return_exceptions=True
+            ),
+            10,
+        )
+        threads.stop()
+        return results
+
+    results = asyncio.run(main())
+    assert [r for r in results if not isinstance(r, BaseException)] == [0, 1, 3, 4]
+    assert isinstance(results[2], RuntimeError)
+    assert isinstance(results[2].__cause__, StopIteration)

@@ -4,6 +4,7 @@ with capped exponential backoff (jobs skipped meanwhile), one line up."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -152,4 +153,60 @@ def test_a_probe_that_fails_unexpectedly_counts_as_down_and_the_jobs_come_back(
         "RabbitMQ unreachable at mq:5672 (vhost '/'): RecursionError: maximum recursion depth "
         "exceeded; retrying (backing off up to 5 s)",
         "RabbitMQ reachable again at mq:5672 (vhost '/') (down 3.0 s)",
+    ]
+
+
+def test_a_probe_that_never_answers_counts_as_down_and_starts_no_second_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A probe bounds its connect, not its SELECT 1: a server frozen after
+    the handshake held it (and every job with it) until the connection
+    died. Past its deadline the server counts as down; while that probe is
+    stuck no other starts; once it returns, the next probe decides."""
+    import threading
+
+    world = World()
+    frozen = threading.Event()
+    started: list[float] = []
+
+    def probe() -> None:
+        started.append(world.now)
+        if len(started) == 1:
+            frozen.wait(10)  # the server froze after the handshake
+            raise ServiceUnreachableError("cannot connect", reason="server closed the connection")
+
+    outages = Outages(
+        [Dependency("database", "db:5432", probe)],
+        first_delay=1.0,
+        max_delay=5.0,
+        clock=world.clock,
+        probe_deadline=0.2,
+    )
+
+    def job() -> None:
+        world.runs.append(world.now)
+        if len(world.runs) == 1:
+            raise psycopg.OperationalError("consuming input failed")
+
+    run = outages.guard(job)
+    with caplog.at_level(logging.INFO, logger="resumable.scheduler.outages"):
+        run()  # fails; the probe hangs past its deadline: down
+        assert outages.down == ["database"]
+        world.now = 1.0
+        run()  # due again, but the first probe is still stuck: no second one
+        assert started == [0.0] and outages.down == ["database"]
+        frozen.set()  # the connection died at last
+        deadline = time.monotonic() + 5
+        while outages._unanswered["database"].is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        world.now = 3.0
+        run()  # a new probe answers: up, and the job runs
+    assert started == [0.0, 3.0]
+    assert world.runs == [0.0, 3.0]
+    assert outages.down == []
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert lines == [
+        "database unreachable at db:5432: its probe did not answer within 0.2 s; retrying"
+        " (backing off up to 5 s)",
+        "database reachable again at db:5432 (down 3.0 s)",
     ]
