@@ -184,7 +184,13 @@ def test_the_reconciler_s_reads_survive_a_restart_on_their_first_try(
     assert broker.queue_depths([queue]) == {queue: 0}
     rabbitmq.kill()
     rabbitmq.start()
-    assert broker.messages_lost() is False  # durable: still there after the restart
+    # The first read after the restart answers (it raised StreamLostError).
+    # Whether the marker outlived a kill -9 so soon after its declaration is
+    # RabbitMQ's affair (its metadata store syncs on its own schedule: lost
+    # once on CI), and either answer is safe: True makes the reconciler
+    # send every pending session again.
+    assert broker.messages_lost() in (True, False)
+    assert broker.messages_lost() is False  # declared again if it was lost
     assert broker.queue_depths([queue]) == {queue: 0}
 
 
