@@ -80,7 +80,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
@@ -114,6 +114,8 @@ from benchmarks.peers import langgraph_resume
 from resumable._internal import procfs
 from resumable.demo.webhook_sender import WebhookSender, new_secret
 from resumable.dev.disposable_rabbitmq import DisposableRabbitMQ
+
+T = TypeVar("T")
 
 AGENT_MODULE = "benchmarks.agents.resume"
 TRUNCATED = (
@@ -314,26 +316,23 @@ class CpuFloor:
 
 
 def cpu_per(
-    pid: int | None, samples: int, measure: Callable[[], object], *, less_idle: bool = False
-) -> float:
-    """CPU seconds process `pid` spent per sample while `measure` ran (NaN
-    when it is not a process of this machine). With `less_idle`, less what
-    it spends idle for as long afterwards (Valkey serves the idle workers'
-    polls meanwhile)."""
-    if pid is None:
-        measure()
-        return float("nan")
-    before, started = procfs.cpu_seconds(pid), time.monotonic()
-    measure()
-    after, took = procfs.cpu_seconds(pid), time.monotonic() - started
-    if before is None or after is None:
-        return float("nan")
+    pid: int | None, samples: int, measure: Callable[[], T], *, less_idle: bool = False
+) -> tuple[T, float]:
+    """What `measure` returned, and the CPU seconds process `pid` spent per
+    sample while it ran (NaN when it is not a process of this machine). With
+    `less_idle`, less what it spends idle for as long afterwards (Valkey
+    serves the idle workers' polls meanwhile)."""
+    before, started = procfs.cpu_seconds(pid) if pid else None, time.monotonic()
+    result = measure()
+    after, took = procfs.cpu_seconds(pid) if pid else None, time.monotonic() - started
+    if pid is None or before is None or after is None:
+        return result, float("nan")
     busy = after - before
     if less_idle:
         time.sleep(took)
         idle = (procfs.cpu_seconds(pid) or after) - after
         busy = max(0.0, busy - idle)
-    return busy / samples
+    return result, busy / samples
 
 
 def commit_floor(
@@ -662,14 +661,12 @@ def measure_floors(
     gap = args.gap_ms / 1000
     web_pid = deployment.web.pid if deployment.web is not None else None
     runs = args.floor_samples + 20  # with the warm-up
-    http_lat: list[float] = []
-    web_cpu = cpu_per(web_pid, runs, lambda: http_lat.extend(http_floor(http, args.floor_samples)))
+    http_lat, web_cpu = cpu_per(web_pid, runs, lambda: http_floor(http, args.floor_samples))
     http_idle_lat = http_floor(http, args.floor_samples, gap)
-    redis_lat: list[float] = []
-    redis_cpu = cpu_per(
+    redis_lat, redis_cpu = cpu_per(
         servers.valkey,
         runs,
-        lambda: redis_lat.extend(redis_floor(services.redis_url, args.floor_samples, gap)),
+        lambda: redis_floor(services.redis_url, args.floor_samples, gap),
         less_idle=True,
     )
     selects, commits, (commit_server, commit_client) = commit_floor(

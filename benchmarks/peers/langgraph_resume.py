@@ -28,7 +28,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Literal, TypedDict
 
 Durability = Literal["sync", "async"]
 
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for durability in ("sync", "async"):
         result = measure(args.database_url, args.samples, args.gap_ms / 1000, durability)
-        lat: list[Any] = result.latencies
+        lat = result.latencies
         print(
             f"LangGraph resume, durability={durability}: p50 {percentile(lat, 0.5) * 1e3:.2f} ms,"
             f" p99 {percentile(lat, 0.99) * 1e3:.2f} ms; CPU per resume: client"
